@@ -1,0 +1,46 @@
+"""later_django: a durable, distributed background job manager for Django."""
+
+from __future__ import annotations
+
+from later_django.context import JobContext
+from later_django.enqueue import (
+    PayloadTooLarge,
+    acancel,
+    aenqueue,
+    aenqueue_continue,
+    aenqueue_delayed,
+    aenqueue_delayed_at,
+    aenqueue_in,
+    aenqueue_many,
+    cancel,
+    enqueue,
+    enqueue_continue,
+    enqueue_delayed,
+    enqueue_delayed_at,
+    enqueue_in,
+    enqueue_many,
+)
+from later_django.exceptions import (
+    JobNotFound,
+    LaterBusy,
+    LaterError,
+    LeaseLost,
+    NotRegistered,
+    TransactionRequired,
+)
+from later_django.ids import JobId
+from later_django.lookup import aget_job, astage_counts, get_job, stage_counts
+from later_django.registry import job
+from later_django.retry import RetryPolicy
+from later_django.states import Stage
+from later_django.types import JobInfo, StageChange
+
+__all__ = [
+    "JobContext", "JobId", "JobInfo", "JobNotFound", "LaterBusy", "LaterError",
+    "LeaseLost", "NotRegistered", "PayloadTooLarge", "RetryPolicy", "Stage",
+    "StageChange", "TransactionRequired", "acancel", "aenqueue",
+    "aenqueue_continue", "aenqueue_delayed", "aenqueue_delayed_at", "aenqueue_in",
+    "aenqueue_many", "aget_job", "astage_counts", "cancel", "enqueue",
+    "enqueue_continue", "enqueue_delayed", "enqueue_delayed_at", "enqueue_in",
+    "enqueue_many", "get_job", "job", "stage_counts",
+]

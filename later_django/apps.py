@@ -1,0 +1,21 @@
+"""The Django app: registers system checks and discovers jobs modules."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class LaterDjangoConfig(AppConfig):
+    name = "later_django"
+    label = "later_django"
+    verbose_name = "later"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
+        from later_django import checks  # noqa: F401  (registers the checks)
+        from later_django.conf import conf
+
+        # Like admin.py: every installed app's jobs module registers its handlers.
+        autodiscover_modules(str(conf.JOBS_MODULE))

@@ -1,0 +1,199 @@
+"""System checks for the LATER settings; every ID is listed in docs/checks.md."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections
+
+from later_django.conf import DEFAULTS, TIMING_KEYS, conf
+from later_django.retry import RetryPolicy
+
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+MAX_WORKERS = 255
+
+
+def _error(id_: str, msg: str, hint: str) -> Error:
+    return Error(msg, hint=hint, id=f"later.{id_}")
+
+
+@register(Tags.compatibility)
+def check_settings(**kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, "LATER", {})
+    if not isinstance(raw, dict):
+        return [_error("E001", "LATER must be a dict.", "Set LATER = {...} in settings.")]
+    merged = {**DEFAULTS, **raw}
+    messages: list[CheckMessage] = []
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        messages.append(
+            Warning(
+                f"LATER has unknown keys: {', '.join(unknown)}.",
+                hint="Remove them or fix their spelling; see docs/settings.md.",
+                id="later.W001",
+            )
+        )
+    messages += _check_workers(merged)
+    messages += _check_database(merged)
+    messages += _check_topics(merged["TOPICS"])
+    messages += _check_values(merged)
+    return messages
+
+
+def _check_workers(merged: dict[str, Any]) -> list[CheckMessage]:
+    workers = merged["WORKERS"]
+    messages: list[CheckMessage] = []
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
+        messages.append(_error(
+            "E002", f"LATER['WORKERS'] is {workers!r}; it must be an int from 1 to {MAX_WORKERS}.",
+            "Set LATER['WORKERS'] to the number of jobs one process runs at once, e.g. 6.",
+        ))
+    autoscale = merged["AUTOSCALE"]
+    if autoscale is not None:
+        ok = (
+            isinstance(autoscale, (tuple, list)) and len(autoscale) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in autoscale)
+        )
+        if not ok or not 1 <= autoscale[0] <= autoscale[1] <= MAX_WORKERS:
+            messages.append(_error(
+                "E003", f"LATER['AUTOSCALE'] is {autoscale!r}; it must be (min, max) with "
+                f"1 <= min <= max <= {MAX_WORKERS}.",
+                "Set LATER['AUTOSCALE'] = (2, 16), or None to keep WORKERS fixed.",
+            ))
+    return messages
+
+
+def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
+    alias = merged["DATABASE"]
+    if alias not in settings.DATABASES:
+        return [_error(
+            "E004", f"LATER['DATABASE'] is {alias!r}, which is not in DATABASES.",
+            f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+        )]
+    engine = settings.DATABASES[alias].get("ENGINE", "")
+    messages: list[CheckMessage] = []
+    if not engine.endswith(("sqlite3", "postgresql")):
+        messages.append(_error(
+            "E005", f"LATER['DATABASE'] {alias!r} uses {engine}; later supports only "
+            "PostgreSQL and SQLite.",
+            "Point LATER['DATABASE'] at a PostgreSQL or SQLite database.",
+        ))
+    if engine.endswith("sqlite3"):
+        options = settings.DATABASES[alias].get("OPTIONS", {})
+        if options.get("transaction_mode") != "IMMEDIATE":
+            messages.append(Warning(
+                f"SQLite database {alias!r} starts transactions in DEFERRED mode; a "
+                "transaction that reads before it writes can fail with 'database is "
+                "locked' when a worker writes concurrently.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+                id="later.W002",
+            ))
+    elif merged["VACUUM_INTERVAL"] is not None:
+        messages.append(Warning(
+            "LATER['VACUUM_INTERVAL'] applies to SQLite only and is ignored here.",
+            hint="Remove it; PostgreSQL's autovacuum does this work.",
+            id="later.W003",
+        ))
+    namespace = merged["NAMESPACE"]
+    if not isinstance(namespace, str) or not 1 <= len(namespace) <= 64:
+        messages.append(_error(
+            "E006", f"LATER['NAMESPACE'] is {namespace!r}; it must be a string of 1 to 64 "
+            "characters.", "Set LATER['NAMESPACE'] = 'default' or another short name.",
+        ))
+    return messages
+
+
+def _check_topics(topics: object) -> list[CheckMessage]:
+    if not isinstance(topics, dict):
+        return [_error("E007", "LATER['TOPICS'] must be a dict of name -> partition count.",
+                       "Set LATER['TOPICS'] = {'orders': 8}.")]
+    messages: list[CheckMessage] = []
+    for name, count in topics.items():
+        if not isinstance(name, str) or not TOPIC_NAME.match(name):
+            messages.append(_error(
+                "E008", f"LATER['TOPICS'] has the invalid topic name {name!r}.",
+                "Use 1-100 characters of letters, digits, '_', '-' or '.'.",
+            ))
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            messages.append(_error(
+                "E009", f"LATER['TOPICS'][{name!r}] is {count!r}; a topic needs at least "
+                "one partition.", "Give the topic a partition count >= 1, e.g. 8.",
+            ))
+    return messages
+
+
+def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    for key in sorted(TIMING_KEYS):
+        value = merged[key]
+        if key == "VACUUM_INTERVAL" and value is None:
+            continue
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            messages.append(_error(
+                "E010", f"LATER[{key!r}] is {value!r}; it must be a positive timedelta.",
+                f"Set LATER[{key!r}] = timedelta(seconds=...).",
+            ))
+    count = merged["DEFAULT_RETRY_COUNT"]
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        messages.append(_error(
+            "E011", f"LATER['DEFAULT_RETRY_COUNT'] is {count!r}; it must be an int >= 0.",
+            "Set it to the number of retries after the first attempt, e.g. 6.",
+        ))
+    policy = merged["DEFAULT_RETRY_POLICY"]
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        messages.append(_error(
+            "E012", f"LATER['DEFAULT_RETRY_POLICY'] is a {type(policy).__name__}; it must "
+            "be a RetryPolicy or None.", "Use RetryPolicy.fixed(3, timedelta(seconds=5)).",
+        ))
+    limit = merged["MAX_PAYLOAD_BYTES"]
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        messages.append(_error(
+            "E013", f"LATER['MAX_PAYLOAD_BYTES'] is {limit!r}; it must be an int >= 1.",
+            "Leave the default (1 MiB) or set a positive byte count.",
+        ))
+    partitions = merged["RECURRING_SEQUENTIAL_PARTITIONS"]
+    if partitions is not None and (
+        not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
+    ):
+        messages.append(_error(
+            "E014", f"LATER['RECURRING_SEQUENTIAL_PARTITIONS'] is {partitions!r}; it must "
+            "be None or an int >= 1.", "Set it to a partition count such as 4.",
+        ))
+    return messages
+
+
+@register(Tags.database)
+def check_stored_topics(databases: Sequence[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Compare LATER['TOPICS'] with the partition counts stored by earlier runs."""
+    alias = conf.database
+    if not databases or alias not in databases or alias not in settings.DATABASES:
+        return []
+    topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
+    return [
+        _error(
+            "E015", f"Topic {name!r} has {count} partitions in LATER['TOPICS'] but was "
+            f"registered with {stored}; changing it would reorder its jobs.",
+            f"Restore LATER['TOPICS'][{name!r}] = {stored}, or use a new topic name.",
+        )
+        for name, count, stored in stored_topic_conflicts(alias, topics)
+    ]
+
+
+def stored_topic_conflicts(alias: str, topics: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(name, configured, stored) for every topic whose count changed."""
+    try:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT name, partitions FROM later_topic")
+            stored = dict(cursor.fetchall())
+    except DatabaseError:
+        return []  # not migrated yet: later_migrate registers the topics
+    return [
+        (name, count, stored[name])
+        for name, count in topics.items()
+        if name in stored and stored[name] != count
+    ]

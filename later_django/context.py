@@ -1,0 +1,79 @@
+"""JobContext: what a handler receives besides its payload."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from later_django import enqueue as api
+from later_django.ids import JobId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobContext:
+    """The running job's id and attempt, the app context, and the enqueue API.
+
+    ``attempt`` counts from 1. ``app`` is the result of LATER["CONTEXT"],
+    built once per worker process. The enqueue methods write through the
+    handler's own thread connection, so a handler can chain work.
+    """
+
+    job_id: JobId
+    attempt: int
+    app: Any = None
+
+    def enqueue(self, payload: object, *, priority: int = 0) -> JobId:
+        return api.enqueue(payload, priority=priority)
+
+    def enqueue_in(self, payload: object, *, priority: int = 0) -> JobId:
+        return api.enqueue_in(payload, priority=priority)
+
+    def enqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
+        return api.enqueue_many(payloads, priority=priority)
+
+    def enqueue_delayed(
+        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+    ) -> JobId:
+        return api.enqueue_delayed(payload, delay, priority=priority)
+
+    def enqueue_delayed_at(
+        self, payload: object, when: dt.datetime, *, priority: int = 0
+    ) -> JobId:
+        return api.enqueue_delayed_at(payload, when, priority=priority)
+
+    def enqueue_continue(self, parent: str, payload: object, *, priority: int = 0) -> JobId:
+        return api.enqueue_continue(parent, payload, priority=priority)
+
+    def cancel(self, job_id: str) -> bool:
+        return api.cancel(job_id)
+
+    async def aenqueue(self, payload: object, *, priority: int = 0) -> JobId:
+        return await api.aenqueue(payload, priority=priority)
+
+    async def aenqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
+        return await api.aenqueue_many(payloads, priority=priority)
+
+    async def aenqueue_delayed(
+        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+    ) -> JobId:
+        return await api.aenqueue_delayed(payload, delay, priority=priority)
+
+    async def aenqueue_delayed_at(
+        self, payload: object, when: dt.datetime, *, priority: int = 0
+    ) -> JobId:
+        return await api.aenqueue_delayed_at(payload, when, priority=priority)
+
+    async def aenqueue_continue(
+        self, parent: str, payload: object, *, priority: int = 0
+    ) -> JobId:
+        return await api.aenqueue_continue(parent, payload, priority=priority)
+
+    async def acancel(self, job_id: str) -> bool:
+        return await api.acancel(job_id)
+
+    def enqueue_recurring(self, *args: Any, **kwargs: Any) -> JobId | None:
+        raise NotImplementedError("recurring jobs are not available yet")
+
+    def enqueue_to_partition(self, *args: Any, **kwargs: Any) -> JobId:
+        raise NotImplementedError("partitioned topics are not available yet")

@@ -1,0 +1,157 @@
+"""PostgreSQL: SKIP LOCKED claims, statement-level counter triggers, NOTIFY."""
+
+from __future__ import annotations
+
+import zlib
+from typing import ClassVar, Final
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.clock import history_entry
+from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs
+from later_django.states import Stage
+from later_django.types import ClaimedJob
+
+NOTIFY_CHANNEL: Final = "later"
+
+JOB_CLAIM_SQL: Final = f"""
+WITH picked AS (
+    SELECT id FROM later_job
+    WHERE namespace = %s AND stage = 'enqueued'
+    ORDER BY priority DESC, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE later_job j SET {CLAIM_SET}
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.type_name, j.payload, j.attempts, j.retry_policy, j.created_ms,
+    j.run_at_ms
+"""
+
+# Statement-level triggers see every changed row at once through transition
+# tables, so a batch of 500 inserts adds one counter row per stage, not 500.
+# Counter rows are only ever inserted here (never updated), so concurrent
+# writers never wait on each other; maintenance folds them together.
+TRIGGER_FUNCTIONS_SQL: Final = f"""
+CREATE OR REPLACE FUNCTION later_job_after_insert() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE ns text;
+BEGIN
+    INSERT INTO later_stage_count (namespace, stage, n)
+        SELECT namespace, stage, count(*) FROM new_rows GROUP BY namespace, stage;
+    FOR ns IN SELECT DISTINCT namespace FROM new_rows WHERE stage = 'enqueued' LOOP
+        PERFORM pg_notify('{NOTIFY_CHANNEL}', ns);
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION later_job_after_update() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE ns text;
+BEGIN
+    INSERT INTO later_stage_count (namespace, stage, n)
+        SELECT namespace, stage, sum(d) FROM (
+            SELECT o.namespace, o.stage, -1 AS d
+                FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
+            UNION ALL
+            SELECT n.namespace, n.stage, 1
+                FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
+        ) changes GROUP BY namespace, stage;
+    FOR ns IN SELECT DISTINCT n.namespace FROM old_rows o JOIN new_rows n ON n.id = o.id
+            WHERE n.stage = 'enqueued' AND o.stage <> 'enqueued' LOOP
+        PERFORM pg_notify('{NOTIFY_CHANNEL}', ns);
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION later_job_after_delete() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO later_stage_count (namespace, stage, n)
+        SELECT namespace, stage, -count(*) FROM old_rows GROUP BY namespace, stage;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION later_job_after_truncate() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM later_stage_count;
+    RETURN NULL;
+END $$;
+"""
+
+TRIGGERS: Final = {
+    "later_job_after_insert": "AFTER INSERT ON later_job REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_insert()",
+    "later_job_after_update": "AFTER UPDATE ON later_job REFERENCING OLD TABLE AS old_rows "
+    "NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_update()",
+    "later_job_after_delete": "AFTER DELETE ON later_job REFERENCING OLD TABLE AS old_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_delete()",
+    "later_job_after_truncate": "AFTER TRUNCATE ON later_job "
+    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_truncate()",
+}
+
+COUNTER_COMPACT_SQL: Final = """
+WITH folded AS (
+    DELETE FROM later_stage_count WHERE namespace = %s RETURNING stage, n
+)
+INSERT INTO later_stage_count (namespace, stage, n)
+SELECT %s, stage, SUM(n) FROM folded GROUP BY stage
+"""
+
+
+class PostgresDialect(Dialect):
+    vendor: ClassVar[str] = "postgresql"
+    supports_skip_locked: ClassVar[bool] = True
+    supports_listen: ClassVar[bool] = True
+    skip_locked: ClassVar[str] = "FOR UPDATE SKIP LOCKED"
+    # Holds the parent row while a continuation is inserted, so the parent's
+    # finish (which releases or fails its children) waits for this insert.
+    parent_lock: ClassVar[str] = "FOR SHARE"
+
+    def install(self, cursor: CursorWrapper) -> list[str]:
+        existing = self.installed_objects(cursor)
+        cursor.execute(TRIGGER_FUNCTIONS_SQL)
+        done = []
+        for name, body in TRIGGERS.items():
+            cursor.execute(f"CREATE OR REPLACE TRIGGER {name} {body}")
+            if name not in existing:
+                done.append(f"installed trigger {name}")
+        return done
+
+    def installed_objects(self, cursor: CursorWrapper) -> set[str]:
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'later_job'::regclass "
+            "AND NOT tgisinternal"
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+    def job_claim(
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int,
+        now_ms: int, lease_until_ms: int,
+    ) -> list[ClaimedJob]:
+        cursor.execute(
+            JOB_CLAIM_SQL,
+            [namespace, limit, now_ms, now_ms, owner, lease_until_ms,
+             history_entry(Stage.RUNNING, now_ms)],
+        )
+        return claimed_jobs(cursor.fetchall())
+
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        # One folder at a time per namespace; the others skip this round.
+        key = zlib.crc32(f"later_stage_count:{namespace}".encode())
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        if not cursor.fetchone()[0]:
+            return 0
+        cursor.execute(
+            "SELECT count(*) FROM later_stage_count WHERE namespace = %s", [namespace]
+        )
+        rows = int(cursor.fetchone()[0])
+        if rows <= len(Stage):
+            return 0
+        cursor.execute(COUNTER_COMPACT_SQL, [namespace, namespace])
+        return rows
+
+    def database_size(self, cursor: CursorWrapper) -> int | None:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        return int(cursor.fetchone()[0])

@@ -1,0 +1,199 @@
+"""The public write API: enqueue jobs in every form, and cancel them.
+
+Every call writes through the LATER database connection of the calling
+thread, so inside ``transaction.atomic()`` it commits or rolls back with the
+caller's own writes. All input is validated before anything is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
+
+from later_django import codec, registry, wakeup
+from later_django.clock import from_datetime, now_ms
+from later_django.conf import conf
+from later_django.db import dialect_for
+from later_django.exceptions import JobNotFound, TransactionRequired
+from later_django.ids import JobId, as_job_id, new_job_id
+from later_django.states import Stage
+from later_django.types import NewJob
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+class PayloadTooLarge(TypeError, ValueError):
+    """The encoded payload is larger than LATER["MAX_PAYLOAD_BYTES"]."""
+
+
+def _check_priority(priority: object) -> int:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"priority={priority} is out of range; use {MIN_PRIORITY}..{MAX_PRIORITY} "
+            "(higher runs first)"
+        )
+    return priority
+
+
+def _check_delay(delay: object) -> int:
+    if not isinstance(delay, dt.timedelta):
+        raise TypeError(f"delay must be a datetime.timedelta, got {type(delay).__name__}")
+    if delay < dt.timedelta(0):
+        raise ValueError(f"delay={delay!r} is negative; use a timedelta >= 0")
+    return int(delay.total_seconds() * 1000)
+
+
+def _build(
+    payload: object, *, priority: int, stage: str, now: int, run_at: int,
+    parent_id: str | None = None,
+) -> NewJob:
+    handler = registry.handler_for_payload(payload)
+    data = codec.encode(payload)
+    limit = int(conf.MAX_PAYLOAD_BYTES)
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"payload of {handler.name} encodes to {len(data)} bytes, above "
+            f"LATER['MAX_PAYLOAD_BYTES']={limit}; store large data elsewhere and "
+            "pass a reference"
+        )
+    policy = handler.static_policy()
+    return NewJob(
+        id=new_job_id(now),
+        namespace=conf.namespace,
+        type_name=handler.name,
+        payload=data,
+        stage=stage,
+        priority=priority,
+        retry_policy=policy.to_json() if policy else None,
+        parent_id=parent_id,
+        created_ms=now,
+        run_at_ms=run_at,
+    )
+
+
+def _wake_on_commit(alias: str) -> None:
+    if wakeup.has_listeners():
+        transaction.on_commit(wakeup.wake, using=alias)
+
+
+def _insert(jobs: list[NewJob]) -> None:
+    alias = conf.database
+    with connections[alias].cursor() as cursor:
+        dialect_for(alias).job_insert(cursor, jobs)
+    if any(job.stage == Stage.ENQUEUED for job in jobs):
+        _wake_on_commit(alias)
+
+
+def enqueue(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue ``payload`` to run as soon as a worker is free."""
+    now = now_ms()
+    job = _build(payload, priority=_check_priority(priority), stage=Stage.ENQUEUED,
+                 now=now, run_at=now)
+    _insert([job])
+    return JobId(job.id)
+
+
+def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue like :func:`enqueue`, but only inside ``transaction.atomic()``.
+
+    Raises TransactionRequired when no atomic block is open on the LATER
+    database, so the job can only exist if the caller's transaction commits.
+    """
+    alias = conf.database
+    if not connections[alias].in_atomic_block:
+        raise TransactionRequired(
+            f"enqueue_in() needs an open transaction.atomic(using={alias!r}) block; "
+            "use enqueue() to write outside a transaction"
+        )
+    return enqueue(payload, priority=priority)
+
+
+def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId]:
+    """Enqueue every payload, all or none; one round trip per batch of rows.
+
+    Returns the ids in the order of ``payloads``.
+    """
+    _check_priority(priority)
+    now = now_ms()
+    jobs = [
+        _build(p, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now)
+        for p in payloads
+    ]
+    if not jobs:
+        return []
+    with transaction.atomic(using=conf.database, savepoint=False):
+        _insert(jobs)
+    return [JobId(job.id) for job in jobs]
+
+
+def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
+    """Enqueue ``payload`` to run at or after ``delay`` from now."""
+    delay_ms = _check_delay(delay)
+    return _enqueue_at(payload, now_ms() + delay_ms, priority)
+
+
+def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int = 0) -> JobId:
+    """Enqueue ``payload`` to run at or after ``when`` (an aware datetime)."""
+    return _enqueue_at(payload, from_datetime(when, argument="when"), priority)
+
+
+def _enqueue_at(payload: object, run_at: int, priority: int) -> JobId:
+    now = now_ms()
+    stage = Stage.DELAYED if run_at > now else Stage.ENQUEUED
+    job = _build(payload, priority=_check_priority(priority), stage=stage, now=now,
+                 run_at=max(run_at, now))
+    _insert([job])
+    return JobId(job.id)
+
+
+def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue ``payload`` to run once job ``parent`` succeeds.
+
+    If the parent already succeeded the job is ready at once; if it failed or
+    was cancelled the job is stored as failed with reason ``parent failed``.
+    Raises JobNotFound, writing nothing, when ``parent`` does not exist.
+    """
+    parent_id = as_job_id(parent, argument="parent")
+    now = now_ms()
+    job = _build(payload, priority=_check_priority(priority), stage=Stage.WAITING,
+                 now=now, run_at=now, parent_id=parent_id)
+    alias = conf.database
+    expires = now + conf.millis("DASHBOARD_RETENTION")
+    with connections[alias].cursor() as cursor:
+        stage = dialect_for(alias).job_insert_continuation(cursor, job, expires)
+    if stage is None:
+        raise JobNotFound(f"parent job {parent_id} does not exist in namespace "
+                          f"{conf.namespace!r} (it may have expired)")
+    if stage == Stage.ENQUEUED:
+        _wake_on_commit(alias)
+    return JobId(job.id)
+
+
+def cancel(job_id: str) -> bool:
+    """Cancel a job that has not started; return whether it was cancelled.
+
+    Jobs waiting on it as continuations are failed with ``parent failed``.
+    A running or finished job is left as it is and False is returned.
+    """
+    job_id = as_job_id(job_id)
+    alias = conf.database
+    now = now_ms()
+    expires = now + conf.millis("DASHBOARD_RETENTION")
+    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
+        return dialect_for(alias).job_cancel(
+            cursor, namespace=conf.namespace, job_id=job_id, now_ms=now, expires_ms=expires
+        )
+
+
+aenqueue = sync_to_async(enqueue)
+aenqueue_in = sync_to_async(enqueue_in)
+aenqueue_many = sync_to_async(enqueue_many)
+aenqueue_delayed = sync_to_async(enqueue_delayed)
+aenqueue_delayed_at = sync_to_async(enqueue_delayed_at)
+aenqueue_continue = sync_to_async(enqueue_continue)
+acancel = sync_to_async(cancel)

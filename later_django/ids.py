@@ -1,0 +1,40 @@
+"""Job ids: lowercase ULIDs (48-bit millisecond time, 80 random bits)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
+ULID_LENGTH = 26
+
+
+class JobId(str):
+    """A job's id: a 26-character lowercase ULID; sorts by creation time."""
+
+    __slots__ = ()
+
+
+def new_job_id(now_ms: int | None = None) -> JobId:
+    """Return a fresh id whose time part is ``now_ms`` (default: the clock)."""
+    if now_ms is None:
+        now_ms = time.time_ns() // 1_000_000
+    value = (now_ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(ULID_LENGTH):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return JobId("".join(reversed(chars)))
+
+
+def as_job_id(value: object, *, argument: str = "job_id") -> JobId:
+    """Validate ``value`` as a job id, raising ValueError naming ``argument``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a job id string, got {type(value).__name__}")
+    lowered = value.lower()
+    if len(lowered) != ULID_LENGTH or any(c not in _ALPHABET for c in lowered):
+        raise ValueError(
+            f"{argument}={value!r} is not a job id: expected 26 characters of "
+            "Crockford base32, as returned by enqueue()"
+        )
+    return JobId(lowered)

@@ -1,0 +1,143 @@
+"""later's tables. Times are integer epoch milliseconds, identical on every database.
+
+The job row is the delivery queue: a partial index over ``stage='enqueued'``
+is what workers claim from, so the hot path touches one narrow row per job.
+Later features (queues, topics, unique keys) add nullable columns and their
+own partial indexes without changing the claim.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from later_django.states import Stage
+
+
+class Job(models.Model):
+    id = models.CharField(primary_key=True, max_length=26)
+    namespace = models.CharField(max_length=64)
+    type_name = models.CharField(max_length=255)
+    payload = models.BinaryField()
+    stage = models.CharField(max_length=10, choices=Stage.choices)
+    priority = models.SmallIntegerField(default=0)
+    # Times the job has been claimed; also the fencing epoch of its lease.
+    attempts = models.IntegerField(default=0)
+    # JSON RetryPolicy; NULL means LATER's default policy when it fails.
+    retry_policy = models.TextField(null=True)
+    # No foreign key: parents expire and are pruned independently.
+    parent_id = models.CharField(max_length=26, null=True)
+    created_ms = models.BigIntegerField()
+    run_at_ms = models.BigIntegerField()
+    changed_ms = models.BigIntegerField()
+    started_ms = models.BigIntegerField(null=True)
+    finished_ms = models.BigIntegerField(null=True)
+    expires_ms = models.BigIntegerField(null=True)
+    lease_owner = models.CharField(max_length=64, null=True)
+    lease_expires_ms = models.BigIntegerField(null=True)
+    last_error = models.TextField(null=True)
+    # Every stage change as "stage@epoch_ms;", appended in the same statement.
+    history = models.TextField(default="")
+
+    class Meta:
+        db_table = "later_job"
+        permissions = [("view_dashboard", "Can view the later dashboard")]
+        indexes = [
+            models.Index(
+                fields=["namespace", "-priority", "id"],
+                name="later_job_ready",
+                condition=Q(stage="enqueued"),
+            ),
+            models.Index(
+                fields=["namespace", "run_at_ms"],
+                name="later_job_due",
+                condition=Q(stage__in=["delayed", "requeued"]),
+            ),
+            models.Index(
+                fields=["namespace", "lease_expires_ms"],
+                name="later_job_leased",
+                condition=Q(stage="running"),
+            ),
+            models.Index(
+                fields=["parent_id"],
+                name="later_job_parent",
+                condition=Q(parent_id__isnull=False),
+            ),
+            models.Index(
+                fields=["namespace", "expires_ms"],
+                name="later_job_expiry",
+                condition=Q(expires_ms__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type_name} {self.id} ({self.stage})"
+
+
+class StageCount(models.Model):
+    """Per-stage job counts, maintained by triggers on ``later_job``.
+
+    PostgreSQL triggers append delta rows (no row is ever contended) and
+    maintenance folds them together; SQLite triggers upsert one row per stage.
+    The count of a stage is always ``SUM(n)``.
+    """
+
+    namespace = models.CharField(max_length=64)
+    stage = models.CharField(max_length=10, choices=Stage.choices)
+    n = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_stage_count"
+        indexes = [models.Index(fields=["namespace", "stage"], name="later_count_stage")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.stage}: {self.n}"
+
+
+class Server(models.Model):
+    """A running later_worker process; its heartbeat says it is alive."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    namespace = models.CharField(max_length=64)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    workers = models.IntegerField()
+    started_ms = models.BigIntegerField()
+    heartbeat_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_server"
+        indexes = [models.Index(fields=["namespace", "heartbeat_ms"], name="later_server_live")]
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"
+
+
+class MaintenanceRun(models.Model):
+    """When each maintenance step last ran in a namespace, across all servers."""
+
+    namespace = models.CharField(max_length=64)
+    step = models.CharField(max_length=32)
+    last_run_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_maintenance"
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "step"], name="later_maintenance_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.step}"
+
+
+class Topic(models.Model):
+    """A registered topic and its partition count, fixed once stored."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    partitions = models.IntegerField()
+
+    class Meta:
+        db_table = "later_topic"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.partitions} partitions)"

@@ -1,0 +1,135 @@
+"""The handler registry: the ``@job`` decorator and lookup by payload type or name."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+from later_django.exceptions import AlreadyRegistered, NotRegistered
+from later_django.retry import RetryPolicy
+
+F = TypeVar("F", bound=Callable[..., Any])
+RetrySpec = RetryPolicy | Callable[..., RetryPolicy] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Handler:
+    """A registered handler: the function, its payload type and options."""
+
+    name: str
+    payload_type: type[Any]
+    func: Callable[..., Any]
+    is_async: bool
+    retry: RetrySpec = None
+
+    def static_policy(self) -> RetryPolicy | None:
+        """The policy known at enqueue time (None: default or a callable)."""
+        return self.retry if isinstance(self.retry, RetryPolicy) else None
+
+
+_by_type: dict[type[Any], Handler] = {}
+_by_name: dict[str, Handler] = {}
+
+
+def default_name(payload_type: type[Any]) -> str:
+    return f"{payload_type.__module__}.{payload_type.__qualname__}"
+
+
+@overload
+def job(func: F, /) -> F: ...
+@overload
+def job(*, name: str | None = ..., retry: RetrySpec = ...) -> Callable[[F], F]: ...
+
+
+def job(
+    func: F | None = None, /, *, name: str | None = None, retry: RetrySpec = None
+) -> F | Callable[[F], F]:
+    """Register ``func(ctx, payload)`` as the handler of its payload's type.
+
+    The payload type comes from the annotation of the second parameter and
+    must be a dataclass. ``retry`` is a RetryPolicy, or a callable
+    ``(ctx, payload) -> RetryPolicy`` resolved after the first failure.
+    """
+
+    def register(func: F) -> F:
+        payload_type = _payload_type_of(func)
+        if retry is not None and not (isinstance(retry, RetryPolicy) or callable(retry)):
+            raise TypeError(
+                f"@job(retry=...) of {func.__qualname__} must be a RetryPolicy or a "
+                f"callable returning one, got {type(retry).__name__}"
+            )
+        handler = Handler(
+            name=name or default_name(payload_type),
+            payload_type=payload_type,
+            func=func,
+            is_async=inspect.iscoroutinefunction(func),
+            retry=retry,
+        )
+        _register(handler)
+        return func
+
+    if func is not None:
+        return register(func)
+    return register
+
+
+def _payload_type_of(func: Callable[..., Any]) -> type[Any]:
+    params = list(inspect.signature(func).parameters.values())
+    if len(params) != 2:
+        raise TypeError(
+            f"@job handler {func.__qualname__} must take (ctx, payload), "
+            f"got {len(params)} parameters"
+        )
+    hint = typing.get_type_hints(func).get(params[1].name)
+    if not (isinstance(hint, type) and dataclasses.is_dataclass(hint)):
+        raise TypeError(
+            f"@job handler {func.__qualname__}: annotate its payload parameter "
+            f"{params[1].name!r} with a @dataclass type"
+        )
+    return hint
+
+
+def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
+    return (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
+
+
+def _register(handler: Handler) -> None:
+    existing = _by_type.get(handler.payload_type) or _by_name.get(handler.name)
+    if existing is not None and not _same_function(existing.func, handler.func):
+        raise AlreadyRegistered(
+            f"payload type {handler.name} already has the handler "
+            f"{existing.func.__module__}.{existing.func.__qualname__}; "
+            f"{handler.func.__module__}.{handler.func.__qualname__} cannot also "
+            "handle it: one handler per payload type"
+        )
+    if existing is not None:
+        _by_type.pop(existing.payload_type, None)
+        _by_name.pop(existing.name, None)
+    _by_type[handler.payload_type] = handler
+    _by_name[handler.name] = handler
+
+
+def handler_for_payload(payload: object) -> Handler:
+    """Return the handler of ``payload``'s type or raise NotRegistered."""
+    handler = _by_type.get(type(payload))
+    if handler is None:
+        raise NotRegistered(
+            f"{default_name(type(payload))} has no @job handler; define one in a "
+            "jobs.py module of an installed app (or import the module defining it)"
+        )
+    return handler
+
+
+def handler_by_name(name: str) -> Handler | None:
+    return _by_name.get(name)
+
+
+def unregister(payload_type: type[Any]) -> None:
+    """Remove the handler of ``payload_type`` (for tests)."""
+    handler = _by_type.pop(payload_type, None)
+    if handler is not None:
+        _by_name.pop(handler.name, None)

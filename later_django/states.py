@@ -1,0 +1,24 @@
+"""Job stages and which transitions between them are allowed."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Stage(models.TextChoices):
+    ENQUEUED = "enqueued"
+    DELAYED = "delayed"
+    WAITING = "waiting"
+    RUNNING = "running"
+    REQUEUED = "requeued"
+    SUCCESS = "success"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED})
+
+# Stages a job can be cancelled from: it has not started, or waits for a retry.
+CANCELLABLE = frozenset({Stage.ENQUEUED, Stage.DELAYED, Stage.WAITING, Stage.REQUEUED})
+
+PARENT_FAILED = "parent failed"

@@ -1,0 +1,75 @@
+"""Value objects passed between the API, the store and the worker."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from later_django.ids import JobId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A job row about to be inserted."""
+
+    id: str
+    namespace: str
+    type_name: str
+    payload: bytes
+    stage: str
+    priority: int
+    retry_policy: str | None
+    parent_id: str | None
+    created_ms: int
+    run_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    """A job a worker holds a lease on, as returned by the claim."""
+
+    id: str
+    type_name: str
+    payload: bytes
+    attempts: int
+    retry_policy: str | None
+    created_ms: int
+    run_at_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StuckJob:
+    """A running job whose lease expired."""
+
+    id: str
+    type_name: str
+    attempts: int
+    retry_policy: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageChange:
+    stage: str
+    at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo:
+    """What get_job() returns: a job's state and history, never its payload."""
+
+    id: JobId
+    type_name: str
+    stage: str
+    priority: int
+    attempts: int
+    created_at: dt.datetime
+    run_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    expires_at: dt.datetime | None
+    last_error: str | None
+    parent_id: JobId | None
+    history: tuple[StageChange, ...]
+    topic: str | None = None
+    partition: int | None = None
+    sequence: int | None = None

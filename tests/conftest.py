@@ -1,0 +1,73 @@
+"""Test fixtures: every storage test runs once on SQLite and once on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings as django_settings
+from django.db import connections
+
+ALIASES = {"sqlite": "default", "postgresql": "pg"}
+LATER_TABLES = ["later_job", "later_stage_count", "later_server", "later_maintenance",
+                "later_topic"]
+
+
+@dataclass
+class LaterDb:
+    """The database a test runs on, and helpers to look at it directly."""
+
+    alias: str
+    vendor: str
+
+    def scalar(self, sql: str, params: list[object] | None = None) -> object:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(sql, params or [])
+            row = cursor.fetchone()
+        return None if row is None else row[0]
+
+    def rows(self, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(sql, params or [])
+            return list(cursor.fetchall())
+
+    def job_count(self) -> int:
+        return int(self.scalar("SELECT COUNT(*) FROM later_job"))  # type: ignore[arg-type]
+
+    def stage_of(self, job_id: str) -> str:
+        return str(self.scalar("SELECT stage FROM later_job WHERE id = %s", [job_id]))
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment for a child process that uses this test database."""
+        return {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "LATER_TEST_ALIAS": self.alias,
+            "LATER_TEST_USE_TEST_DB": "1",
+        }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Storage tests commit for real (workers in other processes must see the
+    # rows), so they run in transactional mode on every configured database.
+    databases = sorted(django_settings.DATABASES)
+    for item in items:
+        if "later_db" in getattr(item, "fixturenames", ()) and not item.get_closest_marker(
+            "django_db"
+        ):
+            item.add_marker(pytest.mark.django_db(transaction=True, databases=databases))
+
+
+@pytest.fixture(params=sorted(ALIASES), ids=sorted(ALIASES))
+def later_db(request: pytest.FixtureRequest, settings: object) -> LaterDb:
+    vendor = request.param
+    alias = ALIASES[vendor]
+    if alias not in django_settings.DATABASES:
+        pytest.skip("no PostgreSQL server could be started (set LATER_TEST_POSTGRES_URL)")
+    settings.LATER = {**django_settings.LATER, "DATABASE": alias}  # type: ignore[attr-defined]
+    with connections[alias].cursor() as cursor:
+        # Jobs first: deleting them fires the counter triggers.
+        for table in LATER_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+    return LaterDb(alias=alias, vendor=vendor)

@@ -1,0 +1,149 @@
+"""Payload types and handlers the test suite enqueues and workers run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from later_django import JobContext, RetryPolicy, job
+
+
+def _record(kind: str, ctx: JobContext, tag: str = "") -> None:
+    """Append one line per handler run to a file the test reads back."""
+    path = os.environ.get("LATER_TEST_RECORD")
+    if path:
+        start = time.time()
+        with open(path, "a") as fh:
+            fh.write(f"{kind} {ctx.job_id} {ctx.attempt} {os.getpid()} {start:.6f} {tag}\n")
+
+
+@dataclass
+class Noop:
+    n: int = 0
+
+
+@job
+def run_noop(ctx: JobContext, payload: Noop) -> None:
+    _record("noop", ctx, str(payload.n))
+
+
+@dataclass
+class AsyncNoop:
+    n: int = 0
+
+
+@job
+async def run_async_noop(ctx: JobContext, payload: AsyncNoop) -> None:
+    _record("async", ctx, str(payload.n))
+
+
+@dataclass
+class Sleep:
+    seconds: float
+    n: int = 0
+
+
+@job(retry=RetryPolicy.fixed(3, timedelta(milliseconds=100)))
+def run_sleep(ctx: JobContext, payload: Sleep) -> None:
+    _record("sleep-start", ctx, str(payload.n))
+    time.sleep(payload.seconds)
+    _record("sleep-end", ctx, str(payload.n))
+
+
+@dataclass
+class AsyncSleep:
+    seconds: float
+    n: int = 0
+
+
+@job
+async def run_async_sleep(ctx: JobContext, payload: AsyncSleep) -> None:
+    _record("asleep-start", ctx, str(payload.n))
+    await asyncio.sleep(payload.seconds)
+    _record("asleep-end", ctx, str(payload.n))
+
+
+@dataclass
+class Flaky:
+    """Fails until attempt ``succeed_on`` (0: always fails)."""
+
+    succeed_on: int = 0
+    message: str = "flaky failure"
+
+
+@job(retry=RetryPolicy.fixed(2, timedelta(milliseconds=50)))
+def run_flaky(ctx: JobContext, payload: Flaky) -> None:
+    _record("flaky", ctx)
+    if payload.succeed_on == 0 or ctx.attempt < payload.succeed_on:
+        raise RuntimeError(f"{payload.message} (attempt {ctx.attempt})")
+
+
+@dataclass
+class NoRetry:
+    pass
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_no_retry(ctx: JobContext, payload: NoRetry) -> None:
+    _record("noretry", ctx)
+    raise ValueError("refused once and for all")
+
+
+@dataclass
+class CallablePolicy:
+    retries: int = 1
+
+
+def _policy_from_payload(ctx: JobContext, payload: CallablePolicy) -> RetryPolicy:
+    return RetryPolicy.fixed(payload.retries, timedelta(milliseconds=50))
+
+
+@job(retry=_policy_from_payload)
+def run_callable_policy(ctx: JobContext, payload: CallablePolicy) -> None:
+    _record("callable", ctx)
+    raise RuntimeError("always fails")
+
+
+@dataclass
+class DefaultPolicy:
+    pass
+
+
+@job
+def run_default_policy(ctx: JobContext, payload: DefaultPolicy) -> None:
+    _record("default", ctx)
+    raise RuntimeError("fails under the default policy")
+
+
+@dataclass
+class Chain:
+    """Enqueues a Noop continuation of itself from inside the handler."""
+
+    n: int = 0
+
+
+@job
+def run_chain(ctx: JobContext, payload: Chain) -> None:
+    _record("chain", ctx)
+    ctx.enqueue(Noop(n=payload.n))
+
+
+@dataclass
+class Item:
+    name: str
+    qty: int
+
+
+@dataclass
+class Order:
+    id: int
+    items: list[Item] = field(default_factory=list)
+    note: str | None = None
+
+
+@job
+def run_order(ctx: JobContext, payload: Order) -> None:
+    _record("order", ctx, str(payload.id))

@@ -1,0 +1,83 @@
+"""Settings for the test suite: a SQLite database and a PostgreSQL database.
+
+Every storage test runs once on each (see the ``later_db`` fixture). The
+SQLite test database is a file so worker processes can open it too.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import timedelta
+
+from tests.pgserver import database_settings, ensure_postgres_url
+
+SECRET_KEY = "later-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.admin",
+    "later_django",
+    "tests.jobapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_sqlite_dir = os.environ.setdefault(
+    "LATER_TEST_SQLITE_DIR", tempfile.mkdtemp(prefix="later-test-sqlite-")
+)
+
+DATABASES: dict[str, dict[str, object]] = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.path.join(_sqlite_dir, "main.sqlite3"),
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        "TEST": {"NAME": os.path.join(_sqlite_dir, "test.sqlite3")},
+    },
+}
+
+_pg_url = ensure_postgres_url()
+if _pg_url:
+    DATABASES["pg"] = database_settings(_pg_url)
+
+if os.environ.get("LATER_TEST_USE_TEST_DB"):
+    # A worker process started by a test: open the test databases.
+    for _db in DATABASES.values():
+        _db["NAME"] = _db["TEST"]["NAME"]  # type: ignore[index]
+
+LATER = {
+    "DATABASE": os.environ.get("LATER_TEST_ALIAS", "default"),
+    "MAINTENANCE_INTERVAL": timedelta(milliseconds=200),
+    "POLL_INTERVAL": timedelta(milliseconds=50),
+}
