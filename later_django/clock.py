@@ -11,7 +11,7 @@ def now_ms() -> int:
 
 
 def to_datetime(ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
 def from_datetime(value: dt.datetime, *, argument: str = "when") -> int:

@@ -26,6 +26,7 @@ _EXT_DECIMAL = 3
 _EXT_UUID = 4
 _DATETIME = struct.Struct(">qii")  # epoch seconds, microseconds, UTC offset seconds
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_NAIVE = dt.datetime(1970, 1, 1)
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
 
@@ -94,6 +95,8 @@ def _to_plain(value: object, path: str) -> object:
                     f"{path}: dict key {key!r} is a {type(key).__name__}; "
                     "only str and int keys are supported"
                 )
+            if isinstance(key, int) and not _INT64_MIN <= key <= _UINT64_MAX:
+                raise TypeError(f"{path}: dict key {key} does not fit in 64 bits")
             plain[key] = _to_plain(item, f"{path}[{key!r}]")
         return plain
     raise TypeError(
@@ -120,8 +123,10 @@ def _ext_hook(code: int, data: bytes) -> object:
     if code == _EXT_DATETIME:
         seconds, micros, offset = _DATETIME.unpack(data)
         tz = dt.timezone(dt.timedelta(seconds=offset))
-        moment = _EPOCH + dt.timedelta(seconds=seconds, microseconds=micros)
-        return moment.astimezone(tz)
+        # Build the local time directly: near year 1 or 9999 the UTC instant
+        # itself can fall outside datetime's range.
+        local = _EPOCH_NAIVE + dt.timedelta(seconds=seconds + offset, microseconds=micros)
+        return local.replace(tzinfo=tz)
     if code == _EXT_DATE:
         return dt.date.fromordinal(struct.unpack(">i", data)[0])
     if code == _EXT_DECIMAL:

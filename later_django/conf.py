@@ -42,9 +42,8 @@ DEFAULTS: dict[str, Any] = {
     "RETAINED_LOG_LEASE_DURATION": timedelta(seconds=30),
 }
 
-TIMING_KEYS = frozenset(
-    key for key, value in DEFAULTS.items() if isinstance(value, timedelta)
-) | {"VACUUM_INTERVAL"}
+_TIMEDELTA_KEYS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}
+TIMING_KEYS = frozenset(_TIMEDELTA_KEYS | {"VACUUM_INTERVAL"})
 
 
 class Settings:

@@ -32,14 +32,10 @@ class JobContext:
     def enqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
         return api.enqueue_many(payloads, priority=priority)
 
-    def enqueue_delayed(
-        self, payload: object, delay: dt.timedelta, *, priority: int = 0
-    ) -> JobId:
+    def enqueue_delayed(self, payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
         return api.enqueue_delayed(payload, delay, priority=priority)
 
-    def enqueue_delayed_at(
-        self, payload: object, when: dt.datetime, *, priority: int = 0
-    ) -> JobId:
+    def enqueue_delayed_at(self, payload: object, when: dt.datetime, *, priority: int = 0) -> JobId:
         return api.enqueue_delayed_at(payload, when, priority=priority)
 
     def enqueue_continue(self, parent: str, payload: object, *, priority: int = 0) -> JobId:
@@ -64,9 +60,7 @@ class JobContext:
     ) -> JobId:
         return await api.aenqueue_delayed_at(payload, when, priority=priority)
 
-    async def aenqueue_continue(
-        self, parent: str, payload: object, *, priority: int = 0
-    ) -> JobId:
+    async def aenqueue_continue(self, parent: str, payload: object, *, priority: int = 0) -> JobId:
         return await api.aenqueue_continue(parent, payload, priority=priority)
 
     async def acancel(self, job_id: str) -> bool:

@@ -25,9 +25,12 @@ class RetryPolicy:
     jitter: float = DEFAULT_JITTER
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retries, int) or self.retries < 0:
+        # Checked at run time too: policies are often built from settings.
+        retries: object = self.retries
+        delay: object = self.delay
+        if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an int >= 0, got {self.retries!r}")
-        if not isinstance(self.delay, timedelta) or self.delay < timedelta(0):
+        if not isinstance(delay, timedelta) or delay < timedelta(0):
             raise ValueError(f"delay must be a timedelta >= 0, got {self.delay!r}")
         if not 0 <= self.jitter <= 1:
             raise ValueError(f"jitter must be within 0..1, got {self.jitter!r}")
@@ -44,8 +47,12 @@ class RetryPolicy:
     ) -> RetryPolicy:
         """Retry ``retries`` times after base, base*factor, ... (capped, jittered)."""
         return cls(
-            retries=retries, kind="exponential", delay=base, factor=factor,
-            max_delay=max_delay, jitter=jitter,
+            retries=retries,
+            kind="exponential",
+            delay=base,
+            factor=factor,
+            max_delay=max_delay,
+            jitter=jitter,
         )
 
     @classmethod
@@ -70,7 +77,7 @@ class RetryPolicy:
             self.max_delay.total_seconds(),
         )
         if self.jitter:
-            seconds *= 1 + random.uniform(-self.jitter, self.jitter)  # noqa: S311
+            seconds *= 1 + random.uniform(-self.jitter, self.jitter)
         return timedelta(seconds=max(seconds, 0.0))
 
     def to_json(self) -> str:

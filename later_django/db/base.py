@@ -98,7 +98,7 @@ WHERE id = %s AND namespace = %s
 
 JOB_RENEW_SQL: Final = """
 UPDATE later_job SET lease_expires_ms = %s
-WHERE namespace = %s AND stage = 'running' AND lease_owner = %s
+WHERE id IN ({ids}) AND stage = 'running' AND lease_owner = %s
 """
 
 JOB_PRUNE_SQL: Final = """
@@ -196,9 +196,14 @@ class Dialect:
         raise NotImplementedError
 
     def job_renew(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, lease_until_ms: int
+        self, cursor: CursorWrapper, *, owner: str, job_ids: Sequence[str],
+        lease_until_ms: int,
     ) -> int:
-        cursor.execute(JOB_RENEW_SQL, [lease_until_ms, namespace, owner])
+        """Extend the leases ``owner`` holds on ``job_ids``; return how many it still holds."""
+        if not job_ids:
+            return 0
+        ids = ", ".join(["%s"] * len(job_ids))
+        cursor.execute(JOB_RENEW_SQL.format(ids=ids), [lease_until_ms, *job_ids, owner])
         return int(cursor.rowcount)
 
     def job_complete(

@@ -1,0 +1,70 @@
+"""The shop's background jobs: payloads are dataclasses, handlers are @job functions."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from later_django import JobContext, RetryPolicy, job
+
+from shop.models import Order
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ChargeCard:
+    order_id: int
+
+
+@job(retry=RetryPolicy.fixed(3, timedelta(seconds=1)))
+def charge_card(ctx: JobContext, payload: ChargeCard) -> None:
+    """A sync handler: runs in a worker thread and may use the ORM freely."""
+    Order.objects.filter(pk=payload.order_id).update(paid=True)
+
+
+@dataclass
+class SendReceipt:
+    order_id: int
+    email: str
+
+
+@job
+async def send_receipt(ctx: JobContext, payload: SendReceipt) -> None:
+    """An async handler: runs on the worker's event loop."""
+    await asyncio.sleep(0.05)  # stands in for an HTTP call to a mail service
+
+
+@dataclass
+class NotifyWarehouse:
+    order_id: int
+    fail_attempts: int = 1
+
+
+@job(retry=RetryPolicy.fixed(3, timedelta(milliseconds=500)))
+def notify_warehouse(ctx: JobContext, payload: NotifyWarehouse) -> None:
+    """Fails its first attempt(s), as a flaky remote API would; retries heal it."""
+    if ctx.attempt <= payload.fail_attempts:
+        raise ConnectionError(f"warehouse API timed out (attempt {ctx.attempt})")
+
+
+@dataclass
+class AskForReview:
+    order_id: int
+
+
+@job
+def ask_for_review(ctx: JobContext, payload: AskForReview) -> None:
+    """Sent a little after the order, as a delayed job."""
+
+
+@dataclass
+class CancelledCoupon:
+    code: str
+
+
+@job
+def apply_coupon(ctx: JobContext, payload: CancelledCoupon) -> None:
+    raise AssertionError("this job is cancelled before it can run")

@@ -1,0 +1,81 @@
+"""``manage.py demo``: place an order, run a worker until its jobs finish, show them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+import later_django as later
+from later_django.states import TERMINAL
+from shop.jobs import AskForReview, CancelledCoupon, ChargeCard, NotifyWarehouse, SendReceipt
+from shop.models import Order
+
+DEADLINE_SECONDS = 60
+
+
+class Command(BaseCommand):
+    help = "Enqueue a mix of jobs, run later_worker until they finish, print what happened."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic():
+            # The order and its jobs commit together, or not at all.
+            order = Order.objects.create(email="ada@example.com", total_cents=4200)
+            charge = later.enqueue_in(ChargeCard(order_id=order.pk), priority=10)
+            receipt = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
+            warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
+            review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
+            coupon = later.enqueue(CancelledCoupon(code="SPRING"))
+        later.cancel(coupon)
+        jobs = {
+            "charge card (sync, priority 10)": charge,
+            "send receipt (async continuation)": receipt,
+            "notify warehouse (fails once, retried)": warehouse,
+            "ask for review (delayed 2 s)": review,
+            "apply coupon (cancelled)": coupon,
+        }
+        self.stdout.write(f"enqueued {len(jobs)} jobs for {order}; starting later_worker")
+
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "later_worker", "--workers", "4"],
+            env=os.environ.copy(),
+        )
+        try:
+            self._wait(jobs.values())
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            code = worker.wait(timeout=30)
+        self._report(jobs)
+        order.refresh_from_db()
+        self.stdout.write(f"\n{order}: paid={order.paid}; worker exited with code {code}")
+        self.stdout.write(f"stage counts: {later.stage_counts()}")
+
+    def _wait(self, ids: Any) -> None:
+        deadline = time.monotonic() + DEADLINE_SECONDS
+        while time.monotonic() < deadline:
+            infos = [later.get_job(job_id) for job_id in ids]
+            if all(info is not None and info.stage in TERMINAL for info in infos):
+                return
+            time.sleep(0.1)
+        raise CommandError(f"jobs did not finish within {DEADLINE_SECONDS}s")
+
+    def _report(self, jobs: dict[str, str]) -> None:
+        for label, job_id in jobs.items():
+            info = later.get_job(job_id)
+            assert info is not None
+            start = info.history[0].at
+            steps = " -> ".join(
+                f"{change.stage} (+{(change.at - start).total_seconds():.2f}s)"
+                for change in info.history
+            )
+            self.stdout.write(f"\n{label}\n  id {info.id}: {info.stage}, "
+                              f"{info.attempts} attempt(s)\n  {steps}")
+            if info.last_error:
+                self.stdout.write(f"  last error: {info.last_error.splitlines()[0]}")

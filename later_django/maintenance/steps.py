@@ -1,0 +1,145 @@
+"""The maintenance steps. Each is idempotent and safe to run from many servers at once.
+
+Every step runs on its own Django cursor in a maintenance thread, never
+behind the job backlog, and changes only rows it finds due at that moment.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.db.backends.utils import CursorWrapper
+
+from later_django import registry
+from later_django.clock import now_ms
+from later_django.db.base import Dialect
+from later_django.retry import RetryPolicy, default_policy
+
+logger = logging.getLogger(__name__)
+
+BATCH = 500  # rows one statement changes; keeps each transaction short
+MAX_ROUNDS = 20  # batches per step per tick, so one tick stays bounded
+LEASE_EXPIRED = "lease expired: the process running this job stopped renewing it (killed or paused)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepContext:
+    alias: str
+    namespace: str
+    retention_ms: int
+    stuck_grace_ms: int
+    server_ttl_ms: int
+    vacuum_interval_ms: int | None
+
+
+def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Delayed and retry-waiting jobs whose time has come become enqueued."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        n = dialect.job_promote_due(cursor, namespace=ctx.namespace, now_ms=now_ms(), limit=BATCH)
+        total += n
+        if n < BATCH:
+            break
+    return total
+
+
+def _policy_for(type_name: str, stored: str | None) -> RetryPolicy:
+    if stored:
+        try:
+            return RetryPolicy.from_json(stored)
+        except (ValueError, KeyError, TypeError):
+            pass
+    handler = registry.handler_by_name(type_name)
+    if handler is not None and isinstance(handler.retry, RetryPolicy):
+        return handler.retry
+    # A callable policy needs the payload and a context; the default applies here.
+    return default_policy()
+
+
+def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Running jobs whose lease expired (their process died) are retried or failed."""
+    now = now_ms()
+    cutoff = now - ctx.stuck_grace_ms
+    rescued = 0
+    for job in dialect.job_stuck(
+        cursor, namespace=ctx.namespace, expired_before_ms=cutoff, limit=BATCH
+    ):
+        delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempts)
+        with transaction.atomic(using=ctx.alias):
+            if delay is None:
+                done = dialect.job_fail(
+                    cursor, job_id=job.id, attempts=job.attempts, now_ms=now,
+                    expires_ms=now + ctx.retention_ms, error=LEASE_EXPIRED,
+                    expired_before_ms=cutoff,
+                )
+            else:
+                done = dialect.job_retry(
+                    cursor, job_id=job.id, attempts=job.attempts, now_ms=now,
+                    run_at_ms=now + int(delay.total_seconds() * 1000), error=LEASE_EXPIRED,
+                    retry_policy=None, expired_before_ms=cutoff,
+                )
+        if done:
+            rescued += 1
+            logger.warning(
+                "recovered stuck job %s (%s, attempt %d): %s",
+                job.id, job.type_name, job.attempts, "failed" if delay is None else "retrying",
+                extra={"action": "job_rescued", "job_id": job.id},
+            )
+    return rescued
+
+
+def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Backstop: waiting continuations whose parent already finished are resolved."""
+    orphans = dialect.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
+    now = now_ms()
+    for job_id, parent_stage in orphans:
+        with transaction.atomic(using=ctx.alias):
+            dialect.job_resolve_orphan(
+                cursor, job_id=job_id, parent_stage=parent_stage, now_ms=now,
+                expires_ms=now + ctx.retention_ms,
+            )
+    return len(orphans)
+
+
+def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Finished jobs past their retention are deleted, a small batch at a time."""
+    total = 0
+    for _ in range(MAX_ROUNDS):
+        n = dialect.job_prune(cursor, namespace=ctx.namespace, now_ms=now_ms(), limit=BATCH)
+        total += n
+        if n < BATCH:
+            break
+    total += dialect.server_prune(
+        cursor, namespace=ctx.namespace, before_ms=now_ms() - ctx.server_ttl_ms
+    )
+    return total
+
+
+def compact_counters(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Fold the per-stage counter rows (PostgreSQL appends one per write)."""
+    with transaction.atomic(using=ctx.alias):
+        return dialect.counter_compact(cursor, namespace=ctx.namespace)
+
+
+def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """SQLite VACUUM, at most once per VACUUM_INTERVAL across all servers."""
+    if ctx.vacuum_interval_ms is None or dialect.vendor != "sqlite":
+        return 0
+    if not dialect.maintenance_claim(
+        cursor, namespace=ctx.namespace, step="vacuum", now_ms=now_ms(),
+        interval_ms=ctx.vacuum_interval_ms,
+    ):
+        return 0
+    return int(dialect.vacuum(cursor))
+
+
+STEPS = {
+    "promote_due": promote_due,
+    "rescue_stuck": rescue_stuck,
+    "resolve_orphans": resolve_orphans,
+    "prune_expired": prune_expired,
+    "compact_counters": compact_counters,
+    "vacuum": vacuum,
+}

@@ -1,0 +1,73 @@
+"""``manage.py later_migrate``: create or update later's tables on its database."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections, transaction
+
+from later_django.checks import stored_topic_conflicts
+from later_django.conf import conf
+from later_django.db import dialect_for
+
+
+class Command(BaseCommand):
+    help = (
+        "Migrate later's tables on LATER['DATABASE'], install its triggers and "
+        "register LATER['TOPICS']. Safe to run on every deploy."
+    )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        alias = conf.database
+        connection = connections[alias]
+        actions: list[str] = []
+
+        output = io.StringIO()
+        call_command("migrate", "later_django", database=alias, verbosity=1, stdout=output)
+        applied = [
+            line.strip()
+            for line in output.getvalue().splitlines()
+            if line.strip().startswith("Applying")
+        ]
+        actions += [line.removesuffix("... OK").strip() for line in applied]
+
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA journal_mode")
+                if str(cursor.fetchone()[0]).lower() != "wal":
+                    # WAL lets readers run while a worker writes; it persists in the file.
+                    cursor.execute("PRAGMA journal_mode=WAL")
+                    actions.append("switched SQLite to WAL journal mode")
+
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            actions += dialect_for(alias).install(cursor)
+
+        topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
+        conflicts = stored_topic_conflicts(alias, topics)
+        if conflicts:
+            name, count, stored = conflicts[0]
+            raise CommandError(
+                f"topic {name!r} is registered with {stored} partitions but LATER['TOPICS'] "
+                f"says {count}; changing it would reorder its jobs. Restore {stored} or "
+                "use a new topic name."
+            )
+        with transaction.atomic(using=alias), connection.cursor() as cursor:
+            for name, count in sorted(topics.items()):
+                cursor.execute(
+                    "INSERT INTO later_topic (name, partitions) VALUES (%s, %s) "
+                    "ON CONFLICT (name) DO NOTHING",
+                    [name, count],
+                )
+                if cursor.rowcount == 1:
+                    actions.append(f"registered topic {name} with {count} partitions")
+
+        database = connection.settings_dict["NAME"]
+        if not actions:
+            self.stdout.write(f"later: {alias} ({database}) is up to date; nothing to do.")
+            return
+        self.stdout.write(f"later: migrated {alias} ({database}):")
+        for action in actions:
+            self.stdout.write(f"  - {action}")

@@ -1,0 +1,111 @@
+"""``manage.py later_worker``: run one supervised worker process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import threading
+from argparse import ArgumentParser, ArgumentTypeError
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from later_django.worker.server import MAX_WORKERS, Server
+
+logger = logging.getLogger("later_django.worker")
+
+
+def worker_count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a number of workers") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise ArgumentTypeError(f"workers must be between 1 and {MAX_WORKERS}, got {count}")
+    return count
+
+
+def autoscale_bounds(value: str) -> tuple[int, int]:
+    low, sep, high = value.partition(":")
+    if not sep:
+        raise ArgumentTypeError(f"--autoscale takes MIN:MAX, e.g. 2:16; got {value!r}")
+    bounds = (worker_count(low), worker_count(high))
+    if bounds[0] > bounds[1]:
+        raise ArgumentTypeError(f"--autoscale MIN must not exceed MAX, got {value!r}")
+    return bounds
+
+
+def seconds(value: str) -> float:
+    try:
+        result = float(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if result < 0:
+        raise ArgumentTypeError("--shutdown-timeout must be >= 0")
+    return result
+
+
+class Command(BaseCommand):
+    help = "Run a later worker process: a supervised pool of workers on LATER['DATABASE']."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--workers", type=worker_count, default=None,
+                            help="worker tasks in this process (default LATER['WORKERS'])")
+        parser.add_argument("--autoscale", type=autoscale_bounds, default=None,
+                            metavar="MIN:MAX", help="scale workers with the backlog")
+        parser.add_argument("--shutdown-timeout", type=seconds, default=None,
+                            help="seconds running jobs get to finish on SIGTERM")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        _configure_logging(int(options["verbosity"]))
+        server = Server(
+            workers=options["workers"],
+            autoscale=options["autoscale"],
+            shutdown_timeout=options["shutdown_timeout"],
+        )
+        code = asyncio.run(_serve(server))
+        # A sync handler stuck past the deadline keeps its thread alive, and
+        # Python would wait for it at exit; its lease recovers the job instead.
+        if any(t.name.startswith("later-handler") for t in threading.enumerate()):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        if code:
+            sys.exit(code)
+
+
+async def _serve(server: Server) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = {"count": 0}
+
+    def on_signal(signum: int) -> None:
+        signals["count"] += 1
+        if signals["count"] == 1:
+            logger.info("received %s: finishing running jobs, then stopping",
+                        signal.Signals(signum).name, extra={"action": "shutdown_requested"})
+            stop.set()
+        else:
+            logger.warning("second signal: exiting now; leases recover running jobs")
+            os._exit(1)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    await server.start()
+    await stop.wait()
+    await server.shutdown()
+    return 0
+
+
+def _configure_logging(verbosity: int) -> None:
+    root = logging.getLogger("later_django")
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    root.propagate = False

@@ -1,0 +1,116 @@
+"""Runs exactly one claimed job and says what should happen to it.
+
+The executor never touches the database: it resolves the handler, decodes
+the payload, calls the handler and classifies the result as an Outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from later_django import codec, registry
+from later_django.clock import now_ms
+from later_django.context import JobContext
+from later_django.ids import JobId
+from later_django.retry import RetryPolicy, default_policy
+from later_django.store import call_sync
+from later_django.types import ClaimedJob
+
+logger = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 8000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What to store for a finished attempt."""
+
+    kind: Literal["succeeded", "retry", "failed"]
+    error: str | None = None
+    run_at_ms: int | None = None
+    # A policy resolved by a callable after the first failure, to store.
+    resolved_policy: str | None = None
+
+
+def describe(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    head = f"{type(exc).__name__}: {exc}"
+    body = f"{head}\n\n{text}"
+    return body if len(body) <= MAX_ERROR_CHARS else body[: MAX_ERROR_CHARS - 3] + "..."
+
+
+class Executor:
+    """Runs handlers: async ones on the loop, sync ones in ``handler_pool``."""
+
+    def __init__(self, handler_pool: ThreadPoolExecutor, app: Any = None) -> None:
+        self.handler_pool = handler_pool
+        self.app = app
+
+    async def run(self, job: ClaimedJob) -> Outcome:
+        handler = registry.handler_by_name(job.type_name)
+        if handler is None:
+            # Retried by policy, so a rolling deploy that adds the handler heals.
+            error = f"no handler for {job.type_name}"
+            return self._after_failure(job, error, _stored_policy(job) or default_policy())
+        try:
+            payload = codec.decode(job.payload, handler.payload_type)
+        except codec.PayloadDecodeError as exc:
+            return Outcome(kind="failed", error=f"{exc} (type {job.type_name})")
+        ctx = JobContext(job_id=JobId(job.id), attempt=job.attempts, app=self.app)
+        try:
+            if handler.is_async:
+                await handler.func(ctx, payload)
+            else:
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self.handler_pool, call_sync, handler.func, ctx, payload)
+        except Exception as exc:  # noqa: BLE001  a handler's error is data, not a crash
+            policy, resolved = self._policy(job, handler, ctx, payload)
+            return self._after_failure(job, describe(exc), policy, resolved)
+        return Outcome(kind="succeeded")
+
+    def _policy(
+        self, job: ClaimedJob, handler: registry.Handler, ctx: JobContext, payload: object
+    ) -> tuple[RetryPolicy, str | None]:
+        stored = _stored_policy(job)
+        if stored is not None:
+            return stored, None
+        if isinstance(handler.retry, RetryPolicy):
+            return handler.retry, None
+        if handler.retry is not None:
+            try:
+                policy = handler.retry(ctx, payload)
+                if not isinstance(policy, RetryPolicy):
+                    raise TypeError(f"returned {type(policy).__name__}, not a RetryPolicy")
+            except Exception:
+                logger.exception(
+                    "retry policy callable of %s failed; using the default policy",
+                    job.type_name, extra={"action": "retry_policy_error", "job_id": job.id},
+                )
+                return default_policy(), None
+            return policy, policy.to_json()
+        return default_policy(), None
+
+    @staticmethod
+    def _after_failure(
+        job: ClaimedJob, error: str, policy: RetryPolicy, resolved: str | None = None
+    ) -> Outcome:
+        delay = policy.next_delay(job.attempts)
+        if delay is None:
+            return Outcome(kind="failed", error=error)
+        run_at = now_ms() + int(delay.total_seconds() * 1000)
+        return Outcome(kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved)
+
+
+def _stored_policy(job: ClaimedJob) -> RetryPolicy | None:
+    if not job.retry_policy:
+        return None
+    try:
+        return RetryPolicy.from_json(job.retry_policy)
+    except (ValueError, KeyError, TypeError):
+        logger.warning("job %s has an unreadable retry policy; using the default", job.id)
+        return None

@@ -1,0 +1,398 @@
+"""The worker server: one asyncio loop running N worker tasks plus its services.
+
+Each worker claims one job at a time with a renewable lease, runs it through
+the Executor and stores the outcome in one transaction. Services run beside
+the workers: lease renewal, heartbeat, maintenance, wake-ups, supervision
+and autoscaling. Nothing here decides what a job's outcome is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from later_django.clock import now_ms
+from later_django.conf import conf
+from later_django.maintenance.runner import Maintenance
+from later_django.maintenance.steps import StepContext
+from later_django.store import Store, new_pool
+from later_django.types import ClaimedJob
+from later_django.worker import supervisor
+from later_django.worker.executor import Executor, Outcome
+from later_django.worker.notifier import Notifier, Wakeup
+
+logger = logging.getLogger(__name__)
+
+MAX_WORKERS = 255
+CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
+FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
+SERVICE_RESTART_MAX = 30.0  # cap, in seconds, of a crashed service's restart backoff
+PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
+
+
+@dataclass(eq=False)
+class WorkerSlot:
+    """One worker task and what the supervisor watches of it."""
+
+    id: int
+    task: asyncio.Task[None] | None = None
+    last_active: float = field(default_factory=time.monotonic)
+    busy_since: float | None = None
+    current_job: str | None = None
+    stopping: bool = False
+    reported_slow: bool = False
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+
+class Server:
+    """A supervised pool of workers sharing the LATER database and namespace."""
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        autoscale: tuple[int, int] | None = None,
+        shutdown_timeout: float | None = None,
+    ) -> None:
+        self.alias = conf.database
+        self.namespace = conf.namespace
+        self.initial_workers = int(workers if workers is not None else conf.WORKERS)
+        autoscale = autoscale if autoscale is not None else conf.AUTOSCALE
+        self.autoscale = tuple(autoscale) if autoscale else None
+        if not 1 <= self.initial_workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be 1..{MAX_WORKERS}, got {self.initial_workers}")
+        if self.autoscale and not 1 <= self.autoscale[0] <= self.autoscale[1] <= MAX_WORKERS:
+            raise ValueError(f"autoscale must be (min, max) within 1..{MAX_WORKERS}")
+        if self.autoscale:
+            self.initial_workers = min(max(self.initial_workers, self.autoscale[0]),
+                                       self.autoscale[1])
+        self.shutdown_timeout = (
+            shutdown_timeout if shutdown_timeout is not None
+            else conf.seconds("SHUTDOWN_TIMEOUT")
+        )
+        host = socket.gethostname()[:40]
+        self.server_id = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.lease_ms = conf.millis("LEASE_DURATION")
+        self.retention_ms = conf.millis("DASHBOARD_RETENTION")
+        self.store = Store(self.alias)
+        self.wake = Wakeup()
+        self.slots: list[WorkerSlot] = []
+        self.processed = 0
+        self.stopping = False
+        self.closed = asyncio.Event()
+        self._next_slot_id = 0
+        self._services: dict[str, asyncio.Task[None]] = {}
+        self._started_ms = now_ms()
+        self._db_pool = new_pool("db", MAX_WORKERS + 1)
+        self._service_pool = new_pool("service", 4)
+        self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
+        self.executor = Executor(self._handler_pool, app=self._build_app())
+        self.notifier = Notifier(
+            self.wake, alias=self.alias, namespace=self.namespace,
+            listen=self.store.dialect.supports_listen,
+        )
+        vacuum = conf.VACUUM_INTERVAL
+        self.maintenance = Maintenance(
+            self.store,
+            new_pool("maintenance", 2),
+            StepContext(
+                alias=self.alias,
+                namespace=self.namespace,
+                retention_ms=self.retention_ms,
+                stuck_grace_ms=conf.millis("STUCK_JOB_GRACE"),
+                server_ttl_ms=max(4 * conf.millis("PARTITION_HEARTBEAT_TTL"), 60_000),
+                vacuum_interval_ms=int(vacuum.total_seconds() * 1000) if vacuum else None,
+            ),
+            conf.seconds("MAINTENANCE_INTERVAL"),
+        )
+        poll = conf.seconds("POLL_INTERVAL")
+        self.poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
+
+    @staticmethod
+    def _build_app() -> Any:
+        path = conf.CONTEXT
+        if not path:
+            return None
+        factory = import_string(path) if isinstance(path, str) else path
+        return factory()
+
+    # -- lifecycle --------------------------------------------------------------
+    @property
+    def worker_count(self) -> int:
+        return sum(1 for slot in self.slots if not slot.stopping)
+
+    async def start(self) -> None:
+        """Start the services and the workers; return once they run."""
+        self.notifier.start()
+        await self._heartbeat_once()
+        for _ in range(self.initial_workers):
+            self._spawn_worker()
+        self._start_service("renew", self._renew_loop)
+        self._start_service("heartbeat", self._heartbeat_loop)
+        self._start_service("maintenance", self.maintenance.run)
+        self._start_service("supervisor", lambda: supervisor.supervise(self))
+        if self.autoscale:
+            self._start_service("autoscale", lambda: supervisor.autoscale(self))
+        logger.info(
+            "later server %s started: %d workers on %s, namespace %r",
+            self.server_id, self.worker_count, self.alias, self.namespace,
+            extra={"action": "server_started"},
+        )
+
+    async def add_worker(self) -> int:
+        """Start one more worker (at most 255); return the new count."""
+        if self.worker_count >= MAX_WORKERS:
+            raise ValueError(f"a server runs at most {MAX_WORKERS} workers")
+        self._spawn_worker()
+        return self.worker_count
+
+    async def remove_worker(self) -> int:
+        """Stop one worker after its current job; at least one remains.
+
+        Returns the new count."""
+        live = [slot for slot in self.slots if not slot.stopping]
+        if len(live) <= 1:
+            return len(live)
+        idle = [slot for slot in live if slot.busy_since is None]
+        slot = (idle or live)[-1]
+        slot.stopping = True
+        self.wake.wake()
+        if slot.task is not None:
+            await asyncio.wait([slot.task])
+        if slot in self.slots:
+            self.slots.remove(slot)
+        return self.worker_count
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running handlers commit, then stop everything.
+
+        Past ``timeout`` seconds, remaining handlers are cancelled; their jobs
+        are recovered through their leases."""
+        if self.stopping:
+            await self.closed.wait()
+            return
+        self.stopping = True
+        timeout = self.shutdown_timeout if timeout is None else timeout
+        for name in ("supervisor", "autoscale"):
+            await self._stop_service(name)
+        for slot in self.slots:
+            slot.stopping = True
+        self.wake.wake()
+        tasks = [slot.task for slot in self.slots if slot.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending:
+                logger.warning(
+                    "shutdown deadline passed: aborting %d running jobs; their leases "
+                    "expire and another server recovers them", len(pending),
+                    extra={"action": "shutdown_abort"},
+                )
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending, timeout=1.0)
+        for name in list(self._services):
+            await self._stop_service(name)
+        self.notifier.stop()
+        try:
+            await self.store.run(
+                self._service_pool, lambda d, c: d.server_remove(c, server_id=self.server_id)
+            )
+        except Exception as exc:  # noqa: BLE001  best effort: the row expires anyway
+            logger.warning("could not deregister server %s: %s", self.server_id, exc)
+        for pool in (self._db_pool, self._service_pool, self._handler_pool,
+                     self.maintenance.pool):
+            pool.shutdown(wait=False, cancel_futures=True)
+        self.closed.set()
+        logger.info("later server %s stopped after %d jobs", self.server_id, self.processed,
+                    extra={"action": "server_stopped"})
+
+    # -- workers ----------------------------------------------------------------
+    def _spawn_worker(self) -> WorkerSlot:
+        slot = WorkerSlot(id=self._next_slot_id)
+        self._next_slot_id += 1
+        slot.task = asyncio.create_task(self._worker_loop(slot), name=f"later-worker-{slot.id}")
+        self.slots.append(slot)
+        return slot
+
+    def replace_worker(self, slot: WorkerSlot) -> WorkerSlot:
+        if slot in self.slots:
+            self.slots.remove(slot)
+        return self._spawn_worker()
+
+    async def claim(self) -> ClaimedJob | None:
+        now = now_ms()
+        jobs = await self.store.run(
+            self._db_pool,
+            lambda d, c: d.job_claim(
+                c, namespace=self.namespace, owner=self.server_id, limit=1, now_ms=now,
+                lease_until_ms=now + self.lease_ms,
+            ),
+        )
+        return jobs[0] if jobs else None
+
+    async def _worker_loop(self, slot: WorkerSlot) -> None:
+        while not (slot.stopping or self.stopping):
+            slot.touch()
+            try:
+                job = await self.claim()
+            except Exception as exc:  # noqa: BLE001  back off instead of spinning
+                logger.error("worker %d could not claim: %s; backing off", slot.id, exc,
+                             extra={"action": "claim_error"})
+                await asyncio.sleep(CLAIM_ERROR_BACKOFF * random.uniform(0.5, 1.5))  # noqa: S311
+                continue
+            slot.touch()
+            if job is None:
+                await self.wake.wait(self.poll_interval)
+                continue
+            slot.current_job, slot.busy_since, slot.reported_slow = job.id, time.monotonic(), False
+            try:
+                outcome = await self.executor.run(job)
+                # Shielded: a cancelled worker must still record what its job did.
+                await asyncio.shield(self._finish(job, outcome))
+            finally:
+                slot.current_job, slot.busy_since = None, None
+            self.processed += 1
+
+    async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
+        delay = 0.05
+        while True:
+            try:
+                stored = await self.store.run(
+                    self._db_pool, lambda d, c: self._store_outcome(d, c, job, outcome),
+                    atomic=True,
+                )
+                break
+            except Exception as exc:  # noqa: BLE001  e.g. the database is restarting
+                logger.error("could not store the outcome of job %s: %s; retrying",
+                             job.id, exc, extra={"action": "finish_error", "job_id": job.id})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, FINISH_RETRY_MAX)
+        self._log_outcome(job, outcome, stored)
+
+    def _store_outcome(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
+        now = now_ms()
+        common = {"job_id": job.id, "attempts": job.attempts, "now_ms": now}
+        if outcome.kind == "succeeded":
+            return bool(dialect.job_complete(
+                cursor, owner=self.server_id, expires_ms=now + self.retention_ms, **common))
+        if outcome.kind == "retry":
+            return bool(dialect.job_retry(
+                cursor, owner=self.server_id, run_at_ms=outcome.run_at_ms,
+                error=outcome.error, retry_policy=outcome.resolved_policy, **common))
+        return bool(dialect.job_fail(
+            cursor, owner=self.server_id, expires_ms=now + self.retention_ms,
+            error=outcome.error, **common))
+
+    @staticmethod
+    def _log_outcome(job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
+        extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
+        if not stored:
+            logger.warning(
+                "job %s (%s) finished after its lease was taken over; its outcome "
+                "was discarded", job.id, job.type_name,
+                extra={**extra, "action": "lease_lost"},
+            )
+        elif outcome.kind == "failed":
+            logger.error("job %s (%s) failed on attempt %d: %s", job.id, job.type_name,
+                         job.attempts, _first_line(outcome.error), extra=extra)
+        elif outcome.kind == "retry":
+            logger.warning("job %s (%s) attempt %d failed, retrying: %s", job.id,
+                           job.type_name, job.attempts, _first_line(outcome.error), extra=extra)
+        else:
+            logger.debug("job %s (%s) succeeded", job.id, job.type_name, extra=extra)
+
+    # -- services ---------------------------------------------------------------
+    def _start_service(self, name: str, factory: Callable[[], Awaitable[None]]) -> None:
+        self._services[name] = asyncio.create_task(
+            self._restarting(name, factory), name=f"later-{name}"
+        )
+
+    async def _stop_service(self, name: str) -> None:
+        task = self._services.pop(name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+
+    def restart_service(self, name: str) -> None:
+        factories = {"maintenance": self.maintenance.run}
+        task = self._services.pop(name, None)
+        if task is not None:
+            task.cancel()
+        self._start_service(name, factories[name])
+
+    def service_task(self, name: str) -> asyncio.Task[None] | None:
+        return self._services.get(name)
+
+    async def _restarting(self, name: str, factory: Callable[[], Awaitable[None]]) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await factory()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("later service %s crashed; restarting in %.1fs", name, delay,
+                                 extra={"action": "service_crash", "service": name})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, SERVICE_RESTART_MAX)
+
+    async def _renew_loop(self) -> None:
+        interval = self.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            ids = [slot.current_job for slot in self.slots if slot.current_job]
+            if not ids:
+                continue
+            until = now_ms() + self.lease_ms
+            try:
+                await self.store.run(
+                    self._service_pool,
+                    lambda d, c: d.job_renew(c, owner=self.server_id, job_ids=ids,
+                                             lease_until_ms=until),
+                )
+            except Exception as exc:  # noqa: BLE001  next renewal retries
+                logger.error("could not renew %d leases: %s", len(ids), exc,
+                             extra={"action": "renew_error"})
+
+    async def ready_backlog(self) -> int:
+        """Jobs ready to run now in this namespace, read from the counters."""
+        counts = await self.store.run(
+            self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
+        )
+        return counts["enqueued"]
+
+    async def _heartbeat_once(self) -> None:
+        await self.store.run(
+            self._service_pool,
+            lambda d, c: d.server_heartbeat(
+                c, server_id=self.server_id, namespace=self.namespace,
+                hostname=socket.gethostname()[:255], pid=os.getpid(),
+                workers=self.worker_count, started_ms=self._started_ms, now_ms=now_ms(),
+            ),
+        )
+
+    async def _heartbeat_loop(self) -> None:
+        interval = conf.seconds("PARTITION_HEARTBEAT_INTERVAL")
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._heartbeat_once()
+            except Exception as exc:  # noqa: BLE001
+                logger.error("heartbeat failed: %s", exc, extra={"action": "heartbeat_error"})
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").split("\n", 1)[0]

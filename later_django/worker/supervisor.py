@@ -1,0 +1,115 @@
+"""Supervision of a Server's workers: replace dead and hung ones, and autoscale.
+
+A worker updates its progress marker on every loop turn, in memory, right
+after each database call returns; a marker that stops moving while the
+worker is not inside a handler means it is stuck (for example on a starved
+connection). A handler that runs long is reported, never killed: it holds
+its worker slot, and its lease recovers the job if the process dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from later_django.conf import conf
+
+if TYPE_CHECKING:
+    from later_django.worker.server import Server
+
+logger = logging.getLogger(__name__)
+
+SCALE_UP_FACTOR = 20  # ready backlog per worker above which one worker is added
+SCALE_DOWN_AFTER = 3  # consecutive empty readings before one worker is removed
+
+
+async def supervise(server: Server) -> None:
+    interval = conf.seconds("SUPERVISOR_INTERVAL")
+    while True:
+        await asyncio.sleep(interval)
+        check_once(server)
+
+
+def check_once(server: Server) -> list[str]:
+    """Replace exited and hung workers; return what was done (for tests and logs)."""
+    threshold = conf.seconds("HUNG_WORKER_THRESHOLD")
+    now = time.monotonic()
+    actions = []
+    for slot in list(server.slots):
+        if slot.stopping or slot.task is None:
+            continue
+        if slot.task.done():
+            reason = "exited"
+            if not slot.task.cancelled() and slot.task.exception() is not None:
+                reason = f"crashed: {slot.task.exception()!r}"
+            logger.error("worker %d %s; replacing it", slot.id, reason,
+                         extra={"action": "worker_replaced", "worker": slot.id})
+            new = server.replace_worker(slot)
+            actions.append(f"replaced exited worker {slot.id} with {new.id}")
+        elif slot.busy_since is None and now - slot.last_active > threshold:
+            logger.error(
+                "worker %d made no progress for %.0fs outside any handler; it looks "
+                "hung (e.g. a starved database connection): replacing it",
+                slot.id, now - slot.last_active,
+                extra={"action": "worker_hung", "worker": slot.id},
+            )
+            slot.task.cancel()
+            new = server.replace_worker(slot)
+            actions.append(f"replaced hung worker {slot.id} with {new.id}")
+        elif slot.busy_since is not None and now - slot.busy_since > threshold:
+            if not slot.reported_slow:
+                slot.reported_slow = True
+                logger.warning(
+                    "job %s has been running for %.0fs on worker %d; its handler may "
+                    "be hung. It keeps this worker slot; the lease recovers it if this "
+                    "process dies.", slot.current_job, now - slot.busy_since, slot.id,
+                    extra={"action": "handler_slow", "job_id": slot.current_job},
+                )
+                actions.append(f"reported slow job {slot.current_job}")
+    maintenance = server.service_task("maintenance")
+    stale_after = max(threshold, 10 * server.maintenance.interval)
+    if maintenance is not None and now - server.maintenance.last_tick > stale_after:
+        logger.error("maintenance made no progress for %.0fs; restarting it",
+                     now - server.maintenance.last_tick, extra={"action": "maintenance_hung"})
+        server.maintenance.last_tick = now
+        server.restart_service("maintenance")
+        actions.append("restarted maintenance")
+    return actions
+
+
+async def autoscale(server: Server) -> None:
+    interval = conf.seconds("AUTOSCALE_INTERVAL")
+    state = {"empty": 0}
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            backlog = await server.ready_backlog()
+        except Exception as exc:  # noqa: BLE001  next tick reads again
+            logger.warning("autoscale could not read the backlog: %s", exc)
+            continue
+        await scale_once(server, backlog, state)
+
+
+async def scale_once(server: Server, backlog: int, state: dict[str, int]) -> str | None:
+    """Apply one autoscale reading; at most one worker changes per tick."""
+    assert server.autoscale is not None
+    low, high = server.autoscale
+    count = server.worker_count
+    if backlog == 0:
+        state["empty"] += 1
+    else:
+        state["empty"] = 0
+    if backlog > SCALE_UP_FACTOR * count and count < high:
+        await server.add_worker()
+        logger.info("autoscale: backlog %d, added a worker (now %d)", backlog,
+                    server.worker_count, extra={"action": "autoscale_up"})
+        return "up"
+    if state["empty"] >= SCALE_DOWN_AFTER and count > low:
+        state["empty"] = 0
+        await server.remove_worker()
+        logger.info("autoscale: idle, removed a worker (now %d)", server.worker_count,
+                    extra={"action": "autoscale_down"})
+        return "down"
+    return None
