@@ -14,8 +14,26 @@ from django.db.models import Q
 from later_django.states import Stage
 
 
+class JobIdField(models.CharField):  # type: ignore[type-arg]  # django-stubs generics
+    """A 26-character job id column with no extra LIKE index on PostgreSQL.
+
+    Django adds a ``varchar_pattern_ops`` index beside every indexed varchar
+    on PostgreSQL; ids are never searched with LIKE, and a second index on
+    the primary key would cost every insert. Spelling the type out avoids it.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs["max_length"] = 26
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def db_type(self, connection: object) -> str | None:
+        if getattr(connection, "vendor", None) == "postgresql":
+            return "character varying(26)"
+        return super().db_type(connection)  # type: ignore[arg-type]
+
+
 class Job(models.Model):
-    id = models.CharField(primary_key=True, max_length=26)
+    id = JobIdField(primary_key=True)
     namespace = models.CharField(max_length=64)
     type_name = models.CharField(max_length=255)
     payload = models.BinaryField()
