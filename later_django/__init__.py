@@ -21,6 +21,7 @@ from later_django.enqueue import (
     enqueue_many,
 )
 from later_django.exceptions import (
+    AlreadyRegistered,
     JobNotFound,
     LaterBusy,
     LaterError,
@@ -36,7 +37,7 @@ from later_django.states import Stage
 from later_django.types import JobInfo, StageChange
 
 __all__ = [
-    "JobContext", "JobId", "JobInfo", "JobNotFound", "LaterBusy", "LaterError",
+    "AlreadyRegistered", "JobContext", "JobId", "JobInfo", "JobNotFound", "LaterBusy", "LaterError",
     "LeaseLost", "NotRegistered", "PayloadTooLarge", "RetryPolicy", "Stage",
     "StageChange", "TransactionRequired", "acancel", "aenqueue",
     "aenqueue_continue", "aenqueue_delayed", "aenqueue_delayed_at", "aenqueue_in",

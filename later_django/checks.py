@@ -69,21 +69,26 @@ def _check_workers(merged: dict[str, Any]) -> list[CheckMessage]:
 
 
 def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
+    messages = _check_namespace(merged["NAMESPACE"])
     alias = merged["DATABASE"]
     if alias not in settings.DATABASES:
-        return [_error(
+        return [*messages, _error(
             "E004", f"LATER['DATABASE'] is {alias!r}, which is not in DATABASES.",
             f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
         )]
-    engine = settings.DATABASES[alias].get("ENGINE", "")
-    messages: list[CheckMessage] = []
-    if not engine.endswith(("sqlite3", "postgresql")):
+    # The backend's vendor, not its module name: PostGIS is PostgreSQL too.
+    try:
+        vendor = connections[alias].vendor
+    except Exception:  # noqa: BLE001  an ENGINE that does not even import
+        vendor = "unknown"
+    if vendor not in ("sqlite", "postgresql"):
+        engine = settings.DATABASES[alias].get("ENGINE", "")
         messages.append(_error(
             "E005", f"LATER['DATABASE'] {alias!r} uses {engine}; later supports only "
             "PostgreSQL and SQLite.",
             "Point LATER['DATABASE'] at a PostgreSQL or SQLite database.",
         ))
-    if engine.endswith("sqlite3"):
+    if vendor == "sqlite":
         options = settings.DATABASES[alias].get("OPTIONS", {})
         if options.get("transaction_mode") != "IMMEDIATE":
             messages.append(Warning(
@@ -99,13 +104,16 @@ def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
             hint="Remove it; PostgreSQL's autovacuum does this work.",
             id="later.W003",
         ))
-    namespace = merged["NAMESPACE"]
+    return messages
+
+
+def _check_namespace(namespace: object) -> list[CheckMessage]:
     if not isinstance(namespace, str) or not 1 <= len(namespace) <= 64:
-        messages.append(_error(
+        return [_error(
             "E006", f"LATER['NAMESPACE'] is {namespace!r}; it must be a string of 1 to 64 "
             "characters.", "Set LATER['NAMESPACE'] = 'default' or another short name.",
-        ))
-    return messages
+        )]
+    return []
 
 
 def _check_topics(topics: object) -> list[CheckMessage]:

@@ -47,6 +47,9 @@ class JobContext:
     async def aenqueue(self, payload: object, *, priority: int = 0) -> JobId:
         return await api.aenqueue(payload, priority=priority)
 
+    async def aenqueue_in(self, payload: object, *, priority: int = 0) -> JobId:
+        return await api.aenqueue_in(payload, priority=priority)
+
     async def aenqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
         return await api.aenqueue_many(payloads, priority=priority)
 

@@ -7,6 +7,7 @@ caller's own writes. All input is validated before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterable
 
@@ -52,8 +53,22 @@ def _build(
     payload: object, *, priority: int, stage: str, now: int, run_at: int,
     parent_id: str | None = None,
 ) -> NewJob:
+    if not dataclasses.is_dataclass(payload) or isinstance(payload, type):
+        raise TypeError(
+            f"payload must be a dataclass instance, got {type(payload).__name__}; "
+            "declare the payload type with @dataclass and register a @job handler for it"
+        )
     handler = registry.handler_for_payload(payload)
     data = codec.encode(payload)
+    try:
+        # Refuse now what the worker could not decode later (e.g. a str in an
+        # int field), instead of storing a job that can only fail.
+        codec.decode(data, handler.payload_type)
+    except codec.PayloadDecodeError as exc:
+        raise TypeError(
+            f"{exc.args[0]} — the value does not match the annotation of "
+            f"{handler.payload_type.__qualname__}"
+        ) from exc
     limit = int(conf.MAX_PAYLOAD_BYTES)
     if len(data) > limit:
         raise PayloadTooLarge(

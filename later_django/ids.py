@@ -1,12 +1,22 @@
-"""Job ids: lowercase ULIDs (48-bit millisecond time, 80 random bits)."""
+"""Job ids: lowercase ULIDs (48-bit millisecond time, 80 random bits).
+
+Ids made by one process in the same millisecond increase by one in their
+random part, so they sort in creation order (FIFO within a batch).
+"""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
 ULID_LENGTH = 26
+_RANDOM_BITS = 80
+
+_lock = threading.Lock()
+_last_ms = -1
+_last_random = 0
 
 
 class JobId(str):
@@ -17,9 +27,17 @@ class JobId(str):
 
 def new_job_id(now_ms: int | None = None) -> JobId:
     """Return a fresh id whose time part is ``now_ms`` (default: the clock)."""
+    global _last_ms, _last_random
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
-    value = (now_ms << 80) | int.from_bytes(os.urandom(10), "big")
+    with _lock:
+        if now_ms <= _last_ms and _last_random + 1 < (1 << _RANDOM_BITS):
+            # Same millisecond (or the clock stepped back): keep the order.
+            now_ms, random_part = _last_ms, _last_random + 1
+        else:
+            random_part = int.from_bytes(os.urandom(10), "big") >> 1
+        _last_ms, _last_random = now_ms, random_part
+    value = (now_ms << _RANDOM_BITS) | random_part
     chars = []
     for _ in range(ULID_LENGTH):
         chars.append(_ALPHABET[value & 31])

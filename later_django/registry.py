@@ -98,17 +98,20 @@ def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
 
 
 def _register(handler: Handler) -> None:
-    existing = _by_type.get(handler.payload_type) or _by_name.get(handler.name)
-    if existing is not None and not _same_function(existing.func, handler.func):
-        raise AlreadyRegistered(
-            f"payload type {handler.name} already has the handler "
-            f"{existing.func.__module__}.{existing.func.__qualname__}; "
-            f"{handler.func.__module__}.{handler.func.__qualname__} cannot also "
-            "handle it: one handler per payload type"
-        )
-    if existing is not None:
-        _by_type.pop(existing.payload_type, None)
-        _by_name.pop(existing.name, None)
+    # Check the type and the name separately: re-registering the same function
+    # (a module reload) must not take over a name another type holds.
+    for taken in (_by_type.get(handler.payload_type), _by_name.get(handler.name)):
+        if taken is not None and not _same_function(taken.func, handler.func):
+            raise AlreadyRegistered(
+                f"payload type {handler.name} already has the handler "
+                f"{taken.func.__module__}.{taken.func.__qualname__}; "
+                f"{handler.func.__module__}.{handler.func.__qualname__} cannot also "
+                "handle it: one handler per payload type"
+            )
+    for replaced in (_by_type.get(handler.payload_type), _by_name.get(handler.name)):
+        if replaced is not None:
+            _by_type.pop(replaced.payload_type, None)
+            _by_name.pop(replaced.name, None)
     _by_type[handler.payload_type] = handler
     _by_name[handler.name] = handler
 

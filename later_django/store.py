@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db import dialect_for
@@ -33,6 +36,9 @@ class Store:
     def __init__(self, alias: str) -> None:
         self.alias = alias
         self.dialect: Dialect = dialect_for(alias)
+        # The Django connection each pool thread opened, closed by close().
+        self._opened: dict[threading.Thread, BaseDatabaseWrapper] = {}
+        self._opened_lock = threading.Lock()
 
     async def run(
         self,
@@ -47,8 +53,36 @@ class Store:
         call = functools.partial(self._run_in_thread, op, atomic)
         return await loop.run_in_executor(pool, call)
 
+    def close(self, timeout: float) -> int:
+        """Close the connections pool threads opened, once those threads ended.
+
+        Call after shutting the pools down. A thread still busy after
+        ``timeout`` seconds keeps its connection. Returns how many were closed."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, {}
+        deadline = time.monotonic() + timeout
+        closed = 0
+        for thread, connection in opened.items():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive() or connection.connection is None:
+                continue
+            # The owning thread has ended, so closing from here is safe.
+            connection.inc_thread_sharing()
+            try:
+                connection.close()
+            except DatabaseError:
+                pass  # already broken: nothing left to release
+            finally:
+                connection.dec_thread_sharing()
+            closed += 1
+        return closed
+
     def _run_in_thread(self, op: Callable[[Dialect, CursorWrapper], T], atomic: bool) -> T:
         connection = connections[self.alias]
+        thread = threading.current_thread()
+        if thread not in self._opened:
+            with self._opened_lock:
+                self._opened[thread] = connection
         if connection.connection is not None and connection.errors_occurred:
             # A database restart or a killed backend leaves a dead connection
             # behind; drop it so this call reconnects instead of failing forever.

@@ -10,8 +10,13 @@ from django.conf import settings as django_settings
 from django.db import connections
 
 ALIASES = {"sqlite": "default", "postgresql": "pg"}
-LATER_TABLES = ["later_job", "later_stage_count", "later_server", "later_maintenance",
-                "later_topic"]
+LATER_TABLES = [
+    "later_job",
+    "later_stage_count",
+    "later_server",
+    "later_maintenance",
+    "later_topic",
+]
 
 
 @dataclass

@@ -39,8 +39,7 @@ def _pg_bin() -> str:
     if found:
         return os.path.dirname(found)
     raise PostgresUnavailable(
-        "no initdb found: install PostgreSQL (apt-get install postgresql-15) "
-        f"or set {ENV_URL}"
+        f"no initdb found: install PostgreSQL (apt-get install postgresql) or set {ENV_URL}"
     )
 
 
@@ -73,11 +72,8 @@ def start_server() -> tuple[str, str, str | None]:
         info = pwd.getpwnam(user)
         os.chown(root, info.pw_uid, info.pw_gid)
     port = _free_port()
-    init = _run_as(
-        user,
-        [f"{bin_dir}/initdb", "-D", data, "-U", "later", "-A", "trust", "-E", "UTF8",
-         "--no-sync"],
-    )
+    init_args = ["-D", data, "-U", "later", "-A", "trust", "-E", "UTF8", "--no-sync"]
+    init = _run_as(user, [f"{bin_dir}/initdb", *init_args])
     if init.returncode != 0:
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()}")
     options = (
@@ -85,15 +81,13 @@ def start_server() -> tuple[str, str, str | None]:
         "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
         "-c max_connections=300 -c shared_buffers=128MB"
     )
-    start = _run_as(
-        user,
-        [f"{bin_dir}/pg_ctl", "-D", data, "-l", os.path.join(root, "log"), "-w",
-         "-t", "60", "-o", options, "start"],
-    )
+    log_file = os.path.join(root, "log")
+    start_args = ["-D", data, "-l", log_file, "-w", "-t", "60", "-o", options, "start"]
+    start = _run_as(user, [f"{bin_dir}/pg_ctl", *start_args])
     if start.returncode != 0:
         log = ""
-        if os.path.exists(os.path.join(root, "log")):
-            with open(os.path.join(root, "log")) as fh:
+        if os.path.exists(log_file):
+            with open(log_file) as fh:
                 log = fh.read()[-2000:]
         raise PostgresUnavailable(f"pg_ctl start failed: {start.stderr.strip()} {log}")
     url = f"postgresql://later@127.0.0.1:{port}/postgres"

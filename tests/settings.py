@@ -6,6 +6,7 @@ SQLite test database is a file so worker processes can open it too.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from datetime import timedelta
@@ -81,3 +82,14 @@ LATER = {
     "MAINTENANCE_INTERVAL": timedelta(milliseconds=200),
     "POLL_INTERVAL": timedelta(milliseconds=50),
 }
+
+# Worker processes started by a test read this file, not the test's settings
+# fixture: LATER_TEST_TIMINGS='{"LEASE_DURATION": 1}' shortens their timings
+# (seconds, merged into LATER as timedeltas).
+if os.environ.get("LATER_TEST_TIMINGS"):
+    LATER.update(
+        {
+            key: timedelta(seconds=float(value))
+            for key, value in json.loads(os.environ["LATER_TEST_TIMINGS"]).items()
+        }
+    )

@@ -35,6 +35,8 @@ class Outcome:
     run_at_ms: int | None = None
     # A policy resolved by a callable after the first failure, to store.
     resolved_policy: str | None = None
+    # The handler's exception, for the log only (its text is in ``error``).
+    exc: BaseException | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -68,9 +70,11 @@ class Executor:
             else:
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self.handler_pool, call_sync, handler.func, ctx, payload)
-        except Exception as exc:  # noqa: BLE001  a handler's error is data, not a crash
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             policy, resolved = self._policy(job, handler, ctx, payload)
-            return self._after_failure(job, describe(exc), policy, resolved)
+            return self._after_failure(job, describe(exc), policy, resolved, exc)
         return Outcome(kind="succeeded")
 
     def _policy(
@@ -97,13 +101,15 @@ class Executor:
 
     @staticmethod
     def _after_failure(
-        job: ClaimedJob, error: str, policy: RetryPolicy, resolved: str | None = None
+        job: ClaimedJob, error: str, policy: RetryPolicy, resolved: str | None = None,
+        exc: BaseException | None = None,
     ) -> Outcome:
         delay = policy.next_delay(job.attempts)
         if delay is None:
-            return Outcome(kind="failed", error=error)
+            return Outcome(kind="failed", error=error, exc=exc)
         run_at = now_ms() + int(delay.total_seconds() * 1000)
-        return Outcome(kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved)
+        return Outcome(kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved,
+                       exc=exc)
 
 
 def _stored_policy(job: ClaimedJob) -> RetryPolicy | None:

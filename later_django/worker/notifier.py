@@ -19,20 +19,29 @@ from later_django.db.postgresql import NOTIFY_CHANNEL
 logger = logging.getLogger(__name__)
 
 LISTEN_RECONNECT_DELAY = 1.0  # seconds between attempts after the listener fails
+LISTEN_STOP_CHECK = 0.25  # seconds between checks of the stop flag while listening
 DJANGO_ONLY_OPTIONS = {"isolation_level", "pool", "server_side_binding", "assume_role"}
 
 
 class Wakeup:
-    """An event idle workers wait on; ``wake()`` releases every current waiter."""
+    """An event idle workers wait on; ``wake()`` releases every current waiter.
+
+    ``generation`` counts wake-ups, so a worker whose claim was in flight when
+    one happened does not sleep through it: it passes the generation it saw
+    before claiming as ``since`` and ``wait`` returns at once."""
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.generation = 0
 
     def wake(self) -> None:
+        self.generation += 1
         self._event.set()
         self._event = asyncio.Event()
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, timeout: float, since: int | None = None) -> None:
+        if since is not None and since != self.generation:
+            return
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
         except TimeoutError:
@@ -65,6 +74,11 @@ class Notifier:
         wakeup.remove_listener(self._wake_threadsafe)
         self._stop.set()
 
+    def join(self, timeout: float) -> None:
+        """Wait, after stop(), until the listener thread closed its connection."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     def _wake_threadsafe(self) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -95,7 +109,7 @@ class Notifier:
                     # Anything committed while we were not listening is found now.
                     self._wake_threadsafe()
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        for note in conn.notifies(timeout=LISTEN_STOP_CHECK):
                             if note.payload == self.namespace:
                                 self._wake_threadsafe()
             except Exception as exc:  # noqa: BLE001  the database may be restarting

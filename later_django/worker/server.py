@@ -38,6 +38,7 @@ CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
 SERVICE_RESTART_MAX = 30.0  # cap, in seconds, of a crashed service's restart backoff
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
+CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
 
 
 @dataclass(eq=False)
@@ -136,9 +137,10 @@ class Server:
     async def start(self) -> None:
         """Start the services and the workers; return once they run."""
         self.notifier.start()
-        await self._heartbeat_once()
+        # Workers first, so the first heartbeat reports their number, not 0.
         for _ in range(self.initial_workers):
             self._spawn_worker()
+        await self._heartbeat_once()
         self._start_service("renew", self._renew_loop)
         self._start_service("heartbeat", self._heartbeat_loop)
         self._start_service("maintenance", self.maintenance.run)
@@ -214,6 +216,10 @@ class Server:
         for pool in (self._db_pool, self._service_pool, self._handler_pool,
                      self.maintenance.pool):
             pool.shutdown(wait=False, cancel_futures=True)
+        # Without this, each pool thread's connection stays open until garbage
+        # collection (on PostgreSQL, a session per thread of an in-process server).
+        await asyncio.to_thread(self.store.close, CONNECTION_CLOSE_TIMEOUT)
+        await asyncio.to_thread(self.notifier.join, CONNECTION_CLOSE_TIMEOUT)
         self.closed.set()
         logger.info("later server %s stopped after %d jobs", self.server_id, self.processed,
                     extra={"action": "server_stopped"})
@@ -232,19 +238,22 @@ class Server:
         return self._spawn_worker()
 
     async def claim(self) -> ClaimedJob | None:
-        now = now_ms()
-        jobs = await self.store.run(
-            self._db_pool,
-            lambda d, c: d.job_claim(
-                c, namespace=self.namespace, owner=self.server_id, limit=1, now_ms=now,
-                lease_until_ms=now + self.lease_ms,
-            ),
-        )
+        jobs = await self.store.run(self._db_pool, self._claim_op)
         return jobs[0] if jobs else None
+
+    def _claim_op(self, dialect: Any, cursor: Any) -> list[ClaimedJob]:
+        # Read the clock in the database thread, just before the statement:
+        # read earlier, a claim could record a start before its parent's finish.
+        now = now_ms()
+        return list(dialect.job_claim(
+            cursor, namespace=self.namespace, owner=self.server_id, limit=1, now_ms=now,
+            lease_until_ms=now + self.lease_ms,
+        ))
 
     async def _worker_loop(self, slot: WorkerSlot) -> None:
         while not (slot.stopping or self.stopping):
             slot.touch()
+            seen = self.wake.generation
             try:
                 job = await self.claim()
             except Exception as exc:  # noqa: BLE001  back off instead of spinning
@@ -254,7 +263,8 @@ class Server:
                 continue
             slot.touch()
             if job is None:
-                await self.wake.wait(self.poll_interval)
+                # A wake-up during the claim (a commit it may have missed) claims again.
+                await self.wake.wait(self.poll_interval, since=seen)
                 continue
             slot.current_job, slot.busy_since, slot.reported_slow = job.id, time.monotonic(), False
             try:
@@ -306,7 +316,8 @@ class Server:
             )
         elif outcome.kind == "failed":
             logger.error("job %s (%s) failed on attempt %d: %s", job.id, job.type_name,
-                         job.attempts, _first_line(outcome.error), extra=extra)
+                         job.attempts, _first_line(outcome.error), extra=extra,
+                         exc_info=outcome.exc)
         elif outcome.kind == "retry":
             logger.warning("job %s (%s) attempt %d failed, retrying: %s", job.id,
                            job.type_name, job.attempts, _first_line(outcome.error), extra=extra)

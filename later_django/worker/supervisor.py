@@ -27,9 +27,30 @@ SCALE_DOWN_AFTER = 3  # consecutive empty readings before one worker is removed
 
 async def supervise(server: Server) -> None:
     interval = conf.seconds("SUPERVISOR_INTERVAL")
+    last = time.monotonic()
     while True:
         await asyncio.sleep(interval)
+        now = time.monotonic()
+        stalled = now - last - interval
+        last = now
+        if stalled > max(interval, 1.0):
+            # This tick itself came late: the whole process stood still
+            # (SIGSTOP, a suspended host). Every marker is stale for that
+            # reason alone; judging them now would replace healthy workers.
+            logger.warning(
+                "this process stood still for %.0fs; worker checks restart from now",
+                stalled, extra={"action": "process_stalled"},
+            )
+            forgive_stall(server, now)
+            continue
         check_once(server)
+
+
+def forgive_stall(server: Server, now: float) -> None:
+    """Restart every progress marker from ``now`` after the process was frozen."""
+    for slot in server.slots:
+        slot.last_active = max(slot.last_active, now)
+    server.maintenance.last_tick = max(server.maintenance.last_tick, now)
 
 
 def check_once(server: Server) -> list[str]:

@@ -11,7 +11,10 @@ import threading
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand
+
+from later_django.conf import conf
 
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -60,6 +63,9 @@ class Command(BaseCommand):
                             help="seconds running jobs get to finish on SIGTERM")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Checks that read the database (e.g. a topic's changed partition
+        # count, later.E015) must stop a worker before it claims anything.
+        self.check(databases=[conf.database], tags=[Tags.database])
         _configure_logging(int(options["verbosity"]))
         server = Server(
             workers=options["workers"],

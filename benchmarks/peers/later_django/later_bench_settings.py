@@ -1,0 +1,22 @@
+"""Django settings for measuring later_django in the peer harness."""
+
+from __future__ import annotations
+
+import os
+
+from adapterbase import django_database
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["later_django", "lbench"]
+DATABASES = {"default": django_database(os.environ["BENCH_PG_DSN"])}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LATER = {"WORKERS": 8}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "root": {"level": "WARNING"},
+    "loggers": {"later_django": {"level": "WARNING"}},
+}

@@ -1,0 +1,131 @@
+"""Chaos workload payloads and handlers. Every run is recorded.
+
+Each handler run appends whole lines, with one ``O_APPEND`` write each, to
+``$CHAOS_RECORD_DIR/rec-<pid>.txt``::
+
+    S <job_id> <attempt> <pid> <time> <kind> <n>     first thing in the handler
+    E <job_id> <attempt> <pid> <time> ok|raise        last thing (never for a hang)
+
+The runner reads these files back to find duplicate runs and waits; it never
+parses worker logs for that. Every payload carries ``n``, the workload's own
+number for the job, so rows can be matched to the plan even when an enqueue
+had to be retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from later_django import JobContext, RetryPolicy, job
+
+# Generous: a job killed or paused mid-run several times still has retries left,
+# so its expected outcome does not depend on where the faults fall.
+WORK_RETRY = RetryPolicy.fixed(20, timedelta(milliseconds=100))
+# Flaky jobs fail until attempt ``succeed_on``; with 4 retries (5 attempts) a
+# job with succeed_on <= 3 succeeds even if two of its attempts are killed.
+FLAKY_RETRIES = 4
+FLAKY_RETRY = RetryPolicy.fixed(FLAKY_RETRIES, timedelta(milliseconds=200))
+HANG_RETRY = RetryPolicy.fixed(1000, timedelta(milliseconds=100))
+
+_fd: int | None = None
+_fd_key: tuple[int, str] | None = None
+
+
+def _write(line: str) -> None:
+    global _fd, _fd_key
+    folder = os.environ.get("CHAOS_RECORD_DIR")
+    if not folder:
+        return
+    key = (os.getpid(), folder)
+    if _fd_key != key:  # first run in this process
+        path = os.path.join(folder, f"rec-{key[0]}.txt")
+        _fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        _fd_key = key
+    assert _fd is not None
+    os.write(_fd, line.encode())  # one O_APPEND write: whole lines only
+
+
+def record_start(ctx: JobContext, kind: str, n: int) -> None:
+    _write(f"S {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {kind} {n}\n")
+
+
+def record_end(ctx: JobContext, outcome: str) -> None:
+    _write(f"E {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {outcome}\n")
+
+
+@dataclass
+class Work:
+    """The bulk: a sync handler that sleeps ``sleep_ms`` (usually 0)."""
+
+    n: int
+    sleep_ms: int = 0
+
+
+@job(retry=WORK_RETRY)
+def run_work(ctx: JobContext, payload: Work) -> None:
+    record_start(ctx, "work", payload.n)
+    if payload.sleep_ms:
+        time.sleep(payload.sleep_ms / 1000)
+    record_end(ctx, "ok")
+
+
+@dataclass
+class AsyncWork:
+    n: int
+    sleep_ms: int = 0
+
+
+@job(retry=WORK_RETRY)
+async def run_async_work(ctx: JobContext, payload: AsyncWork) -> None:
+    record_start(ctx, "awork", payload.n)
+    if payload.sleep_ms:
+        await asyncio.sleep(payload.sleep_ms / 1000)
+    record_end(ctx, "ok")
+
+
+@dataclass
+class Flaky:
+    """Raises until attempt ``succeed_on``; 0 raises on every attempt."""
+
+    n: int
+    succeed_on: int = 0
+
+
+@job(retry=FLAKY_RETRY)
+def run_flaky(ctx: JobContext, payload: Flaky) -> None:
+    record_start(ctx, "flaky", payload.n)
+    if payload.succeed_on == 0 or ctx.attempt < payload.succeed_on:
+        record_end(ctx, "raise")
+        raise RuntimeError(f"chaos flaky job {payload.n} fails attempt {ctx.attempt}")
+    record_end(ctx, "ok")
+
+
+@dataclass
+class Hang:
+    """A sync handler that never returns: it holds its worker slot forever."""
+
+    n: int
+
+
+@job(retry=HANG_RETRY)
+def run_hang(ctx: JobContext, payload: Hang) -> None:
+    record_start(ctx, "hang", payload.n)
+    threading.Event().wait()
+
+
+@dataclass
+class AsyncHang:
+    """An async handler that never returns."""
+
+    n: int
+
+
+@job(retry=HANG_RETRY)
+async def run_async_hang(ctx: JobContext, payload: AsyncHang) -> None:
+    record_start(ctx, "ahang", payload.n)
+    await asyncio.Event().wait()

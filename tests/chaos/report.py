@@ -1,0 +1,579 @@
+"""Analysis of a chaos run and its report.
+
+Definitions (docs/chaos.md):
+
+- **lost**: a planned job that, after the drain deadline, has no row, or is
+  neither in a terminal stage nor legitimately pending (only hung jobs are:
+  they stay running, or wait to be re-run after their process was killed);
+- **wrong outcome**: a terminal job in another stage than expected, or failed
+  for another reason than expected (``parent failed``, the decode error);
+- **duplicate run**: a handler run of a job whose previous run did not end in
+  a recorded failure (a retry after a raised error is not a duplicate). It is
+  *explained* when the previous run's process was killed or paused between
+  that run's start and the duplicate's start; any other duplicate is a
+  violation;
+- **longest wait after a fault**: the largest of, over all faults, the time
+  from the fault's end to the first handler start after it, and the longest
+  time a job that was ready at the fault's end stayed ready after it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from tests.chaos.faults import PROCESS_FAULTS, FaultEvent
+from tests.chaos.procs import Life
+from tests.chaos.records import Run
+from tests.chaos.workload import (
+    REASON_DECODE,
+    REASON_PARENT,
+    RUNNING,
+    SUCCESS,
+    Plan,
+    Planned,
+)
+
+TERMINAL = {"success", "failed", "cancelled"}
+DB_FAULTS = {"pg_restart", "pg_terminate", "sqlite_lock"}
+HANG_KINDS = {"hang", "ahang"}
+MAX_DETAILS = 20
+LOG_PATTERNS = {
+    "stuck jobs recovered": "recovered stuck job",
+    "outcomes discarded (lease lost)": "after its lease was taken over",
+    "hung handlers reported": "its handler may be hung",
+    "hung workers replaced": "looks hung",
+    "claim errors": "could not claim",
+    "finish errors": "could not store the outcome",
+    "renew errors": "could not renew",
+    "heartbeat errors": "heartbeat failed",
+    "maintenance step errors": "maintenance step",
+    "maintenance restarts": "restarting it",
+    "LISTEN reconnects": "LISTEN connection lost",
+    "service crashes": "crashed; restarting",
+}
+
+
+@dataclass
+class Row:
+    id: str
+    type_name: str
+    stage: str
+    attempts: int
+    payload: bytes
+    last_error: str | None
+    parent_id: str | None
+    history: str
+
+
+def _hist(history: str) -> list[tuple[str, float]]:
+    out = []
+    for entry in history.split(";"):
+        if entry:
+            stage, _, at = entry.partition("@")
+            out.append((stage, int(at) / 1000))
+    return out
+
+
+def _payload_n(payload: bytes) -> int | None:
+    try:
+        value = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        return int(value["n"])
+    except Exception:
+        return None
+
+
+def _short(job: Planned, row: Row | None) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "n": job.n,
+        "kind": job.kind,
+        "api": job.api,
+        "expected": job.expected,
+        "reason": job.reason,
+        "stage": row.stage if row else None,
+        "attempts": row.attempts if row else None,
+        "last_error": (row.last_error or "").splitlines()[0][:200] if row else None,
+        "history": row.history if row else None,
+    }
+
+
+def analyse(
+    *,
+    vendor: str,
+    profile: str,
+    seed: int,
+    processes: int,
+    workers: int,
+    plan: Plan,
+    rows: dict[str, Row],
+    runs: list[Run],
+    faults: list[FaultEvent],
+    lives: list[Life],
+    forced: list[Life],
+    times: dict[str, float],
+    producer: dict[str, Any],
+    lease: float,
+    grace: float,
+    injection_errors: list[str],
+) -> dict[str, Any]:
+    end_time = times["end"]
+    violations: list[str] = []
+    planned = [job for job in plan.jobs if job.job_id]
+    runs_by_job: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        runs_by_job[run.job_id].append(run)
+
+    # -- outcomes -----------------------------------------------------------------------
+    stages: Counter[str] = Counter()
+    expected: Counter[str] = Counter()
+    lost: list[dict[str, Any]] = []
+    wrong: list[dict[str, Any]] = []
+    success_without_run: list[dict[str, Any]] = []
+    unexpected_runs: list[dict[str, Any]] = []
+    failed_by_reason: Counter[str] = Counter()
+    hung_pending = 0
+    for job in planned:
+        assert job.job_id is not None
+        row = rows.get(job.job_id)
+        expected[job.expected] += 1
+        if row is None:
+            lost.append({**_short(job, None), "why": "no row"})
+            continue
+        stages[row.stage] += 1
+        if job.expected == RUNNING:
+            if row.stage in TERMINAL:
+                wrong.append({**_short(job, row), "why": "a hung job finished"})
+            else:
+                hung_pending += 1
+            continue
+        if row.stage not in TERMINAL:
+            lost.append({**_short(job, row), "why": f"still {row.stage} after the drain"})
+            continue
+        if row.stage != job.expected:
+            wrong.append({**_short(job, row), "why": f"{row.stage}, expected {job.expected}"})
+            continue
+        if row.stage == "failed":
+            failed_by_reason[job.reason or "?"] += 1
+        if job.reason in (REASON_PARENT, REASON_DECODE) and job.reason not in (
+            row.last_error or ""
+        ):
+            wrong.append({**_short(job, row), "why": f"failed, but not with {job.reason!r}"})
+        if row.stage == SUCCESS and not any(
+            r.outcome == "ok" for r in runs_by_job.get(job.job_id, [])
+        ):
+            success_without_run.append(_short(job, row))
+        if job.reason in (REASON_PARENT, REASON_DECODE) and runs_by_job.get(job.job_id):
+            unexpected_runs.append({**_short(job, row), "why": "its handler ran"})
+
+    # Rows the plan does not know: a retried enqueue whose first commit had
+    # gone through (same ``n``), or something that should not exist.
+    extra_rows: list[dict[str, Any]] = []
+    unknown_rows: list[dict[str, Any]] = []
+    by_n = {job.n: job for job in planned}
+    for row in rows.values():
+        if row.id in plan.by_id:
+            continue
+        n = _payload_n(row.payload)
+        info = {"job_id": row.id, "n": n, "type": row.type_name, "stage": row.stage}
+        if n is not None and n in by_n:
+            extra_rows.append(info)
+        else:
+            unknown_rows.append(info)
+
+    # -- duplicate runs ---------------------------------------------------------------
+    process_faults = [f for f in faults if f.kind in PROCESS_FAULTS and f.pid is not None]
+    faults_by_pid: dict[int, list[FaultEvent]] = defaultdict(list)
+    for fault in process_faults:
+        faults_by_pid[fault.pid].append(fault)  # type: ignore[index]
+    duplicates: list[dict[str, Any]] = []
+    same_attempt: list[dict[str, Any]] = []
+    overlapping = 0
+    dup_by_fault: Counter[int] = Counter()
+    recovery_by_kind: dict[str, float] = {}
+    for job_id, job_runs in runs_by_job.items():
+        attempts = Counter(run.attempt for run in job_runs)
+        twice = [a for a, k in attempts.items() if k > 1]
+        if twice:
+            same_attempt.append({"job_id": job_id, "attempts": twice})
+        for prev, cur in zip(job_runs, job_runs[1:], strict=False):
+            if prev.outcome == "raise":
+                continue
+            explained = next(
+                (
+                    f
+                    for f in faults_by_pid.get(prev.pid, [])
+                    if prev.start - 0.01 <= f.start <= cur.start
+                ),
+                None,
+            )
+            if prev.end is not None and prev.end > cur.start:
+                overlapping += 1  # a paused run that went on after it was resumed
+            entry = {
+                "job_id": job_id,
+                "kind": cur.kind,
+                "n": cur.n,
+                "first": {
+                    "attempt": prev.attempt,
+                    "pid": prev.pid,
+                    "start": prev.start,
+                    "end": prev.end,
+                    "outcome": prev.outcome,
+                },
+                "again": {"attempt": cur.attempt, "pid": cur.pid, "start": cur.start},
+                "fault": explained.index if explained else None,
+                "fault_kind": explained.kind if explained else None,
+            }
+            duplicates.append(entry)
+            if explained:
+                dup_by_fault[explained.index] += 1
+                wait = cur.start - explained.start
+                recovery_by_kind[explained.kind] = max(
+                    recovery_by_kind.get(explained.kind, 0.0), wait
+                )
+    unexplained = [d for d in duplicates if d["fault"] is None]
+
+    # -- waits after faults -------------------------------------------------------------
+    starts = sorted(run.start for run in runs)
+    intervals: list[tuple[float, float]] = []
+    for row in rows.values():
+        hist = _hist(row.history)
+        for i, (stage, at) in enumerate(hist):
+            if stage == "enqueued":
+                until = hist[i + 1][1] if i + 1 < len(hist) else end_time
+                intervals.append((at, until))
+    intervals.sort()
+    interval_starts = [a for a, _ in intervals]
+    prefix_max_end: list[float] = []
+    best = float("-inf")
+    for _, until in intervals:
+        best = max(best, until)
+        prefix_max_end.append(best)
+    fault_rows = []
+    longest: tuple[float, int | None] = (0.0, None)
+    for fault in faults:
+        i = bisect.bisect_right(starts, fault.end)
+        first_start = starts[i] - fault.end if i < len(starts) else None
+        j = bisect.bisect_right(interval_starts, fault.end)
+        ready_wait = max(0.0, prefix_max_end[j - 1] - fault.end) if j else 0.0
+        wait = max(first_start or 0.0, ready_wait)
+        if wait > longest[0]:
+            longest = (wait, fault.index)
+        fault_rows.append(
+            {
+                **fault.as_dict(),
+                "duplicates": dup_by_fault.get(fault.index, 0),
+                "first_start_after": first_start,
+                "max_ready_wait_after": ready_wait,
+            }
+        )
+
+    # -- worker processes -----------------------------------------------------------------
+    exited = [life for life in lives if life.end_reason == "exited"]
+    for life in exited:
+        violations.append(f"worker process {life.pid} exited by itself (code {life.exit_code})")
+    never_killed = [life for life in lives if life.end_reason != "killed"]
+    same_pids = all(life.end_reason == "stopped" for life in never_killed)
+    runs_by_pid: dict[int, list[float]] = defaultdict(list)
+    for run in runs:
+        runs_by_pid[run.pid].append(run.start)
+    hang_starts: dict[int, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.kind in HANG_KINDS:
+            hang_starts[run.pid].append(run.start)
+
+    def all_slots_hung(pid: int, at: float) -> bool:
+        """Every worker of the process runs a handler that never returns."""
+        return sum(1 for s in hang_starts.get(pid, []) if s <= at) >= workers
+
+    not_recovered: list[dict[str, Any]] = []
+    recover_max = 0.0
+    checked = 0
+    for fault in faults:
+        if fault.kind not in DB_FAULTS:
+            continue
+        for life in lives:
+            life_end = life.ended or end_time
+            if life.started > fault.start or life_end < fault.end + 10:
+                continue
+            paused = any(
+                f.kind == "pause" and f.start <= fault.end + 5 and f.end >= fault.start
+                for f in faults_by_pid.get(life.pid, [])
+            )
+            if paused or all_slots_hung(life.pid, fault.end):
+                continue
+            checked += 1
+            pid_starts = runs_by_pid.get(life.pid, [])
+            k = bisect.bisect_right(pid_starts, fault.end)
+            if k < len(pid_starts) and pid_starts[k] <= life_end:
+                recover_max = max(recover_max, pid_starts[k] - fault.end)
+            else:
+                not_recovered.append({"fault": fault.index, "kind": fault.kind, "pid": life.pid})
+    for item in not_recovered:
+        violations.append(f"worker {item['pid']} ran no job after {item['kind']} #{item['fault']}")
+
+    # -- hung handlers -----------------------------------------------------------------------
+    logs = {
+        life.pid: (life.log.read_text(errors="replace") if life.log.exists() else "")
+        for life in lives
+    }
+    all_logs = "\n".join(logs.values())
+    hang_jobs = [job for job in planned if job.kind in HANG_KINDS]
+    reported = [job for job in hang_jobs if f"job {job.job_id} has been running for" in all_logs]
+    hang_runs = [run for run in runs if run.kind in HANG_KINDS]
+    life_of = {life.pid: life for life in lives}
+    held_process: list[dict[str, Any]] = []
+    for run in hang_runs:
+        life = life_of.get(run.pid)
+        if life is None:
+            continue
+        life_end = life.ended or end_time
+        if life_end - run.start < 5 or all_slots_hung(run.pid, run.start):
+            continue
+        later_runs = [s for s in runs_by_pid.get(run.pid, []) if run.start + 1 < s <= life_end]
+        if not later_runs:
+            held_process.append({"job_id": run.job_id, "pid": run.pid})
+    recovered_after_kill = 0
+    not_recovered_hang: list[dict[str, Any]] = []
+    for fault in faults:
+        if fault.kind not in ("kill", "kill_hung_holder"):
+            continue
+        for run in hang_runs:
+            if run.pid != fault.pid or run.start > fault.start:
+                continue
+            again = [r for r in runs_by_job[run.job_id] if r.start > fault.start]
+            if again:
+                recovered_after_kill += 1
+            elif end_time - fault.start > lease + grace + 15:
+                not_recovered_hang.append({"job_id": run.job_id, "fault": fault.index})
+    for job in hang_jobs:
+        if job not in reported and any(r.job_id == job.job_id for r in hang_runs):
+            violations.append(f"hung job {job.job_id} was never reported in a worker log")
+    for item in held_process:
+        violations.append(f"hung job {item['job_id']} stopped process {item['pid']} running jobs")
+    for item in not_recovered_hang:
+        violations.append(
+            f"hung job {item['job_id']} was not recovered after kill #{item['fault']}"
+        )
+
+    # -- verdict -------------------------------------------------------------------------------
+    if lost:
+        violations.append(f"{len(lost)} lost jobs")
+    if wrong:
+        violations.append(f"{len(wrong)} jobs with a wrong outcome")
+    if unexplained:
+        violations.append(f"{len(unexplained)} duplicate runs not explained by a kill/pause")
+    if same_attempt:
+        violations.append(f"{len(same_attempt)} jobs ran the same attempt twice")
+    if success_without_run:
+        violations.append(f"{len(success_without_run)} jobs succeeded without a completed run")
+    if unexpected_runs:
+        violations.append(f"{len(unexpected_runs)} jobs ran that must never run")
+    if unknown_rows:
+        violations.append(f"{len(unknown_rows)} job rows nobody enqueued")
+    log_counts = {name: all_logs.count(text) for name, text in LOG_PATTERNS.items()}
+    log_counts["other ERROR lines"] = sum(
+        1
+        for line in all_logs.splitlines()
+        if " ERROR " in line
+        and "failed on attempt" not in line
+        and not any(text in line for text in LOG_PATTERNS.values())
+    )
+    fault_counts = Counter(f.kind for f in faults)
+    zombie_hangs = sum(
+        1
+        for run in hang_runs
+        if any(r.start > run.start and r.pid != run.pid for r in runs_by_job[run.job_id])
+        and life_of.get(run.pid) is not None
+        and life_of[run.pid].end_reason != "killed"
+    )
+    return {
+        "db": vendor,
+        "profile": profile,
+        "seed": seed,
+        "processes": processes,
+        "workers_per_process": workers,
+        "lease_seconds": lease,
+        "grace_seconds": grace,
+        "duration_seconds": round(end_time - times["start"], 1),
+        "load_seconds": round(times["load_end"] - times["load_start"], 1),
+        "drain_seconds": round(times["drained"] - times["load_end"], 1),
+        "jobs": {
+            "enqueued": len(planned),
+            "extra_rows_from_retried_enqueues": len(extra_rows),
+            "unknown_rows": len(unknown_rows),
+            "succeeded": stages["success"],
+            "failed": stages["failed"],
+            "failed_by_reason": dict(failed_by_reason),
+            "hung_pending": hung_pending,
+            "expected": dict(expected),
+            "corrupted": sum(1 for job in planned if job.corrupted_at is not None),
+            "lost": len(lost),
+            "wrong_outcome": len(wrong),
+            "success_without_run": len(success_without_run),
+            "unexpected_runs": len(unexpected_runs),
+            "by_api": dict(Counter(job.api for job in planned)),
+            "by_kind": dict(Counter(job.kind for job in planned)),
+        },
+        "handler_runs": len(runs),
+        "duplicates": {
+            "total": len(duplicates),
+            "explained_by_kill_or_pause": len(duplicates) - len(unexplained),
+            "unexplained": len(unexplained),
+            "same_attempt_twice": len(same_attempt),
+            "overlapping_a_paused_run": overlapping,
+            "by_fault_kind": dict(Counter(d["fault_kind"] for d in duplicates if d["fault"])),
+            "max_recovery_seconds_by_fault_kind": {
+                k: round(v, 2) for k, v in recovery_by_kind.items()
+            },
+        },
+        "order_violations": {
+            "count": 0,
+            "note": "n/a: ordered (partitioned) work does not exist yet",
+        },
+        "faults": {
+            "count": len(faults),
+            "by_kind": dict(fault_counts),
+            "injection_errors": injection_errors,
+            "events": fault_rows,
+        },
+        "longest_wait_after_fault": {"seconds": round(longest[0], 3), "fault": longest[1]},
+        "processes_report": {
+            "lives": len(lives),
+            "restarted_after_kill": sum(1 for life in lives if life.end_reason == "killed"),
+            "exited_by_themselves": len(exited),
+            "needed_sigkill_at_stop": [life.pid for life in forced],
+            "unkilled_processes_kept_their_pid": same_pids,
+            "db_fault_recoveries_checked": checked,
+            "not_recovered_after_db_fault": not_recovered,
+            "max_first_job_after_db_fault_seconds": round(recover_max, 3),
+        },
+        "hung_handlers": {
+            "jobs": len(hang_jobs),
+            "reported_in_logs": len(reported),
+            "runs": len(hang_runs),
+            "held_the_process": len(held_process),
+            "recovered_after_kill": recovered_after_kill,
+            "not_recovered_after_kill": len(not_recovered_hang),
+            "left_running_in_a_resumed_process": zombie_hangs,
+        },
+        "producer": producer,
+        "log_counts": log_counts,
+        "violations": violations,
+        "details": {
+            "lost": lost[:MAX_DETAILS],
+            "wrong_outcome": wrong[:MAX_DETAILS],
+            "unexplained_duplicates": unexplained[:MAX_DETAILS],
+            "same_attempt_twice": same_attempt[:MAX_DETAILS],
+            "success_without_run": success_without_run[:MAX_DETAILS],
+            "unexpected_runs": unexpected_runs[:MAX_DETAILS],
+            "unknown_rows": unknown_rows[:MAX_DETAILS],
+            "extra_rows": extra_rows[:MAX_DETAILS],
+        },
+        "passed": not violations,
+    }
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}s"
+
+
+def render(result: dict[str, Any], t0: float) -> str:
+    jobs, dups, procs, hung = (
+        result["jobs"],
+        result["duplicates"],
+        result["processes_report"],
+        result["hung_handlers"],
+    )
+    expect = jobs["expected"]
+    lines = [
+        f"later chaos report: db={result['db']} profile={result['profile']} "
+        f"seed={result['seed']} processes={result['processes']}x{result['workers_per_process']} "
+        f"lease={result['lease_seconds']}s grace={result['grace_seconds']}s",
+        f"  duration {result['duration_seconds']}s (load {result['load_seconds']}s, "
+        f"drain {result['drain_seconds']}s), {result['handler_runs']} handler runs",
+        "",
+        f"jobs enqueued      {jobs['enqueued']:>8}   (+{jobs['extra_rows_from_retried_enqueues']}"
+        f" rows from enqueues retried after an ambiguous commit)",
+        f"  succeeded        {jobs['succeeded']:>8}   (expected {expect.get('success', 0)})",
+        f"  failed           {jobs['failed']:>8}   (expected {expect.get('failed', 0)}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(jobs["failed_by_reason"].items()))
+        + ")",
+        f"  hung (running)   {jobs['hung_pending']:>8}   (expected {expect.get('running', 0)})",
+        f"  lost             {jobs['lost']:>8}",
+        f"  wrong outcome    {jobs['wrong_outcome']:>8}",
+        f"  corrupted payloads {jobs['corrupted']}, succeeded without a run "
+        f"{jobs['success_without_run']}, ran but must not {jobs['unexpected_runs']}, "
+        f"unknown rows {jobs['unknown_rows']}",
+        f"duplicate runs     {dups['total']:>8}   (explained by a kill/pause of their process: "
+        f"{dups['explained_by_kill_or_pause']}, NOT explained: {dups['unexplained']}; "
+        f"same attempt twice: {dups['same_attempt_twice']})",
+        f"  by fault kind    {dups['by_fault_kind']}; max time to re-run an interrupted job "
+        f"{dups['max_recovery_seconds_by_fault_kind']}",
+        f"order violations   {result['order_violations']['count']:>8}   "
+        f"({result['order_violations']['note']})",
+        f"longest wait after a fault: {result['longest_wait_after_fault']['seconds']:.2f}s "
+        f"(fault #{result['longest_wait_after_fault']['fault']})",
+        "",
+        f"faults: {result['faults']['count']} {result['faults']['by_kind']}",
+        "   #  kind              at       for   dups  first-start  ready-wait  detail",
+    ]
+    for f in result["faults"]["events"]:
+        lines.append(
+            f"  {f['index']:>2}  {f['kind']:<16} {f['start'] - t0:7.1f}s "
+            f"{f['end'] - f['start']:6.2f}s"
+            f" {f['duplicates']:>5}  {_fmt(f['first_start_after']):>11}  "
+            f"{_fmt(f['max_ready_wait_after']):>10}  {f['detail']}{'' if f['ok'] else ' (FAILED)'}"
+        )
+    lines += [
+        "",
+        f"worker processes: {procs['lives']} lives, {procs['restarted_after_kill']} killed and "
+        f"restarted, {procs['exited_by_themselves']} exited by themselves; unkilled processes "
+        f"kept their PID to the end: "
+        f"{'yes' if procs['unkilled_processes_kept_their_pid'] else 'NO'}",
+        f"  recovered from database faults by themselves: "
+        f"{procs['db_fault_recoveries_checked'] - len(procs['not_recovered_after_db_fault'])}/"
+        f"{procs['db_fault_recoveries_checked']} (slowest first job after a fault "
+        f"{procs['max_first_job_after_db_fault_seconds']:.2f}s)",
+        f"hung handlers: {hung['jobs']} jobs, {hung['runs']} runs, reported in logs "
+        f"{hung['reported_in_logs']}/{hung['jobs']}, held a whole process "
+        f"{hung['held_the_process']}, "
+        f"recovered after kill {hung['recovered_after_kill']} (not recovered "
+        f"{hung['not_recovered_after_kill']}), still hanging in a resumed process "
+        f"{hung['left_running_in_a_resumed_process']}",
+        f"producer: {result['producer']}",
+        f"worker logs: {result['log_counts']}",
+        "",
+    ]
+    if result["violations"]:
+        lines.append("VIOLATIONS:")
+        lines += [f"  - {v}" for v in result["violations"]]
+        for name, items in result["details"].items():
+            if items and name != "extra_rows":
+                lines.append(f"  {name} (first {len(items)}):")
+                lines += [f"    {item}" for item in items]
+        lines.append("RESULT: FAIL")
+    else:
+        lines.append("RESULT: PASS (0 lost, 0 wrong outcomes, every duplicate explained)")
+    return "\n".join(lines)
+
+
+def parse_lost(text: str) -> int | None:
+    """The ``lost`` number of a printed report (for tests)."""
+    match = re.search(r"^  lost\s+(\d+)", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+def write_logs_tail(lives: list[Life], out: Path) -> None:
+    """Concatenate the worker logs into one file next to the report."""
+    with open(out, "w") as fh:
+        for life in lives:
+            fh.write(f"===== slot {life.slot} pid {life.pid} ({life.end_reason}) =====\n")
+            if life.log.exists():
+                fh.write(life.log.read_text(errors="replace"))

@@ -1,0 +1,285 @@
+"""The chaos workload: a plan of jobs whose outcome is known when they are
+enqueued, and the producer that enqueues it at a steady rate.
+
+Expected outcomes:
+
+- ``Work`` / ``AsyncWork`` (the bulk, plain, delayed, continuations of a
+  job that succeeds): ``success``;
+- ``Flaky(succeed_on=k)``: ``success`` when 1 <= k <= retries + 1, else
+  ``failed`` (it raises on every attempt);
+- a continuation of a job expected to fail: ``failed`` with ``parent failed``;
+- a payload corrupted by a fault before any worker took it: ``failed`` with
+  the decode error (set by the fault when its UPDATE hits the row);
+- ``Hang`` / ``AsyncHang``: ``running`` forever (or waiting to be re-run after
+  its process was killed): still legitimately pending at the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.db import Error as DjangoDbError
+from django.db import connections
+
+import later_django as later
+from later_django import LaterBusy
+from tests.chaos.app.jobs import FLAKY_RETRIES, AsyncHang, AsyncWork, Flaky, Hang, Work
+
+T = TypeVar("T")
+
+SUCCESS, FAILED, RUNNING = "success", "failed", "running"
+REASON_PARENT = "parent failed"
+REASON_DECODE = "does not decode"
+REASON_FLAKY = "chaos flaky job"
+
+
+@dataclass
+class Planned:
+    """One job of the plan and what must become of it."""
+
+    n: int
+    kind: str  # work awork flaky delayed child hang ahang
+    expected: str
+    reason: str = ""
+    api: str = ""
+    job_id: str | None = None
+    parent_n: int | None = None
+    enqueued_at: float = 0.0
+    ready_at: float = 0.0
+    children: int = 0
+    corrupted_at: float | None = None
+
+
+@dataclass
+class Profile:
+    name: str
+    jobs: int  # planned jobs, about
+    load_seconds: float  # the producer enqueues for this long
+    drain_seconds: float  # then every job must be done within this
+    fault_gap: tuple[float, float]  # seconds between two faults
+    max_delay: float  # longest delay of a delayed job
+    hangs: int  # jobs whose handler never returns
+    weights: dict[str, int] = field(default_factory=dict)  # extra faults, by kind
+
+
+PROFILES = {
+    "ci": Profile(
+        name="ci",
+        jobs=4000,
+        load_seconds=50,
+        drain_seconds=60,
+        fault_gap=(1.0, 2.5),
+        max_delay=8,
+        hangs=2,
+    ),
+    "long": Profile(
+        name="long",
+        jobs=100_000,
+        load_seconds=900,
+        drain_seconds=300,
+        fault_gap=(4.0, 12.0),
+        max_delay=30,
+        hangs=3,
+    ),
+}
+
+
+class Plan:
+    """Every job the run enqueued, by workload number and by job id."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Planned] = []
+        self.by_id: dict[str, Planned] = {}
+        self.lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"jobs": self.jobs, "by_id": self.by_id}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+    def new(self, kind: str, expected: str, reason: str = "", **kw: Any) -> Planned:
+        with self.lock:
+            job = Planned(n=len(self.jobs), kind=kind, expected=expected, reason=reason, **kw)
+            self.jobs.append(job)
+        return job
+
+    def bind(self, job: Planned, job_id: str, api: str) -> None:
+        job.job_id = str(job_id)
+        job.api = api
+        job.enqueued_at = time.time()
+        job.ready_at = max(job.ready_at, job.enqueued_at)
+        with self.lock:
+            self.by_id[job.job_id] = job
+
+    def snapshot(self) -> list[Planned]:
+        with self.lock:
+            return list(self.jobs)
+
+
+class Producer:
+    """Enqueues the plan through the public API, retrying across database faults."""
+
+    def __init__(self, plan: Plan, profile: Profile, rng: random.Random) -> None:
+        self.plan = plan
+        self.profile = profile
+        self.rng = rng
+        self.enqueue_errors = 0
+        self.last_error = ""
+        # Parents a late continuation may pick: finished or not, never delayed
+        # (delayed jobs are what the corrupt fault changes) and never a hang.
+        self._parents: list[Planned] = []
+
+    # -- the public API, retried ---------------------------------------------------
+    def _call(self, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                return fn()
+            except (DjangoDbError, LaterBusy) as exc:
+                # The database is restarting or locked. A failed commit may
+                # have committed; its rows are found by ``n`` in the report.
+                self.enqueue_errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                if time.monotonic() > deadline:
+                    raise
+                connections["default"].close()
+                time.sleep(0.2)
+
+    def enqueue_hang(self, index: int) -> Planned:
+        kind, cls = ("hang", Hang) if index % 2 == 0 else ("ahang", AsyncHang)
+        job = self.plan.new(kind, RUNNING)
+        self.plan.bind(job, self._call(lambda: later.enqueue(cls(n=job.n))), "enqueue")
+        return job
+
+    # -- units of work -------------------------------------------------------------
+    def _sleep_ms(self) -> int:
+        roll = self.rng.random()
+        if roll < 0.02:
+            return self.rng.randint(300, 1500)  # slow: kills and pauses catch it running
+        if roll < 0.12:
+            return self.rng.randint(5, 50)
+        return 0
+
+    def _bulk(self, remaining: int) -> int:
+        count = min(remaining, self.rng.randint(1, 25))
+        jobs, payloads = [], []
+        for _ in range(count):
+            is_async = self.rng.random() < 0.3
+            job = self.plan.new("awork" if is_async else "work", SUCCESS)
+            jobs.append(job)
+            cls = AsyncWork if is_async else Work
+            payloads.append(cls(n=job.n, sleep_ms=self._sleep_ms()))
+        ids = self._call(lambda: later.enqueue_many(payloads))
+        for job, job_id in zip(jobs, ids, strict=True):
+            self.plan.bind(job, job_id, "enqueue_many")
+        self._parents.extend(jobs[:2])
+        return count
+
+    def _single(self) -> int:
+        job = self.plan.new("work", SUCCESS)
+        priority = self.rng.randint(-100, 100)
+        payload = Work(n=job.n, sleep_ms=self._sleep_ms())
+        self.plan.bind(
+            job, self._call(lambda: later.enqueue(payload, priority=priority)), "enqueue"
+        )
+        self._parents.append(job)
+        return 1
+
+    def _flaky(self) -> int:
+        succeed_on = self.rng.choice([0, 0, 1, 2, 3])
+        expected = SUCCESS if 1 <= succeed_on <= FLAKY_RETRIES + 1 else FAILED
+        job = self.plan.new("flaky", expected, "" if expected == SUCCESS else REASON_FLAKY)
+        payload = Flaky(n=job.n, succeed_on=succeed_on)
+        self.plan.bind(job, self._call(lambda: later.enqueue(payload)), "enqueue")
+        self._parents.append(job)
+        return 1
+
+    def _delayed(self, latest: float) -> int:
+        delay = self.rng.uniform(0.2, max(0.3, min(self.profile.max_delay, latest)))
+        job = self.plan.new("delayed", SUCCESS, ready_at=time.time() + delay)
+        payload = Work(n=job.n)
+        if self.rng.random() < 0.5:
+            job_id = self._call(lambda: later.enqueue_delayed(payload, dt.timedelta(seconds=delay)))
+            api = "enqueue_delayed"
+        else:
+            when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=delay)
+            job_id = self._call(lambda: later.enqueue_delayed_at(payload, when))
+            api = "enqueue_delayed_at"
+        self.plan.bind(job, job_id, api)
+        return 1
+
+    def _child_of(self, parent: Planned) -> Planned:
+        assert parent.job_id is not None
+        ok = parent.expected == SUCCESS
+        child = self.plan.new(
+            "child", SUCCESS if ok else FAILED, "" if ok else REASON_PARENT, parent_n=parent.n
+        )
+        parent.children += 1
+        payload = Work(n=child.n)
+        parent_id = parent.job_id
+        self.plan.bind(
+            child,
+            self._call(lambda: later.enqueue_continue(parent_id, payload)),
+            "enqueue_continue",
+        )
+        return child
+
+    def _chain(self) -> int:
+        if self.rng.random() < 0.7:
+            parent = self.plan.new("work", SUCCESS)
+            payload: object = Work(n=parent.n, sleep_ms=self._sleep_ms())
+        else:
+            succeed_on = self.rng.choice([0, 2])
+            expected = SUCCESS if succeed_on else FAILED
+            parent = self.plan.new("flaky", expected, "" if succeed_on else REASON_FLAKY)
+            payload = Flaky(n=parent.n, succeed_on=succeed_on)
+        self.plan.bind(parent, self._call(lambda: later.enqueue(payload)), "enqueue")
+        made, node = 1, parent
+        for _ in range(self.rng.randint(1, 3)):
+            node = self._child_of(node)
+            made += 1
+        return made
+
+    def _late_child(self) -> int:
+        if not self._parents:
+            return self._single()
+        parent = self.rng.choice(self._parents[-2000:])
+        self._child_of(parent)
+        return 1
+
+    def produce(self, seconds: float, stop: threading.Event) -> None:
+        """Enqueue about ``profile.jobs`` jobs evenly over ``seconds``."""
+        units = [
+            self._bulk,
+            self._single,
+            self._flaky,
+            self._delayed,
+            self._chain,
+            self._late_child,
+        ]
+        weights = [60, 8, 7, 8, 9, 8]
+        started = time.monotonic()
+        end = started + seconds
+        made = 0
+        while not stop.is_set():
+            now = time.monotonic()
+            if now >= end:
+                break
+            due = int(self.profile.jobs * (now - started) / seconds)
+            while made < due:
+                unit = self.rng.choices(units, weights)[0]
+                if unit == self._bulk:
+                    made += self._bulk(due - made)
+                elif unit == self._delayed:
+                    made += self._delayed(end - time.monotonic())
+                else:
+                    made += unit()  # type: ignore[operator]
+            time.sleep(0.05)

@@ -1,0 +1,53 @@
+"""The chaos runner's bounded profile, on SQLite and on PostgreSQL.
+
+Each run starts its own database (the PostgreSQL one with initdb/pg_ctl,
+like tests/pgserver.py), three ``later_worker`` processes and a producer,
+injects every fault kind at least once and must report 0 lost jobs and no
+violation. See docs/chaos.md; the long profile is a documented command.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.report import parse_lost
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+CI_TIMEOUT = 300  # the profile takes about a minute; 3 minutes is its budget
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_chaos_ci_profile_loses_nothing(db, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CHAOS_", "DJANGO_"))}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos",
+            "--db",
+            db,
+            "--profile",
+            "ci",
+            "--seed",
+            "7",
+            "--workdir",
+            str(tmp_path / "chaos"),
+        ],
+        cwd=PROJECT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CI_TIMEOUT,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert "later chaos report" in output, output[-5000:]
+    assert parse_lost(output) == 0, output[-8000:]
+    assert "RESULT: PASS" in output, output[-8000:]
+    assert result.returncode == 0, output[-8000:]

@@ -1,0 +1,149 @@
+"""System checks refuse every bad LATER setting with an ID that names the key."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.checks import Error, Warning, run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from later_django.conf import TIMING_KEYS
+from later_django.retry import RetryPolicy
+
+
+def later_messages():  # type: ignore[no-untyped-def]
+    """The later.* messages of a full system-check run."""
+    return [m for m in run_checks() if str(m.id).startswith("later.")]
+
+
+def with_later(settings, **overrides):  # type: ignore[no-untyped-def]
+    settings.LATER = {**settings.LATER, **overrides}
+
+
+def test_checks_pass_on_good_settings():
+    """The test settings produce no later message, and manage.py check passes."""
+    assert later_messages() == []
+    out = StringIO()
+    call_command("check", stdout=out)
+    assert "no issues" in out.getvalue()
+
+
+def test_checks_pass_on_a_full_valid_configuration(settings):
+    """Every key set to a valid non-default value is accepted."""
+    with_later(
+        settings,
+        NAMESPACE="shop",
+        WORKERS=255,
+        AUTOSCALE=(1, 255),
+        DEFAULT_RETRY_COUNT=0,
+        DEFAULT_RETRY_POLICY=RetryPolicy.fixed(3, timedelta(seconds=5)),
+        TOPICS={"orders": 8, "a.b-c_D9": 1},
+        RECURRING_SEQUENTIAL_PARTITIONS=4,
+        VACUUM_INTERVAL=timedelta(hours=1),
+        MAX_PAYLOAD_BYTES=1,
+        LEASE_DURATION=timedelta(seconds=5),
+    )
+    assert later_messages() == []
+
+
+# (overrides, expected id, text the message must contain)
+BAD_SETTINGS = [
+    ({"WORKERS": 0}, "later.E002", "LATER['WORKERS']"),
+    ({"WORKERS": 256}, "later.E002", "LATER['WORKERS']"),
+    ({"WORKERS": "6"}, "later.E002", "LATER['WORKERS']"),
+    ({"WORKERS": True}, "later.E002", "LATER['WORKERS']"),
+    ({"AUTOSCALE": (5, 2)}, "later.E003", "LATER['AUTOSCALE']"),
+    ({"AUTOSCALE": (0, 4)}, "later.E003", "LATER['AUTOSCALE']"),
+    ({"AUTOSCALE": (2, 300)}, "later.E003", "LATER['AUTOSCALE']"),
+    ({"AUTOSCALE": 4}, "later.E003", "LATER['AUTOSCALE']"),
+    ({"AUTOSCALE": (1, 2, 3)}, "later.E003", "LATER['AUTOSCALE']"),
+    ({"DATABASE": "nowhere"}, "later.E004", "LATER['DATABASE']"),
+    ({"NAMESPACE": ""}, "later.E006", "LATER['NAMESPACE']"),
+    ({"NAMESPACE": "n" * 65}, "later.E006", "LATER['NAMESPACE']"),
+    ({"TOPICS": ["orders"]}, "later.E007", "LATER['TOPICS']"),
+    ({"TOPICS": {"": 4}}, "later.E008", "LATER['TOPICS']"),
+    ({"TOPICS": {"has space": 4}}, "later.E008", "'has space'"),
+    ({"TOPICS": {"t" * 101: 4}}, "later.E008", "LATER['TOPICS']"),
+    ({"TOPICS": {7: 4}}, "later.E008", "LATER['TOPICS']"),
+    ({"TOPICS": {"orders": 0}}, "later.E009", "LATER['TOPICS']['orders']"),
+    ({"TOPICS": {"orders": -1}}, "later.E009", "LATER['TOPICS']['orders']"),
+    ({"TOPICS": {"orders": "8"}}, "later.E009", "LATER['TOPICS']['orders']"),
+    ({"DEFAULT_RETRY_COUNT": -1}, "later.E011", "LATER['DEFAULT_RETRY_COUNT']"),
+    ({"DEFAULT_RETRY_POLICY": 3}, "later.E012", "LATER['DEFAULT_RETRY_POLICY']"),
+    ({"MAX_PAYLOAD_BYTES": 0}, "later.E013", "LATER['MAX_PAYLOAD_BYTES']"),
+    (
+        {"RECURRING_SEQUENTIAL_PARTITIONS": 0},
+        "later.E014",
+        "LATER['RECURRING_SEQUENTIAL_PARTITIONS']",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "check_id", "names"),
+    BAD_SETTINGS,
+    ids=[f"{cid}-{next(iter(o))}={next(iter(o.values()))!r}"[:60] for o, cid, _ in BAD_SETTINGS],
+)
+def test_checks_report_each_bad_setting(settings, overrides, check_id, names):
+    """A bad value gives exactly its error ID, a message naming the key, and a hint."""
+    with_later(settings, **overrides)
+    messages = later_messages()
+    assert [m.id for m in messages] == [check_id]
+    assert isinstance(messages[0], Error)
+    assert names in messages[0].msg
+    assert messages[0].hint
+
+
+@pytest.mark.parametrize("key", sorted(TIMING_KEYS))
+@pytest.mark.parametrize("value", [30, timedelta(0), timedelta(seconds=-1)], ids=repr)
+def test_checks_report_non_timedelta_timings(settings, key, value):
+    """Each timing key must be a positive timedelta (later.E010, naming the key)."""
+    with_later(settings, **{key: value})
+    messages = later_messages()
+    assert [m.id for m in messages] == ["later.E010"]
+    assert f"LATER[{key!r}]" in messages[0].msg
+    assert "timedelta" in messages[0].msg
+
+
+def test_checks_report_each_of_several_bad_settings(settings):
+    """Several bad keys give one error each, not just the first."""
+    with_later(settings, WORKERS=0, AUTOSCALE=(9, 3), TOPICS={"": 0})
+    assert sorted(m.id for m in later_messages()) == [
+        "later.E002",
+        "later.E003",
+        "later.E008",
+        "later.E009",
+    ]
+
+
+def test_checks_refuse_a_later_setting_that_is_not_a_dict(settings):
+    """LATER must be a dict (later.E001)."""
+    settings.LATER = [("WORKERS", 6)]
+    assert [m.id for m in later_messages()] == ["later.E001"]
+
+
+def test_checks_warn_about_unknown_keys(settings):
+    """A misspelt key is a warning naming it (later.W001)."""
+    with_later(settings, WORKER=6)
+    messages = later_messages()
+    assert [m.id for m in messages] == ["later.W001"]
+    assert isinstance(messages[0], Warning)
+    assert "WORKER" in messages[0].msg
+
+
+def test_checks_unknown_database_lists_the_aliases(settings):
+    """The E004 hint names the aliases that do exist."""
+    with_later(settings, DATABASE="nowhere")
+    (message,) = later_messages()
+    assert "'nowhere'" in message.msg
+    assert "default" in message.hint
+
+
+def test_checks_fail_manage_py_check_on_bad_settings(settings):
+    """manage.py check stops on a bad setting and prints its ID."""
+    with_later(settings, WORKERS=0)
+    with pytest.raises(SystemCheckError, match=r"later\.E002"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())

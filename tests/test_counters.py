@@ -1,0 +1,373 @@
+"""Stage counters stay equal to COUNT(*) per stage through any mix of changes."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import random
+from collections.abc import Iterator
+
+import pytest
+from django.db import connections, transaction
+from django.test import override_settings
+
+import later_django as later
+from later_django.clock import now_ms
+from later_django.db import dialect_for
+from later_django.ids import new_job_id
+from later_django.models import Job
+from later_django.states import Stage
+from tests.jobapp.jobs import AsyncNoop, Noop, Order
+
+NAMESPACES = ("default", "other")
+DAY_MS = 86_400_000
+OPERATIONS = 400
+
+
+class Rollback(Exception):
+    """Raised inside an atomic block to roll it back."""
+
+
+class Mix:
+    """Random operations on later's tables, through the API and the dialect."""
+
+    def __init__(self, later_db, settings, seed: int) -> None:
+        self.db = later_db
+        self.rng = random.Random(seed)
+        self.dialect = dialect_for(later_db.alias)
+        self.base_later = dict(settings.LATER)
+        self.clock = now_ms()
+        self.namespace = "default"
+        self.compactions: list[int] = []
+
+    # -- helpers -------------------------------------------------------------
+    @contextlib.contextmanager
+    def use(self, namespace: str) -> Iterator[None]:
+        """Run the API calls of the block in ``namespace``."""
+        with override_settings(LATER={**self.base_later, "NAMESPACE": namespace}):
+            self.namespace = namespace
+            try:
+                yield
+            finally:
+                self.namespace = "default"
+
+    def cursor(self):  # type: ignore[no-untyped-def]
+        return connections[self.db.alias].cursor()
+
+    def ids(self, stage: str | None = None) -> list[str]:
+        sql = "SELECT id FROM later_job WHERE namespace = %s"
+        params: list[object] = [self.namespace]
+        if stage is not None:
+            sql += " AND stage = %s"
+            params.append(stage)
+        return sorted(str(row[0]) for row in self.db.rows(sql + " ORDER BY id", params))
+
+    def running(self) -> list[tuple[str, int, str]]:
+        return [
+            (str(r[0]), int(r[1]), str(r[2]))  # type: ignore[call-overload]
+            for r in self.db.rows(
+                "SELECT id, attempts, lease_owner FROM later_job "
+                "WHERE namespace = %s AND stage = 'running' ORDER BY id",
+                [self.namespace],
+            )
+        ]
+
+    def payload(self) -> object:
+        kind = self.rng.randrange(3)
+        n = self.rng.randrange(1000)
+        return (Noop(n=n), AsyncNoop(n=n), Order(id=n))[kind]
+
+    def expires(self) -> int:
+        # Half of the finished jobs expire at once, so prune finds work.
+        return self.clock + self.rng.choice([0, DAY_MS])
+
+    # -- operations ----------------------------------------------------------
+    def op_enqueue(self) -> None:
+        later.enqueue(self.payload(), priority=self.rng.randint(-100, 100))
+
+    def op_enqueue_in(self) -> None:
+        with transaction.atomic(using=self.db.alias):
+            later.enqueue_in(self.payload())
+
+    def op_enqueue_many(self) -> None:
+        later.enqueue_many([self.payload() for _ in range(self.rng.randint(1, 12))])
+
+    def op_enqueue_delayed(self) -> None:
+        delay = dt.timedelta(seconds=self.rng.choice([0, 1, 30, 600, 7200]))
+        later.enqueue_delayed(self.payload(), delay)
+
+    def op_enqueue_continue(self) -> None:
+        ids = self.ids()
+        if not ids or self.rng.random() < 0.15:
+            with pytest.raises(later.JobNotFound):
+                later.enqueue_continue(new_job_id(), self.payload())
+            return
+        later.enqueue_continue(self.rng.choice(ids), self.payload())
+
+    def op_cancel(self) -> None:
+        ids = self.ids()
+        if not ids:
+            return
+        job_id = self.rng.choice(ids)
+        stage = self.db.stage_of(job_id)
+        assert later.cancel(job_id) is (stage in {"enqueued", "delayed", "waiting", "requeued"})
+
+    def op_claim(self) -> None:
+        with transaction.atomic(using=self.db.alias), self.cursor() as c:
+            self.dialect.job_claim(
+                c,
+                namespace=self.namespace,
+                owner=f"w{self.rng.randrange(4)}",
+                limit=self.rng.randint(1, 6),
+                now_ms=self.clock,
+                lease_until_ms=self.clock + 30_000,
+            )
+
+    def op_complete(self) -> None:
+        running = self.running()
+        if running:
+            job_id, attempts, owner = self.rng.choice(running)
+            with transaction.atomic(using=self.db.alias), self.cursor() as c:
+                assert self.dialect.job_complete(
+                    c,
+                    job_id=job_id,
+                    owner=owner,
+                    attempts=attempts,
+                    now_ms=self.clock,
+                    expires_ms=self.expires(),
+                )
+
+    def op_fail(self) -> None:
+        running = self.running()
+        if running:
+            job_id, attempts, owner = self.rng.choice(running)
+            with transaction.atomic(using=self.db.alias), self.cursor() as c:
+                assert self.dialect.job_fail(
+                    c,
+                    job_id=job_id,
+                    attempts=attempts,
+                    now_ms=self.clock,
+                    expires_ms=self.expires(),
+                    error="boom",
+                    owner=owner,
+                )
+
+    def op_retry(self) -> None:
+        running = self.running()
+        if running:
+            job_id, attempts, owner = self.rng.choice(running)
+            with transaction.atomic(using=self.db.alias), self.cursor() as c:
+                assert self.dialect.job_retry(
+                    c,
+                    job_id=job_id,
+                    attempts=attempts,
+                    now_ms=self.clock,
+                    run_at_ms=self.clock + self.rng.choice([0, 1000, 60_000]),
+                    error="again",
+                    retry_policy=None,
+                    owner=owner,
+                )
+
+    def op_stale_finish(self) -> None:
+        """A finish with a lost lease changes nothing."""
+        running = self.running()
+        if running:
+            job_id, attempts, _ = self.rng.choice(running)
+            with transaction.atomic(using=self.db.alias), self.cursor() as c:
+                assert not self.dialect.job_complete(
+                    c,
+                    job_id=job_id,
+                    owner="intruder",
+                    attempts=attempts,
+                    now_ms=self.clock,
+                    expires_ms=self.expires(),
+                )
+
+    def op_rescue(self) -> None:
+        """The rescuer fails or requeues a running job whose lease expired."""
+        running = self.running()
+        if running:
+            job_id, attempts, _ = self.rng.choice(running)
+            later_than_lease = self.clock + 60_000
+            with transaction.atomic(using=self.db.alias), self.cursor() as c:
+                if self.rng.random() < 0.5:
+                    self.dialect.job_fail(
+                        c,
+                        job_id=job_id,
+                        attempts=attempts,
+                        now_ms=self.clock,
+                        expires_ms=self.expires(),
+                        error="stuck",
+                        expired_before_ms=later_than_lease,
+                    )
+                else:
+                    self.dialect.job_retry(
+                        c,
+                        job_id=job_id,
+                        attempts=attempts,
+                        now_ms=self.clock,
+                        run_at_ms=self.clock,
+                        error="stuck",
+                        retry_policy=None,
+                        expired_before_ms=later_than_lease,
+                    )
+
+    def op_promote(self) -> None:
+        with transaction.atomic(using=self.db.alias), self.cursor() as c:
+            self.dialect.job_promote_due(
+                c,
+                namespace=self.namespace,
+                now_ms=self.clock + self.rng.choice([0, 60_000, 3 * 3_600_000]),
+                limit=self.rng.randint(1, 20),
+            )
+
+    def op_prune(self) -> None:
+        with transaction.atomic(using=self.db.alias), self.cursor() as c:
+            self.dialect.job_prune(
+                c,
+                namespace=self.namespace,
+                now_ms=self.clock + self.rng.choice([0, 2 * DAY_MS]),
+                limit=self.rng.randint(1, 20),
+            )
+
+    def op_orphans(self) -> None:
+        with transaction.atomic(using=self.db.alias), self.cursor() as c:
+            for job_id, parent_stage in self.dialect.job_orphans(
+                c, namespace=self.namespace, limit=10
+            ):
+                self.dialect.job_resolve_orphan(
+                    c,
+                    job_id=job_id,
+                    parent_stage=parent_stage,
+                    now_ms=self.clock,
+                    expires_ms=self.expires(),
+                )
+
+    def op_delete(self) -> None:
+        ids = self.ids()
+        if not ids:
+            return
+        victims = self.rng.sample(ids, min(len(ids), self.rng.randint(1, 4)))
+        if self.rng.random() < 0.5:
+            with self.cursor() as c:
+                for job_id in victims:
+                    c.execute("DELETE FROM later_job WHERE id = %s", [job_id])
+        else:
+            Job.objects.using(self.db.alias).filter(id__in=victims).delete()
+
+    def op_rolled_back(self) -> None:
+        """A few operations in a transaction that rolls back count for nothing."""
+        before = later.stage_counts()
+        with pytest.raises(Rollback), transaction.atomic(using=self.db.alias):
+            for _ in range(self.rng.randint(1, 4)):
+                self.rng.choice(self.simple_ops)()
+            raise Rollback
+        assert later.stage_counts() == before
+
+    @property
+    def simple_ops(self):  # type: ignore[no-untyped-def]
+        return [
+            self.op_enqueue,
+            self.op_enqueue_many,
+            self.op_enqueue_delayed,
+            self.op_cancel,
+            self.op_claim,
+            self.op_complete,
+            self.op_fail,
+            self.op_promote,
+            self.op_prune,
+            self.op_delete,
+        ]
+
+    def compact(self) -> None:
+        with transaction.atomic(using=self.db.alias), self.cursor() as c:
+            c.execute(
+                "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
+            )
+            rows_before = int(c.fetchone()[0])
+            folded = self.dialect.counter_compact(c, namespace=self.namespace)
+            c.execute(
+                "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
+            )
+            rows_after = int(c.fetchone()[0])
+        # PostgreSQL folds its delta rows into one per stage; SQLite has one already.
+        assert folded == (rows_before if rows_before > len(Stage) else 0)
+        assert rows_after <= len(Stage)
+        self.compactions.append(folded)
+
+    def step(self) -> str:
+        namespace = self.rng.choice(NAMESPACES)
+        self.clock += self.rng.randint(0, 5_000)
+        weighted = [
+            (self.op_enqueue, 6),
+            (self.op_enqueue_in, 2),
+            (self.op_enqueue_many, 2),
+            (self.op_enqueue_delayed, 3),
+            (self.op_enqueue_continue, 5),
+            (self.op_cancel, 3),
+            (self.op_claim, 5),
+            (self.op_complete, 3),
+            (self.op_fail, 2),
+            (self.op_retry, 2),
+            (self.op_stale_finish, 1),
+            (self.op_rescue, 1),
+            (self.op_promote, 2),
+            (self.op_prune, 2),
+            (self.op_orphans, 1),
+            (self.op_delete, 2),
+            (self.op_rolled_back, 1),
+        ]
+        op = self.rng.choices([o for o, _ in weighted], [w for _, w in weighted])[0]
+        with self.use(namespace):
+            op()
+        return op.__name__
+
+    # -- the invariant ---------------------------------------------------------
+    def assert_counters_match(self, context: str) -> None:
+        for namespace in NAMESPACES:
+            expected = dict.fromkeys((s.value for s in Stage), 0)
+            for stage, n in self.db.rows(
+                "SELECT stage, COUNT(*) FROM later_job WHERE namespace = %s GROUP BY stage",
+                [namespace],
+            ):
+                expected[str(stage)] = int(n)  # type: ignore[call-overload]
+            with self.use(namespace):
+                assert later.stage_counts() == expected, f"{namespace} after {context}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_stage_counts_equal_count_per_stage_after_random_changes(later_db, settings, seed):
+    """Counters equal COUNT(*) per stage and namespace after every one of a few
+    hundred random enqueues, continuations, cancels, claims, finishes, promotions,
+    prunes, deletes and rolled-back transactions; compaction keeps them equal."""
+    mix = Mix(later_db, settings, seed)
+    seen: set[str] = set()
+    for index in range(OPERATIONS):
+        name = mix.step()
+        seen.add(name)
+        mix.assert_counters_match(f"operation {index} ({name})")
+        if index % 50 == 49:
+            for namespace in NAMESPACES:
+                with mix.use(namespace):
+                    mix.compact()
+            mix.assert_counters_match(f"compaction after operation {index}")
+    # The mix really exercised the interesting paths.
+    assert len(seen) >= 15, sorted(seen)
+    stages = {str(row[0]) for row in later_db.rows("SELECT DISTINCT stage FROM later_job")}
+    history = "".join(str(row[0]) for row in later_db.rows("SELECT history FROM later_job"))
+    assert {"success", "failed", "cancelled", "enqueued"} <= stages
+    assert "waiting@" in history and "requeued@" in history and "delayed@" in history
+    assert len(mix.compactions) == 2 * (OPERATIONS // 50)
+
+
+def test_stage_counts_ignore_other_namespaces(later_db, settings):
+    """Each namespace counts only its own jobs."""
+    base = dict(settings.LATER)
+    later.enqueue(Noop())
+    settings.LATER = {**base, "NAMESPACE": "other"}
+    later.enqueue_many([Noop(), Noop()])
+    later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
+    assert later.stage_counts()["enqueued"] == 2
+    assert later.stage_counts()["delayed"] == 1
+    settings.LATER = base
+    assert later.stage_counts() == {**dict.fromkeys(Stage, 0), "enqueued": 1}

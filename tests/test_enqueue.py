@@ -1,0 +1,577 @@
+"""The enqueue and lookup API on both databases: transactions, validation, bulk,
+continuations, async twins and get_job."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+import later_django as later
+from later_django import codec
+from later_django.clock import now_ms
+from later_django.conf import conf
+from later_django.db import dialect_for
+from later_django.ids import new_job_id
+from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
+
+ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
+DAY_MS = 86_400_000
+
+
+class Rollback(Exception):
+    """Raised inside an atomic block to roll it back."""
+
+
+def _claim(later_db, job_id, *, owner="worker-1"):
+    """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
+    now = now_ms()
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        claimed = dialect_for(later_db.alias).job_claim(
+            c,
+            namespace=conf.namespace,
+            owner=owner,
+            limit=1,
+            now_ms=now,
+            lease_until_ms=now + 30_000,
+        )
+    assert [job.id for job in claimed] == [job_id]
+    return claimed[0]
+
+
+def _complete(later_db, claimed, *, owner="worker-1"):
+    now = now_ms()
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        done = dialect_for(later_db.alias).job_complete(
+            c,
+            job_id=claimed.id,
+            owner=owner,
+            attempts=claimed.attempts,
+            now_ms=now,
+            expires_ms=now + DAY_MS,
+        )
+    assert done
+
+
+def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
+    now = now_ms()
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        failed = dialect_for(later_db.alias).job_fail(
+            c,
+            job_id=claimed.id,
+            attempts=claimed.attempts,
+            now_ms=now,
+            expires_ms=now + DAY_MS,
+            error=error,
+            owner=owner,
+        )
+    assert failed
+
+
+def _retry(later_db, claimed, *, error, owner="worker-1"):
+    now = now_ms()
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        retried = dialect_for(later_db.alias).job_retry(
+            c,
+            job_id=claimed.id,
+            attempts=claimed.attempts,
+            now_ms=now,
+            run_at_ms=now,
+            error=error,
+            retry_policy=None,
+            owner=owner,
+        )
+    assert retried
+
+
+def _promote(later_db):
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        return dialect_for(later_db.alias).job_promote_due(
+            c, namespace=conf.namespace, now_ms=now_ms(), limit=100
+        )
+
+
+# -- 1. transactions ---------------------------------------------------------
+
+
+def test_enqueue_rolled_back_transaction_leaves_no_trace(later_db):
+    """Every enqueue form inside a rolled-back atomic block writes no row and no count."""
+    kept = later.enqueue(Noop(n=0))
+    counts_before = later.stage_counts()
+    with pytest.raises(Rollback), transaction.atomic(using=later_db.alias):
+        inner = [
+            later.enqueue(Noop(n=1)),
+            later.enqueue_in(Noop(n=2)),
+            *later.enqueue_many([Noop(n=3), Noop(n=4)]),
+            later.enqueue_delayed(Noop(n=5), dt.timedelta(hours=1)),
+            later.enqueue_continue(kept, Noop(n=6)),
+        ]
+        assert later_db.job_count() == 7  # visible inside the transaction
+        raise Rollback
+    assert later_db.job_count() == 1
+    assert later.stage_counts() == counts_before
+    assert all(later.get_job(job_id) is None for job_id in inner)
+
+
+def test_enqueue_committed_transaction_is_visible(later_db):
+    """Jobs enqueued in a committed atomic block are enqueued, in get_job and the counts."""
+    with transaction.atomic(using=later_db.alias):
+        first = later.enqueue_in(Noop(n=1))
+        second = later.enqueue(AsyncNoop(n=2))
+    for job_id in (first, second):
+        info = later.get_job(job_id)
+        assert info is not None
+        assert info.stage == later.Stage.ENQUEUED
+    assert later.stage_counts()["enqueued"] == 2
+    assert later_db.stage_of(first) == "enqueued"
+
+
+def test_enqueue_returns_a_lowercase_ulid_job_id(later_db):
+    """enqueue returns a JobId: a 26-character lowercase ULID string."""
+    job_id = later.enqueue(Noop())
+    assert isinstance(job_id, later.JobId)
+    assert ULID.match(job_id)
+
+
+def test_enqueue_in_outside_atomic_raises_transaction_required(later_db):
+    """enqueue_in without an open atomic block raises TransactionRequired, writing nothing."""
+    with pytest.raises(later.TransactionRequired, match=re.escape(later_db.alias)):
+        later.enqueue_in(Noop(n=1))
+    assert later_db.job_count() == 0
+    assert issubclass(later.TransactionRequired, later.LaterError)
+
+
+def test_enqueue_in_atomic_on_another_database_raises_transaction_required(later_db):
+    """An atomic block on a database other than LATER's does not satisfy enqueue_in."""
+    others = [alias for alias in connections if alias != later_db.alias]
+    assert others
+    with pytest.raises(later.TransactionRequired), transaction.atomic(using=others[0]):
+        later.enqueue_in(Noop(n=1))
+    assert later_db.job_count() == 0
+
+
+# -- 2. bad input --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "where", "problem"),
+    [
+        (Order(id=1, items=[Item(name="pen", qty={1, 2})]), "payload.items[0].qty", "set"),
+        (Order(id=1, note=object()), "payload.note", "object"),
+        (Order(id=1, note=dt.datetime(2024, 1, 1)), "payload.note", "naive datetime"),
+        (Noop(n=1 << 64), "payload.n", "64 bits"),
+    ],
+    ids=["set", "object", "naive-datetime", "huge-int"],
+)
+def test_enqueue_unsupported_value_raises_type_error_and_writes_nothing(
+    later_db, payload, where, problem
+):
+    """An unsupported value anywhere in the payload is a TypeError naming its field."""
+    later.enqueue(Noop())
+    with pytest.raises(TypeError) as info:
+        later.enqueue(payload)
+    assert where in str(info.value)
+    assert problem in str(info.value)
+    assert later_db.job_count() == 1
+
+
+def test_enqueue_oversize_payload_raises_payload_too_large(later_db, settings):
+    """A payload above MAX_PAYLOAD_BYTES is refused, naming the limit; nothing is written."""
+    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 100}
+    later.enqueue(Order(id=1, note="x" * 50))  # under the limit
+    with pytest.raises(later.PayloadTooLarge) as info:
+        later.enqueue(Order(id=2, note="x" * 200))
+    assert isinstance(info.value, TypeError)
+    assert isinstance(info.value, ValueError)
+    assert "MAX_PAYLOAD_BYTES" in str(info.value)
+    assert "100" in str(info.value)
+    with pytest.raises(later.PayloadTooLarge):
+        later.enqueue_delayed(Order(id=3, note="x" * 200), dt.timedelta(seconds=1))
+    assert later_db.job_count() == 1
+
+
+def test_enqueue_delayed_at_naive_datetime_raises_value_error(later_db):
+    """A naive datetime for enqueue_delayed_at is refused, naming the argument."""
+    with pytest.raises(ValueError, match=r"when=.*naive datetime"):
+        later.enqueue_delayed_at(Noop(), dt.datetime(2030, 1, 1))
+    with pytest.raises(TypeError, match="when must be a datetime"):
+        later.enqueue_delayed_at(Noop(), "2030-01-01T00:00:00+00:00")
+    assert later_db.job_count() == 0
+
+
+def test_enqueue_continue_unknown_parent_raises_job_not_found(later_db):
+    """A continuation of a job that does not exist raises JobNotFound, writing nothing."""
+    later.enqueue(Noop())
+    missing = new_job_id()
+    with pytest.raises(later.JobNotFound, match=missing):
+        later.enqueue_continue(missing, Noop(n=1))
+    assert later_db.job_count() == 1
+    assert later.stage_counts()["waiting"] == 0
+
+
+def test_enqueue_continue_parent_of_another_namespace_raises_job_not_found(later_db, settings):
+    """A parent in another namespace is unknown to this one."""
+    settings.LATER = {**settings.LATER, "NAMESPACE": "elsewhere"}
+    parent = later.enqueue(Noop())
+    settings.LATER = {**settings.LATER, "NAMESPACE": "default"}
+    with pytest.raises(later.JobNotFound):
+        later.enqueue_continue(parent, Noop(n=1))
+    assert later_db.job_count() == 1
+
+
+def test_enqueue_continue_malformed_parent_raises_value_error(later_db):
+    """A parent that is not a job id raises ValueError naming the argument."""
+    with pytest.raises(ValueError, match="parent="):
+        later.enqueue_continue("not-a-job-id", Noop())
+    assert later_db.job_count() == 0
+
+
+@pytest.mark.parametrize("priority", [-101, 101, 1000])
+def test_enqueue_priority_out_of_range_raises_value_error(later_db, priority):
+    """Every enqueue form refuses a priority outside -100..100, writing nothing."""
+    parent = later.enqueue(Noop())
+    calls = [
+        lambda: later.enqueue(Noop(), priority=priority),
+        lambda: later.enqueue_many([Noop(), Noop()], priority=priority),
+        lambda: later.enqueue_delayed(Noop(), dt.timedelta(seconds=1), priority=priority),
+        lambda: later.enqueue_delayed_at(Noop(), dt.datetime.now(dt.UTC), priority=priority),
+        lambda: later.enqueue_continue(parent, Noop(), priority=priority),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=rf"priority={priority} is out of range.*-100\.\.100"):
+            call()
+    assert later_db.job_count() == 1
+
+
+def test_enqueue_priority_bounds_are_accepted(later_db):
+    """Priorities -100 and 100 are stored as given."""
+    low = later.enqueue(Noop(), priority=-100)
+    high = later.enqueue(Noop(), priority=100)
+    assert later.get_job(low).priority == -100
+    assert later.get_job(high).priority == 100
+
+
+@pytest.mark.parametrize("priority", [True, 1.5, "1"], ids=repr)
+def test_enqueue_priority_of_wrong_type_raises_type_error(later_db, priority):
+    """A priority that is not an int is a TypeError naming the argument."""
+    with pytest.raises(TypeError, match="priority must be an int"):
+        later.enqueue(Noop(), priority=priority)
+    assert later_db.job_count() == 0
+
+
+def test_enqueue_delayed_negative_delay_raises_value_error(later_db):
+    """A negative delay is refused, naming the argument; nothing is written."""
+    with pytest.raises(ValueError, match="delay=.* is negative"):
+        later.enqueue_delayed(Noop(), dt.timedelta(seconds=-1))
+    with pytest.raises(TypeError, match="delay must be a datetime.timedelta"):
+        later.enqueue_delayed(Noop(), 5)
+    assert later_db.job_count() == 0
+
+
+def test_enqueue_delayed_zero_delay_and_past_time_are_ready_at_once(later_db):
+    """A zero delay or a time in the past makes the job enqueued, not delayed."""
+    zero = later.enqueue_delayed(Noop(), dt.timedelta(0))
+    past = later.enqueue_delayed_at(Noop(), dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    future = later.enqueue_delayed_at(Noop(), dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    assert later_db.stage_of(zero) == "enqueued"
+    assert later_db.stage_of(past) == "enqueued"
+    assert later_db.stage_of(future) == "delayed"
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (Order(id=1, note={1, 2}), TypeError, "payload.note"),
+        (Order(id=1, note="x" * 500), later.PayloadTooLarge, "MAX_PAYLOAD_BYTES"),
+        (object(), TypeError, "object"),
+        ("not a dataclass", TypeError, "str"),
+    ],
+    ids=["unsupported-value", "too-large", "unregistered-object", "str"],
+)
+def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, error, message):
+    """One bad payload among good ones refuses the whole batch."""
+    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    payloads = [Noop(n=1), Order(id=2), bad, Noop(n=4)]
+    with pytest.raises(error, match=message):
+        later.enqueue_many(payloads)
+    assert later_db.job_count() == 0
+    assert later.stage_counts()["enqueued"] == 0
+
+
+def test_enqueue_many_of_nothing_writes_nothing(later_db):
+    """An empty batch returns no ids and writes nothing."""
+    assert later.enqueue_many([]) == []
+    assert later_db.job_count() == 0
+
+
+# -- 4. bulk ---------------------------------------------------------------------
+
+
+def test_enqueue_many_writes_ten_thousand_jobs_in_batches(later_db):
+    """10,000 payloads: ids in payload order, all rows present, batched INSERTs."""
+    payloads = [Noop(n=i) for i in range(10_000)]
+    with CaptureQueriesContext(connections[later_db.alias]) as queries:
+        ids = later.enqueue_many(payloads)
+    inserts = [
+        q
+        for q in queries.captured_queries
+        if q["sql"].lstrip().upper().startswith("INSERT INTO LATER_JOB")
+    ]
+    assert 1 <= len(inserts) <= 30
+    assert len(ids) == 10_000
+    assert len(set(ids)) == 10_000
+    assert all(isinstance(job_id, later.JobId) for job_id in ids)
+    stored = dict(later_db.rows("SELECT id, payload FROM later_job"))
+    assert set(stored) == set(ids)
+    assert [codec.decode(bytes(stored[job_id]), Noop).n for job_id in ids] == list(range(10_000))
+    assert later.stage_counts()["enqueued"] == 10_000
+
+
+# -- 6. continuations ------------------------------------------------------------
+
+
+def test_enqueue_continue_of_succeeded_parent_is_enqueued(later_db):
+    """A child of a parent that already succeeded is ready at once."""
+    parent = later.enqueue(Noop(), priority=100)
+    _complete(later_db, _claim(later_db, parent))
+    child = later.enqueue_continue(parent, Noop(n=1))
+    info = later.get_job(child)
+    assert info.stage == "enqueued"
+    assert info.parent_id == parent
+    assert info.last_error is None
+
+
+@pytest.mark.parametrize("how", ["failed", "cancelled"])
+def test_enqueue_continue_of_failed_or_cancelled_parent_is_failed(later_db, how):
+    """A child of a failed or cancelled parent is stored failed with 'parent failed'."""
+    parent = later.enqueue(Noop(), priority=100)
+    if how == "failed":
+        _fail(later_db, _claim(later_db, parent))
+    else:
+        assert later.cancel(parent)
+    assert later_db.stage_of(parent) == how
+    child = later.enqueue_continue(parent, Noop(n=1))
+    info = later.get_job(child)
+    assert info.stage == "failed"
+    assert info.last_error == "parent failed"
+    assert info.finished_at is not None and info.expires_at is not None
+    assert later.stage_counts()["failed"] == (2 if how == "failed" else 1)
+
+
+@pytest.mark.parametrize("parent_stage", ["enqueued", "running", "delayed", "requeued"])
+def test_enqueue_continue_of_unfinished_parent_is_waiting(later_db, parent_stage):
+    """A child of a parent that has not finished waits for it."""
+    if parent_stage == "delayed":
+        parent = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
+    else:
+        parent = later.enqueue(Noop(), priority=100)
+    if parent_stage in ("running", "requeued"):
+        claimed = _claim(later_db, parent)
+        if parent_stage == "requeued":
+            _retry(later_db, claimed, error="try again")
+    assert later_db.stage_of(parent) == parent_stage
+    child = later.enqueue_continue(parent, Noop(n=1))
+    assert later.get_job(child).stage == "waiting"
+    assert later.stage_counts()["waiting"] == 1
+
+
+def test_enqueue_continue_child_is_released_when_parent_completes(later_db):
+    """Completing the parent enqueues its waiting child; the grandchild keeps waiting."""
+    parent = later.enqueue(Noop(), priority=100)
+    claimed = _claim(later_db, parent)
+    child = later.enqueue_continue(parent, Noop(n=1))
+    grandchild = later.enqueue_continue(child, Noop(n=2))
+    assert later_db.stage_of(child) == "waiting"
+    _complete(later_db, claimed)
+    assert later_db.stage_of(parent) == "success"
+    assert later_db.stage_of(child) == "enqueued"
+    assert later_db.stage_of(grandchild) == "waiting"
+    assert [change.stage for change in later.get_job(child).history] == ["waiting", "enqueued"]
+    assert later.stage_counts() == {
+        **dict.fromkeys(later.Stage, 0),
+        "success": 1,
+        "enqueued": 1,
+        "waiting": 1,
+    }
+
+
+def test_enqueue_continue_children_fail_when_parent_is_cancelled(later_db):
+    """Cancelling a parent fails its waiting children and grandchildren."""
+    parent = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
+    children = [later.enqueue_continue(parent, Noop(n=i)) for i in range(2)]
+    grandchild = later.enqueue_continue(children[0], Noop(n=9))
+    bystander = later.enqueue(Noop(n=10))
+    assert later.cancel(parent)
+    assert later_db.stage_of(parent) == "cancelled"
+    for job_id in [*children, grandchild]:
+        info = later.get_job(job_id)
+        assert info.stage == "failed"
+        assert info.last_error == "parent failed"
+    assert later_db.stage_of(bystander) == "enqueued"
+    assert later.stage_counts() == {
+        **dict.fromkeys(later.Stage, 0),
+        "cancelled": 1,
+        "failed": 3,
+        "enqueued": 1,
+    }
+
+
+def test_enqueue_continue_children_fail_when_parent_fails(later_db):
+    """A parent failing terminally fails its waiting descendants with 'parent failed'."""
+    parent = later.enqueue(Noop(), priority=100)
+    claimed = _claim(later_db, parent)
+    child = later.enqueue_continue(parent, Noop(n=1))
+    grandchild = later.enqueue_continue(child, Noop(n=2))
+    _fail(later_db, claimed, error="handler exploded")
+    assert later.get_job(parent).last_error == "handler exploded"
+    assert later.get_job(child).last_error == "parent failed"
+    assert later.get_job(grandchild).last_error == "parent failed"
+    assert later.stage_counts()["failed"] == 3
+
+
+def test_cancel_refuses_running_and_finished_jobs(later_db):
+    """cancel returns False and changes nothing for running, finished or unknown jobs."""
+    running = later.enqueue(Noop(), priority=100)
+    _claim(later_db, running)
+    done = later.enqueue(Noop(), priority=100)
+    _complete(later_db, _claim(later_db, done, owner="worker-2"), owner="worker-2")
+    counts = later.stage_counts()
+    assert later.cancel(running) is False
+    assert later.cancel(done) is False
+    assert later.cancel(new_job_id()) is False
+    assert later.stage_counts() == counts
+    assert later_db.stage_of(running) == "running"
+
+
+# -- 9. async twins --------------------------------------------------------------
+
+
+def test_async_twins_enqueue_read_and_cancel(later_db):
+    """aenqueue, aenqueue_many, aenqueue_delayed(_at), aenqueue_continue, aget_job,
+    astage_counts and acancel behave like their sync twins."""
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        try:
+            seen["first"] = await later.aenqueue(AsyncNoop(n=1), priority=5)
+            seen["many"] = await later.aenqueue_many([Noop(n=2), Noop(n=3)])
+            delayed = await later.aenqueue_delayed(Noop(n=4), dt.timedelta(hours=1))
+            seen["at"] = await later.aenqueue_delayed_at(
+                Noop(n=5), dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+            )
+            child = await later.aenqueue_continue(delayed, Noop(n=6))
+            with pytest.raises(later.TransactionRequired):
+                await later.aenqueue_in(Noop(n=7))
+            with pytest.raises(later.JobNotFound):
+                await later.aenqueue_continue(new_job_id(), Noop(n=8))
+            seen["info"] = await later.aget_job(seen["first"])
+            seen["missing"] = await later.aget_job(new_job_id())
+            seen["counts_before"] = await later.astage_counts()
+            seen["cancelled"] = await later.acancel(delayed)
+            seen["cancelled_again"] = await later.acancel(delayed)
+            seen["counts_after"] = await later.astage_counts()
+            seen["child"] = await later.aget_job(child)
+        finally:
+            # The async twins ran on asgiref's worker thread: close its connections.
+            await sync_to_async(connections.close_all)()
+
+    asyncio.run(scenario())
+    assert len(seen["many"]) == 2 and all(ULID.match(job_id) for job_id in seen["many"])
+    info = seen["info"]
+    assert info.id == seen["first"] and info.stage == "enqueued" and info.priority == 5
+    assert info.type_name == "tests.jobapp.jobs.AsyncNoop"
+    assert seen["missing"] is None
+    before = seen["counts_before"]
+    assert (before["enqueued"], before["delayed"], before["waiting"]) == (3, 2, 1)
+    assert seen["cancelled"] is True and seen["cancelled_again"] is False
+    after = seen["counts_after"]
+    assert (after["cancelled"], after["delayed"], after["failed"]) == (1, 1, 1)
+    assert seen["child"].stage == "failed" and seen["child"].last_error == "parent failed"
+    assert later_db.stage_of(seen["at"]) == "delayed"
+    assert later_db.job_count() == 6
+
+
+# -- 10. get_job -----------------------------------------------------------------
+
+
+def test_get_job_reports_history_attempts_and_last_error(later_db):
+    """get_job returns every stage change with aware times, attempts and the last error."""
+    before = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    job_id = later.enqueue(Noop(), priority=100)
+    _retry(later_db, _claim(later_db, job_id), error="first failure")
+    assert _promote(later_db) == 1
+    _fail(later_db, _claim(later_db, job_id), error="second failure")
+    after = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)
+
+    info = later.get_job(job_id)
+    assert info.id == job_id
+    assert info.type_name == "tests.jobapp.jobs.Noop"
+    assert info.stage == "failed"
+    assert info.attempts == 2
+    assert info.last_error == "second failure"
+    assert info.parent_id is None
+    assert [change.stage for change in info.history] == [
+        "enqueued",
+        "running",
+        "requeued",
+        "enqueued",
+        "running",
+        "failed",
+    ]
+    times = [change.at for change in info.history]
+    assert all(isinstance(change, later.StageChange) for change in info.history)
+    assert all(at.tzinfo is not None and at.utcoffset() == dt.timedelta(0) for at in times)
+    assert times == sorted(times)
+    assert before <= times[0] and times[-1] <= after
+    for moment in (info.created_at, info.run_at, info.started_at, info.finished_at):
+        assert moment is not None and moment.tzinfo is not None
+    assert info.expires_at > info.finished_at
+
+
+def test_get_job_reports_parent_of_a_continuation(later_db):
+    """A continuation's JobInfo names its parent; a plain job has none."""
+    parent = later.enqueue(Noop())
+    child = later.enqueue_continue(parent, Order(id=1))
+    info = later.get_job(child)
+    assert info.parent_id == parent
+    assert isinstance(info.parent_id, later.JobId)
+    assert info.type_name == "tests.jobapp.jobs.Order"
+    assert info.attempts == 0 and info.last_error is None and info.started_at is None
+    assert [change.stage for change in info.history] == ["waiting"]
+
+
+def test_get_job_of_unknown_id_returns_none(later_db, settings):
+    """An id that was never enqueued, or was enqueued in another namespace, gives None."""
+    later.enqueue(Noop())
+    assert later.get_job(new_job_id()) is None
+    base = dict(settings.LATER)
+    settings.LATER = {**base, "NAMESPACE": "elsewhere"}
+    foreign = later.enqueue(Noop())
+    assert later.get_job(foreign) is not None
+    settings.LATER = base
+    assert later.get_job(foreign) is None
+
+
+def test_get_job_accepts_an_uppercase_id(later_db):
+    """Ids are case-insensitive, like ULIDs."""
+    job_id = later.enqueue(Noop())
+    assert later.get_job(job_id.upper()).id == job_id
+
+
+@pytest.mark.parametrize("bad", ["", "nope", "0" * 25, "u" * 26, "0" * 27], ids=repr)
+def test_get_job_of_malformed_id_raises_value_error(later_db, bad):
+    """A string that cannot be a job id raises ValueError naming the argument."""
+    with pytest.raises(ValueError, match="job_id=.* is not a job id"):
+        later.get_job(bad)
+
+
+def test_stage_counts_lists_every_stage(later_db):
+    """stage_counts has a key for every stage, zero where there are no jobs."""
+    assert later.stage_counts() == dict.fromkeys(later.Stage, 0)
+    later.enqueue(Noop())
+    assert later.stage_counts() == {**dict.fromkeys(later.Stage, 0), "enqueued": 1}

@@ -1,0 +1,120 @@
+"""``manage.py later_migrate``: idempotent, restores triggers, guards topic partitions."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connections
+
+import later_django as later
+from later_django.db import dialect_for
+from tests.jobapp.jobs import Noop
+
+DROP_TRIGGER = {"sqlite": "DROP TRIGGER {name}", "postgresql": "DROP TRIGGER {name} ON later_job"}
+
+
+def later_migrate() -> str:
+    out = StringIO()
+    call_command("later_migrate", stdout=out)
+    return out.getvalue()
+
+
+def installed(later_db) -> set[str]:
+    with connections[later_db.alias].cursor() as cursor:
+        return dialect_for(later_db.alias).installed_objects(cursor)
+
+
+def snapshot(later_db) -> dict[str, object]:
+    """Everything later_migrate may change, as plain values."""
+    return {
+        "topics": later_db.rows("SELECT name, partitions FROM later_topic ORDER BY name"),
+        "triggers": installed(later_db),
+        "jobs": later_db.rows("SELECT id, stage, history FROM later_job ORDER BY id"),
+        "counts": later.stage_counts(),
+        "migrations": later_db.rows(
+            "SELECT name FROM django_migrations WHERE app = 'later_django' ORDER BY name"
+        ),
+    }
+
+
+def e015(later_db) -> list[object]:
+    return [m for m in run_checks(databases=[later_db.alias]) if m.id == "later.E015"]
+
+
+def test_later_migrate_second_run_has_nothing_to_do(later_db, settings):
+    """The first run registers the topics; the second prints 'nothing to do' and
+    changes nothing."""
+    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 4, "events": 2}}
+    later.enqueue(Noop())
+    first = later_migrate()
+    assert "registered topic orders with 4 partitions" in first
+    assert "registered topic events with 2 partitions" in first
+    before = snapshot(later_db)
+    assert before["topics"] == [("events", 2), ("orders", 4)]
+    second = later_migrate()
+    assert "nothing to do" in second
+    assert later_db.alias in second
+    assert "registered" not in second
+    assert snapshot(later_db) == before
+
+
+def test_later_migrate_reinstalls_a_missing_trigger(later_db):
+    """A dropped counter trigger is installed again, and counting resumes."""
+    dialect = dialect_for(later_db.alias)
+    names = sorted(installed(later_db))
+    victim = next(name for name in names if "insert" in name)
+
+    def reinstall() -> None:
+        with connections[later_db.alias].cursor() as cursor:
+            dialect.install(cursor)
+
+    with connections[later_db.alias].cursor() as cursor:
+        cursor.execute(DROP_TRIGGER[later_db.vendor].format(name=victim))
+    try:
+        assert victim not in installed(later_db)
+        output = later_migrate()
+        assert f"installed trigger {victim}" in output
+        assert installed(later_db) == set(names)
+        later.enqueue(Noop())
+        assert later.stage_counts()["enqueued"] == 1
+        assert "nothing to do" in later_migrate()
+    finally:
+        reinstall()
+
+
+def test_later_migrate_refuses_a_changed_partition_count(later_db, settings):
+    """Changing a registered topic's partitions is a CommandError and check later.E015;
+    nothing is registered meanwhile."""
+    base = {**settings.LATER}
+    settings.LATER = {**base, "TOPICS": {"orders": 4}}
+    later_migrate()
+    assert e015(later_db) == []
+
+    settings.LATER = {**base, "TOPICS": {"orders": 8, "events": 2}}
+    with pytest.raises(CommandError) as info:
+        later_migrate()
+    message = str(info.value)
+    assert "'orders'" in message and "4" in message and "8" in message
+    assert later_db.rows("SELECT name, partitions FROM later_topic") == [("orders", 4)]
+
+    (error,) = e015(later_db)
+    assert "'orders'" in error.msg
+    assert "8 partitions" in error.msg and "registered with 4" in error.msg
+    assert "LATER['TOPICS']['orders'] = 4" in error.hint
+
+    settings.LATER = {**base, "TOPICS": {"orders": 4}}
+    assert e015(later_db) == []
+    assert "nothing to do" in later_migrate()
+
+
+def test_checks_skip_stored_topics_unless_the_database_is_checked(later_db, settings):
+    """E015 needs database access, so it only runs when the LATER database is checked."""
+    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 4}}
+    later_migrate()
+    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 5}}
+    assert [m.id for m in run_checks() if m.id == "later.E015"] == []
+    assert len(e015(later_db)) == 1
