@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, OperationalError, connections, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -39,6 +39,11 @@ class Store:
         # The Django connection each pool thread opened, closed by close().
         self._opened: dict[threading.Thread, BaseDatabaseWrapper] = {}
         self._opened_lock = threading.Lock()
+        # Bumped when a call finds its connection dead (a database restart, a
+        # killed backend): every pool thread then drops the connection it held
+        # before, instead of each failing once more on its own stale one.
+        self._generation = 0
+        self._seen = threading.local()
 
     async def run(
         self,
@@ -89,6 +94,10 @@ class Store:
             if not connection.is_usable():
                 connection.close()
             connection.errors_occurred = False
+        seen = getattr(self._seen, "generation", self._generation)
+        if seen < self._generation and connection.connection is not None:
+            connection.close()  # opened before another thread found the database gone
+        self._seen.generation = self._generation
         try:
             if atomic:
                 with transaction.atomic(using=self.alias), connection.cursor() as cursor:
@@ -99,6 +108,11 @@ class Store:
             # Django flagged errors_occurred; the next call checks the connection.
             if isinstance(exc, OperationalError) and _is_busy(exc):
                 raise LaterBusy(str(exc)) from exc
+            if isinstance(exc, OperationalError | InterfaceError) and (
+                connection.connection is None or not connection.is_usable()
+            ):
+                self._generation += 1
+                self._seen.generation = self._generation
             raise
 
 

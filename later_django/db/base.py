@@ -55,6 +55,29 @@ UPDATE later_job SET stage = 'success', changed_ms = %s, finished_ms = %s,
 WHERE id = %s AND stage = 'running' AND {fence}
 """
 
+# Many successes in one statement: each row is fenced by its own attempt.
+JOB_COMPLETE_MANY_SQL: Final = """
+UPDATE later_job SET stage = 'success', changed_ms = %s, finished_ms = %s,
+    expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
+    history = history || %s
+WHERE (id, attempts) IN (VALUES {pairs}) AND stage = 'running' AND lease_owner = %s
+RETURNING id
+"""
+
+JOB_RELEASE_CHILDREN_OF_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = %s, run_at_ms = %s,
+    history = history || %s
+WHERE parent_id IN ({ids}) AND stage = 'waiting'
+"""
+
+# Gives back a job that was claimed but never started (its worker went away
+# first), as if the claim had not happened.
+JOB_UNCLAIM_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = %s, attempts = attempts - 1,
+    lease_owner = NULL, lease_expires_ms = NULL, history = history || %s
+WHERE id = %s AND attempts = %s AND stage = 'running' AND lease_owner = %s
+"""
+
 JOB_RETRY_SQL: Final = """
 UPDATE later_job SET stage = 'requeued', changed_ms = %s, run_at_ms = %s,
     last_error = %s, retry_policy = COALESCE(%s, retry_policy),
@@ -222,6 +245,37 @@ class Dialect:
             [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id],
         )
         return True
+
+    def job_complete_many(
+        self, cursor: CursorWrapper, *, owner: str, jobs: Sequence[tuple[str, int]],
+        now_ms: int, expires_ms: int,
+    ) -> list[str]:
+        """Mark each (id, attempts) that ``owner`` still holds as succeeded and
+        release their continuations; return the ids that were completed."""
+        if not jobs:
+            return []
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), [*params, owner])
+        done = [str(row[0]) for row in cursor.fetchall()]
+        if done:
+            ids = ", ".join(["%s"] * len(done))
+            cursor.execute(
+                JOB_RELEASE_CHILDREN_OF_SQL.format(ids=ids),
+                [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), *done],
+            )
+        return done
+
+    def job_unclaim(
+        self, cursor: CursorWrapper, *, job_id: str, attempts: int, owner: str, now_ms: int
+    ) -> bool:
+        cursor.execute(
+            JOB_UNCLAIM_SQL,
+            [now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id, attempts, owner],
+        )
+        return bool(cursor.rowcount == 1)
 
     def job_retry(
         self, cursor: CursorWrapper, *, job_id: str, attempts: int, now_ms: int,

@@ -367,16 +367,52 @@ class Server:
             ids = [slot.current_job for slot in self.slots if slot.current_job]
             if not ids:
                 continue
-            until = now_ms() + self.lease_ms
             try:
-                await self.store.run(
-                    self._service_pool,
-                    lambda d, c: d.job_renew(c, owner=self.server_id, job_ids=ids,
-                                             lease_until_ms=until),
+                held = await self.store.run(
+                    self._service_pool, lambda d, c, ids=ids: self._renew_op(d, c, ids)
                 )
+                if held < len(ids):
+                    await self._release_lost_leases(ids)
             except Exception as exc:  # noqa: BLE001  next renewal retries
                 logger.error("could not renew %d leases: %s", len(ids), exc,
                              extra={"action": "renew_error"})
+
+    def _renew_op(self, dialect: Any, cursor: Any, ids: list[str]) -> int:
+        # The clock is read in the database thread, just before the statement.
+        return int(dialect.job_renew(cursor, owner=self.server_id, job_ids=ids,
+                                     lease_until_ms=now_ms() + self.lease_ms))
+
+    async def _release_lost_leases(self, ids: list[str]) -> None:
+        """Free the workers whose handler runs a job this server no longer holds.
+
+        A lease is lost while its handler runs when this process stood still,
+        or could not renew, for longer than LEASE_DURATION: another server has
+        recovered the job. The handler is not stopped (its outcome will be
+        discarded), but it stops holding one of this process's workers: a new
+        worker takes its place, so handlers that never return cannot pile up
+        until the process runs nothing."""
+        lease_s = self.lease_ms / 1000
+        for job_id in ids:
+            slot = next((s for s in self.slots if s.current_job == job_id), None)
+            # A lease cannot be taken over sooner than LEASE_DURATION after the
+            # claim; a younger job missing from the renewal just finished.
+            if (slot is None or slot.stopping or slot.busy_since is None
+                    or time.monotonic() - slot.busy_since < lease_s):
+                continue
+            held = await self.store.run(
+                self._service_pool, lambda d, c, job_id=job_id: self._renew_op(d, c, [job_id])
+            )
+            if held or slot.current_job != job_id or slot not in self.slots:
+                continue
+            slot.stopping = True  # it exits once its handler returns
+            new = self.replace_worker(slot)
+            logger.warning(
+                "job %s lost its lease while its handler ran on worker %d (this process "
+                "stood still or could not renew it for LEASE_DURATION); another server has "
+                "recovered it. The handler goes on and its outcome will be discarded; "
+                "worker %d takes its place.", job_id, slot.id, new.id,
+                extra={"action": "lease_lost_running", "job_id": job_id},
+            )
 
     async def ready_backlog(self) -> int:
         """Jobs ready to run now in this namespace, read from the counters."""

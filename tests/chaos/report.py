@@ -20,6 +20,7 @@ Definitions (docs/chaos.md):
 from __future__ import annotations
 
 import bisect
+import datetime as dt
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -44,14 +45,20 @@ TERMINAL = {"success", "failed", "cancelled"}
 DB_FAULTS = {"pg_restart", "pg_terminate", "sqlite_lock"}
 HANG_KINDS = {"hang", "ahang"}
 MAX_DETAILS = 20
+RELEASE_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*?job (\w{26}) lost its lease while "
+    r"its handler ran",
+    re.MULTILINE,
+)
 LOG_PATTERNS = {
     "stuck jobs recovered": "recovered stuck job",
     "outcomes discarded (lease lost)": "after its lease was taken over",
     "hung handlers reported": "its handler may be hung",
+    "workers given back after a lost lease": "lost its lease while its handler ran",
     "hung workers replaced": "looks hung",
     "claim errors": "could not claim",
     "finish errors": "could not store the outcome",
-    "renew errors": "could not renew",
+    "renew errors": " leases: ",
     "heartbeat errors": "heartbeat failed",
     "maintenance step errors": "maintenance step",
     "maintenance restarts": "restarting it",
@@ -202,19 +209,31 @@ def analyse(
         twice = [a for a, k in attempts.items() if k > 1]
         if twice:
             same_attempt.append({"job_id": job_id, "attempts": twice})
-        for prev, cur in zip(job_runs, job_runs[1:], strict=False):
+        # In claim order (the attempt is the lease's epoch), not start order: a
+        # process paused between its claim and its handler's first line starts
+        # the handler after the job was already recovered and run elsewhere.
+        by_attempt = sorted(job_runs, key=lambda r: (r.attempt, r.start))
+        row = rows.get(job_id)
+        claims = [at for stage, at in _hist(row.history) if stage == "running"] if row else []
+        for prev, cur in zip(by_attempt, by_attempt[1:], strict=False):
             if prev.outcome == "raise":
                 continue
+            claimed = claims[prev.attempt - 1] if 0 < prev.attempt <= len(claims) else prev.start
+            until = max(cur.start, claims[cur.attempt - 1] if cur.attempt <= len(claims) else 0)
             explained = next(
                 (
                     f
                     for f in faults_by_pid.get(prev.pid, [])
-                    if prev.start - 0.01 <= f.start <= cur.start
+                    if min(claimed, prev.start) - 0.05 <= f.start <= until
                 ),
                 None,
             )
-            if prev.end is not None and prev.end > cur.start:
-                overlapping += 1  # a paused run that went on after it was resumed
+            if (
+                prev.end is not None
+                and cur.end is not None
+                and max(prev.start, cur.start) < min(prev.end, cur.end)
+            ):
+                overlapping += 1  # both ran at once: a paused run went on after SIGCONT
             entry = {
                 "job_id": job_id,
                 "kind": cur.kind,
@@ -283,17 +302,39 @@ def analyse(
     runs_by_pid: dict[int, list[float]] = defaultdict(list)
     for run in runs:
         runs_by_pid[run.pid].append(run.start)
-    hang_starts: dict[int, list[float]] = defaultdict(list)
-    for run in runs:
-        if run.kind in HANG_KINDS:
-            hang_starts[run.pid].append(run.start)
+    logs = {
+        life.pid: (life.log.read_text(errors="replace") if life.log.exists() else "")
+        for life in lives
+    }
+    all_logs = "\n".join(logs.values())
+    hang_runs = [run for run in runs if run.kind in HANG_KINDS]
+    life_of = {life.pid: life for life in lives}
+    # A hung handler holds its worker until its process ends, or until the
+    # process notices the job's lease was lost and gives the worker back.
+    releases: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for pid, text in logs.items():
+        for match in RELEASE_LINE.finditer(text):
+            at = dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").timestamp()
+            releases[(pid, match[3])].append(at + int(match[2]) / 1000)
+    holds: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for run in hang_runs:
+        life = life_of.get(run.pid)
+        held_until = (life.ended or end_time) if life else end_time
+        for at in releases.get((run.pid, run.job_id), []):
+            if at >= run.start - 1:
+                held_until = min(held_until, at)
+        holds[run.pid].append((run.start, held_until))
+
+    def hung_workers(pid: int, at: float) -> int:
+        return sum(1 for start, until in holds.get(pid, []) if start <= at < until)
 
     def all_slots_hung(pid: int, at: float) -> bool:
         """Every worker of the process runs a handler that never returns."""
-        return sum(1 for s in hang_starts.get(pid, []) if s <= at) >= workers
+        return hung_workers(pid, at) >= workers
 
     not_recovered: list[dict[str, Any]] = []
     recover_max = 0.0
+    slowest: dict[str, Any] = {}
     checked = 0
     for fault in faults:
         if fault.kind not in DB_FAULTS:
@@ -312,22 +353,17 @@ def analyse(
             pid_starts = runs_by_pid.get(life.pid, [])
             k = bisect.bisect_right(pid_starts, fault.end)
             if k < len(pid_starts) and pid_starts[k] <= life_end:
-                recover_max = max(recover_max, pid_starts[k] - fault.end)
+                if pid_starts[k] - fault.end > recover_max:
+                    recover_max = pid_starts[k] - fault.end
+                    slowest = {"fault": fault.index, "kind": fault.kind, "pid": life.pid}
             else:
                 not_recovered.append({"fault": fault.index, "kind": fault.kind, "pid": life.pid})
     for item in not_recovered:
         violations.append(f"worker {item['pid']} ran no job after {item['kind']} #{item['fault']}")
 
     # -- hung handlers -----------------------------------------------------------------------
-    logs = {
-        life.pid: (life.log.read_text(errors="replace") if life.log.exists() else "")
-        for life in lives
-    }
-    all_logs = "\n".join(logs.values())
     hang_jobs = [job for job in planned if job.kind in HANG_KINDS]
     reported = [job for job in hang_jobs if f"job {job.job_id} has been running for" in all_logs]
-    hang_runs = [run for run in runs if run.kind in HANG_KINDS]
-    life_of = {life.pid: life for life in lives}
     held_process: list[dict[str, Any]] = []
     for run in hang_runs:
         life = life_of.get(run.pid)
@@ -339,14 +375,50 @@ def analyse(
         later_runs = [s for s in runs_by_pid.get(run.pid, []) if run.start + 1 < s <= life_end]
         if not later_runs:
             held_process.append({"job_id": run.job_id, "pid": run.pid})
+    # A hung handler must hold one worker slot. One whose lease was lost (its
+    # process was paused past the lease) keeps hanging in that process while
+    # its job is recovered and run again elsewhere: one job, several slots.
+    # Enough of them leave a process with no free worker at all.
+    blocked: list[dict[str, Any]] = []
+    for pid, spans in holds.items():
+        edges = sorted([(start, 1) for start, _ in spans] + [(until, -1) for _, until in spans])
+        count, since = 0, None
+        for at, step in edges:
+            count += step
+            if count >= workers and since is None:
+                since = at
+            elif count < workers and since is not None:
+                if at - since >= 5:
+                    on_pid = [r for r in hang_runs if r.pid == pid and r.start <= at]
+                    lease_lost = [
+                        r
+                        for r in on_pid
+                        if any(
+                            o.attempt > r.attempt and o.start <= at for o in runs_by_job[r.job_id]
+                        )
+                    ]
+                    blocked.append(
+                        {
+                            "pid": pid,
+                            "workers": workers,
+                            "from": round(since - times["start"], 1),
+                            "to": round(at - times["start"], 1),
+                            "lease_lost": len(lease_lost),
+                        }
+                    )
+                since = None
     recovered_after_kill = 0
     not_recovered_hang: list[dict[str, Any]] = []
     for fault in faults:
         if fault.kind not in ("kill", "kill_hung_holder"):
             continue
-        for run in hang_runs:
-            if run.pid != fault.pid or run.start > fault.start:
+        for job in hang_jobs:
+            before_kill = [r for r in runs_by_job.get(str(job.job_id), []) if r.start < fault.start]
+            if not before_kill:
                 continue
+            run = max(before_kill, key=lambda r: r.attempt)  # the job's current run
+            if run.pid != fault.pid:
+                continue  # only a zombie of it died: the job runs elsewhere
             again = [r for r in runs_by_job[run.job_id] if r.start > fault.start]
             if again:
                 recovered_after_kill += 1
@@ -357,6 +429,12 @@ def analyse(
             violations.append(f"hung job {job.job_id} was never reported in a worker log")
     for item in held_process:
         violations.append(f"hung job {item['job_id']} stopped process {item['pid']} running jobs")
+    for item in blocked:
+        violations.append(
+            f"process {item['pid']} had all {item['workers']} workers held by hung handlers "
+            f"from +{item['from']}s to +{item['to']}s ({item['lease_lost']} of them had lost "
+            "their lease: their job was recovered and run again elsewhere)"
+        )
     for item in not_recovered_hang:
         violations.append(
             f"hung job {item['job_id']} was not recovered after kill #{item['fault']}"
@@ -427,7 +505,7 @@ def analyse(
             "explained_by_kill_or_pause": len(duplicates) - len(unexplained),
             "unexplained": len(unexplained),
             "same_attempt_twice": len(same_attempt),
-            "overlapping_a_paused_run": overlapping,
+            "ran_concurrently": overlapping,
             "by_fault_kind": dict(Counter(d["fault_kind"] for d in duplicates if d["fault"])),
             "max_recovery_seconds_by_fault_kind": {
                 k: round(v, 2) for k, v in recovery_by_kind.items()
@@ -453,12 +531,14 @@ def analyse(
             "db_fault_recoveries_checked": checked,
             "not_recovered_after_db_fault": not_recovered,
             "max_first_job_after_db_fault_seconds": round(recover_max, 3),
+            "slowest_recovery": slowest,
         },
         "hung_handlers": {
             "jobs": len(hang_jobs),
             "reported_in_logs": len(reported),
             "runs": len(hang_runs),
             "held_the_process": len(held_process),
+            "processes_with_every_worker_hung": blocked,
             "recovered_after_kill": recovered_after_kill,
             "not_recovered_after_kill": len(not_recovered_hang),
             "left_running_in_a_resumed_process": zombie_hangs,
@@ -540,10 +620,11 @@ def render(result: dict[str, Any], t0: float) -> str:
         f"  recovered from database faults by themselves: "
         f"{procs['db_fault_recoveries_checked'] - len(procs['not_recovered_after_db_fault'])}/"
         f"{procs['db_fault_recoveries_checked']} (slowest first job after a fault "
-        f"{procs['max_first_job_after_db_fault_seconds']:.2f}s)",
+        f"{procs['max_first_job_after_db_fault_seconds']:.2f}s: {procs['slowest_recovery']})",
         f"hung handlers: {hung['jobs']} jobs, {hung['runs']} runs, reported in logs "
         f"{hung['reported_in_logs']}/{hung['jobs']}, held a whole process "
-        f"{hung['held_the_process']}, "
+        f"{hung['held_the_process']}, every worker of a process hung "
+        f"{len(hung['processes_with_every_worker_hung'])}, "
         f"recovered after kill {hung['recovered_after_kill']} (not recovered "
         f"{hung['not_recovered_after_kill']}), still hanging in a resumed process "
         f"{hung['left_running_in_a_resumed_process']}",

@@ -1,0 +1,171 @@
+"""Worker fixes found by the chaos runner (docs/chaos.md).
+
+- After SIGSTOP ... SIGCONT a worker process replaced every idle worker as
+  "hung" and restarted its maintenance, because every progress marker was as
+  old as the pause. A late supervisor tick now restarts the markers instead
+  of judging them.
+- A handler whose lease was lost while it ran (its job recovered elsewhere)
+  kept its worker forever; hung ones piled up until the process ran nothing.
+  The worker is now replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+from later_django.worker import supervisor
+from later_django.worker.server import WorkerSlot
+
+
+class PendingTask:
+    """Stands in for a running worker task."""
+
+    def __init__(self) -> None:
+        self.cancelled_by_supervisor = False
+
+    def done(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        self.cancelled_by_supervisor = True
+        return True
+
+
+def fake_server(idle_for: float) -> Any:
+    now = time.monotonic()
+    slots = [
+        WorkerSlot(id=i, task=PendingTask(), last_active=now - idle_for)  # type: ignore[arg-type]
+        for i in range(3)
+    ]
+    replaced: list[WorkerSlot] = []
+
+    def replace_worker(slot: WorkerSlot) -> WorkerSlot:
+        replaced.append(slot)
+        new = WorkerSlot(id=99 + len(replaced), task=PendingTask())  # type: ignore[arg-type]
+        server.slots[server.slots.index(slot)] = new
+        return new
+
+    server = SimpleNamespace(
+        slots=slots,
+        replaced=replaced,
+        replace_worker=replace_worker,
+        maintenance=SimpleNamespace(last_tick=now - idle_for, interval=0.3),
+        service_task=lambda name: None,
+    )
+    return server
+
+
+def test_forgive_stall_restarts_every_marker(settings):
+    settings.LATER = {**settings.LATER, "HUNG_WORKER_THRESHOLD": timedelta(seconds=1)}
+    server = fake_server(idle_for=30)
+    supervisor.forgive_stall(server, time.monotonic())
+    assert supervisor.check_once(server) == []
+    assert server.replaced == []
+
+
+def test_supervise_does_not_replace_workers_after_a_stall(settings):
+    settings.LATER = {
+        **settings.LATER,
+        "HUNG_WORKER_THRESHOLD": timedelta(milliseconds=300),
+        "SUPERVISOR_INTERVAL": timedelta(milliseconds=100),
+    }
+    server = fake_server(idle_for=0)
+
+    async def run() -> None:
+        task = asyncio.create_task(supervisor.supervise(server))
+        await asyncio.sleep(0.05)
+        time.sleep(1.5)  # noqa: ASYNC251  the loop (like the whole process) stands still
+        await asyncio.sleep(0.15)  # the late tick: forgiven
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
+    assert server.replaced == [], "healthy workers were replaced after a stall"
+
+
+def test_a_worker_stuck_alone_is_still_replaced(settings):
+    settings.LATER = {**settings.LATER, "HUNG_WORKER_THRESHOLD": timedelta(milliseconds=300)}
+    server = fake_server(idle_for=5)
+    actions = supervisor.check_once(server)
+    assert len(actions) == 3 and all("replaced hung worker" in a for a in actions)
+
+
+# -- a handler whose lease was lost stops holding a worker ------------------------------
+def test_worker_whose_job_lost_its_lease_is_replaced(later_db, settings, tmp_path, monkeypatch):
+    """Found by the chaos runner: a process paused past its lease kept every
+    hung handler's worker after the job was recovered elsewhere, until no
+    worker was left. Now the worker is replaced; the handler is not stopped
+    and its outcome is discarded."""
+    import later_django as later
+    from later_django.worker.server import Server
+    from tests.jobapp.jobs import Noop, Sleep
+
+    monkeypatch.setenv("LATER_TEST_RECORD", str(tmp_path / "record.txt"))
+    settings.LATER = {
+        **settings.LATER,
+        "LEASE_DURATION": timedelta(milliseconds=600),
+        "SUPERVISOR_INTERVAL": timedelta(hours=1),
+    }
+
+    def db(fn: Any, *args: Any) -> Any:
+        from django.db import connections
+
+        def call() -> Any:
+            try:
+                return fn(*args)
+            finally:
+                connections.close_all()
+
+        return asyncio.to_thread(call)
+
+    async def wait_for(predicate: Any, within: float = 10.0) -> None:
+        deadline = time.monotonic() + within
+        while not await predicate():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        server = Server(workers=2)
+        await server.start()
+        try:
+            job_id = await db(later.enqueue, Sleep(seconds=3))
+
+            async def running() -> bool:
+                return any(slot.current_job == job_id for slot in server.slots)
+
+            await wait_for(running)
+            holder = next(slot for slot in server.slots if slot.current_job == job_id)
+            await asyncio.sleep(0.8)  # older than the lease
+            # Another server recovers the job (as maintenance would after a pause).
+            await db(
+                later_db.rows,
+                "UPDATE later_job SET lease_owner = 'elsewhere', attempts = attempts + 1 "
+                "WHERE id = %s RETURNING id",
+                [job_id],
+            )
+
+            async def replaced() -> bool:
+                return holder not in server.slots
+
+            await wait_for(replaced)
+            assert holder.stopping
+            assert server.worker_count == 2, "the process keeps its workers"
+            # The freed capacity runs other jobs while the old handler sleeps on.
+            other = await db(later.enqueue, Noop(n=1))
+
+            async def done() -> bool:
+                return bool(await db(later_db.stage_of, other) == "success")
+
+            await wait_for(done)
+            assert holder.task is not None
+            await asyncio.wait_for(holder.task, 10)  # it exits once its handler returns
+            stage = await db(later_db.stage_of, job_id)
+            assert stage == "running", "the stale outcome was discarded"
+        finally:
+            await server.shutdown(5)
+
+    asyncio.run(main())
