@@ -122,6 +122,7 @@ WHERE id = %s AND namespace = %s
 JOB_RENEW_SQL: Final = """
 UPDATE later_job SET lease_expires_ms = %s
 WHERE id IN ({ids}) AND stage = 'running' AND lease_owner = %s
+RETURNING id
 """
 
 JOB_PRUNE_SQL: Final = """
@@ -221,13 +222,13 @@ class Dialect:
     def job_renew(
         self, cursor: CursorWrapper, *, owner: str, job_ids: Sequence[str],
         lease_until_ms: int,
-    ) -> int:
-        """Extend the leases ``owner`` holds on ``job_ids``; return how many it still holds."""
+    ) -> list[str]:
+        """Extend the leases ``owner`` holds on ``job_ids``; return the ids it still holds."""
         if not job_ids:
-            return 0
+            return []
         ids = ", ".join(["%s"] * len(job_ids))
         cursor.execute(JOB_RENEW_SQL.format(ids=ids), [lease_until_ms, *job_ids, owner])
-        return int(cursor.rowcount)
+        return [str(row[0]) for row in cursor.fetchall()]
 
     def job_complete(
         self, cursor: CursorWrapper, *, job_id: str, owner: str, attempts: int,

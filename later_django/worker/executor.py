@@ -53,6 +53,11 @@ class Executor:
         self.handler_pool = handler_pool
         self.app = app
 
+    @staticmethod
+    def is_async(job: ClaimedJob) -> bool:
+        handler = registry.handler_by_name(job.type_name)
+        return handler is not None and handler.is_async
+
     async def run(self, job: ClaimedJob) -> Outcome:
         handler = registry.handler_by_name(job.type_name)
         if handler is None:

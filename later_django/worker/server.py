@@ -15,6 +15,7 @@ import random
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from later_django.maintenance.steps import StepContext
 from later_django.store import Store, new_pool
 from later_django.types import ClaimedJob
 from later_django.worker import supervisor
+from later_django.worker.batching import Coalescer
 from later_django.worker.executor import Executor, Outcome
 from later_django.worker.notifier import Notifier, Wakeup
 
@@ -37,6 +39,7 @@ MAX_WORKERS = 255
 CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
 SERVICE_RESTART_MAX = 30.0  # cap, in seconds, of a crashed service's restart backoff
+COMPLETE_BATCH = 256  # successes stored by one statement at most
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
 
@@ -50,6 +53,11 @@ class WorkerSlot:
     last_active: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
     current_job: str | None = None
+    # The running handler, cancelled if the job's lease is lost (async only:
+    # a thread cannot be stopped, and its finish is rejected by the fence).
+    run_task: asyncio.Task[Outcome] | None = None
+    cancellable: bool = False
+    lease_lost: bool = False
     stopping: bool = False
     reported_slow: bool = False
 
@@ -90,6 +98,13 @@ class Server:
         self.store = Store(self.alias)
         self.wake = Wakeup()
         self.slots: list[WorkerSlot] = []
+        self._spares: deque[ClaimedJob] = deque()
+        self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
+            self._claim_batch, max_batch=MAX_WORKERS, on_abandoned=self._keep_spare
+        )
+        self._completions: Coalescer[tuple[str, int], bool] = Coalescer(
+            self._complete_batch, max_batch=COMPLETE_BATCH
+        )
         self.processed = 0
         self.stopping = False
         self.closed = asyncio.Event()
@@ -204,6 +219,7 @@ class Server:
                 for task in pending:
                     task.cancel()
                 await asyncio.wait(pending, timeout=1.0)
+        await self._release_spares()
         for name in list(self._services):
             await self._stop_service(name)
         self.notifier.stop()
@@ -238,17 +254,71 @@ class Server:
         return self._spawn_worker()
 
     async def claim(self) -> ClaimedJob | None:
-        jobs = await self.store.run(self._db_pool, self._claim_op)
-        return jobs[0] if jobs else None
+        """Claim one job for the calling worker, or None when none is ready.
 
-    def _claim_op(self, dialect: Any, cursor: Any) -> list[ClaimedJob]:
-        # Read the clock in the database thread, just before the statement:
-        # read earlier, a claim could record a start before its parent's finish.
-        now = now_ms()
-        return list(dialect.job_claim(
-            cursor, namespace=self.namespace, owner=self.server_id, limit=1, now_ms=now,
-            lease_until_ms=now + self.lease_ms,
-        ))
+        Workers that claim at the same moment share one statement."""
+        if self._spares:
+            return self._spares.popleft()
+        return await self._claims.submit(None)
+
+    async def _claim_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
+        # Never more than the workers asking: a claimed job must not wait idle.
+        limit = len(requests)
+
+        def op(dialect: Any, cursor: Any) -> list[ClaimedJob]:
+            # Read the clock in the database thread, just before the statement:
+            # read earlier, a claim could record a start before its parent's finish.
+            now = now_ms()
+            return list(dialect.job_claim(
+                cursor, namespace=self.namespace, owner=self.server_id, limit=limit,
+                now_ms=now, lease_until_ms=now + self.lease_ms,
+            ))
+
+        jobs: list[ClaimedJob | None] = list(await self.store.run(self._db_pool, op))
+        return jobs + [None] * (limit - len(jobs))
+
+    async def _release_spares(self) -> None:
+        """Give back jobs claimed for workers that stopped before taking them."""
+        while self._spares:
+            job = self._spares.popleft()
+            try:
+                await self.store.run(
+                    self._service_pool,
+                    lambda d, c, job=job: d.job_unclaim(
+                        c, job_id=job.id, attempts=job.attempts, owner=self.server_id,
+                        now_ms=now_ms(),
+                    ),
+                )
+            except Exception as exc:  # noqa: BLE001  its lease recovers it instead
+                logger.warning("could not give back job %s: %s", job.id, exc)
+
+    def _keep_spare(self, job: ClaimedJob | None) -> None:
+        """A job claimed for a worker that went away meanwhile: the next worker takes it."""
+        if job is not None:
+            self._spares.append(job)
+            self.wake.wake()
+
+    async def _complete_batch(self, requests: list[tuple[str, int]]) -> list[bool]:
+        def op(dialect: Any, cursor: Any) -> list[str]:
+            now = now_ms()
+            return list(dialect.job_complete_many(
+                cursor, owner=self.server_id, jobs=requests, now_ms=now,
+                expires_ms=now + self.retention_ms,
+            ))
+
+        done = set(await self.store.run(self._db_pool, op, atomic=True))
+        return [job_id in done for job_id, _ in requests]
+
+    def abandon_hung_calls(self, threshold: float) -> list[str]:
+        """Give up on a shared claim or completion stuck longer than ``threshold``."""
+        abandoned = []
+        now = time.monotonic()
+        for name, coalescer in (("claim", self._claims), ("complete", self._completions)):
+            started = coalescer.flush_started
+            if started is not None and now - started > threshold:
+                coalescer.reset()
+                abandoned.append(name)
+        return abandoned
 
     async def _worker_loop(self, slot: WorkerSlot) -> None:
         while not (slot.stopping or self.stopping):
@@ -267,22 +337,32 @@ class Server:
                 await self.wake.wait(self.poll_interval, since=seen)
                 continue
             slot.current_job, slot.busy_since, slot.reported_slow = job.id, time.monotonic(), False
+            slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
+            slot.run_task = asyncio.create_task(self.executor.run(job))
             try:
-                outcome = await self.executor.run(job)
+                try:
+                    outcome = await slot.run_task
+                except asyncio.CancelledError:
+                    if not slot.lease_lost:
+                        raise  # this worker itself is being stopped
+                    continue  # another server owns the job now
                 # Shielded: a cancelled worker must still record what its job did.
                 await asyncio.shield(self._finish(job, outcome))
             finally:
-                slot.current_job, slot.busy_since = None, None
+                slot.current_job, slot.busy_since, slot.run_task = None, None, None
             self.processed += 1
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
         delay = 0.05
         while True:
             try:
-                stored = await self.store.run(
-                    self._db_pool, lambda d, c: self._store_outcome(d, c, job, outcome),
-                    atomic=True,
-                )
+                if outcome.kind == "succeeded":
+                    stored = await self._completions.submit((job.id, job.attempts))
+                else:
+                    stored = await self.store.run(
+                        self._db_pool, lambda d, c: self._store_outcome(d, c, job, outcome),
+                        atomic=True,
+                    )
                 break
             except Exception as exc:  # noqa: BLE001  e.g. the database is restarting
                 logger.error("could not store the outcome of job %s: %s; retrying",
@@ -294,9 +374,6 @@ class Server:
     def _store_outcome(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
         now = now_ms()
         common = {"job_id": job.id, "attempts": job.attempts, "now_ms": now}
-        if outcome.kind == "succeeded":
-            return bool(dialect.job_complete(
-                cursor, owner=self.server_id, expires_ms=now + self.retention_ms, **common))
         if outcome.kind == "retry":
             return bool(dialect.job_retry(
                 cursor, owner=self.server_id, run_at_ms=outcome.run_at_ms,
@@ -364,55 +441,46 @@ class Server:
         interval = self.lease_ms / 3000
         while True:
             await asyncio.sleep(interval)
-            ids = [slot.current_job for slot in self.slots if slot.current_job]
-            if not ids:
-                continue
             try:
-                held = await self.store.run(
-                    self._service_pool, lambda d, c, ids=ids: self._renew_op(d, c, ids)
-                )
-                if held < len(ids):
-                    await self._release_lost_leases(ids)
+                await self.renew_leases()
             except Exception as exc:  # noqa: BLE001  next renewal retries
-                logger.error("could not renew %d leases: %s", len(ids), exc,
-                             extra={"action": "renew_error"})
+                logger.error("could not renew leases: %s", exc, extra={"action": "renew_error"})
 
-    def _renew_op(self, dialect: Any, cursor: Any, ids: list[str]) -> int:
-        # The clock is read in the database thread, just before the statement.
-        return int(dialect.job_renew(cursor, owner=self.server_id, job_ids=ids,
-                                     lease_until_ms=now_ms() + self.lease_ms))
+    async def renew_leases(self) -> list[str]:
+        """Extend the lease of every job this server holds; return the ids lost.
 
-    async def _release_lost_leases(self, ids: list[str]) -> None:
-        """Free the workers whose handler runs a job this server no longer holds.
+        A lost lease means another server recovered the job (this process
+        stood still past its lease): an async handler still running it is
+        cancelled, so the job does not run twice at once."""
+        held = [slot.current_job for slot in self.slots if slot.current_job]
+        held += [job.id for job in self._spares]
+        if not held:
+            return []
+        until = now_ms() + self.lease_ms
+        renewed = set(await self.store.run(
+            self._service_pool,
+            lambda d, c: d.job_renew(c, owner=self.server_id, job_ids=held, lease_until_ms=until),
+        ))
+        lost = [job_id for job_id in held if job_id not in renewed]
+        for job_id in lost:
+            self._drop_lost_lease(job_id)
+        return lost
 
-        A lease is lost while its handler runs when this process stood still,
-        or could not renew, for longer than LEASE_DURATION: another server has
-        recovered the job. The handler is not stopped (its outcome will be
-        discarded), but it stops holding one of this process's workers: a new
-        worker takes its place, so handlers that never return cannot pile up
-        until the process runs nothing."""
-        lease_s = self.lease_ms / 1000
-        for job_id in ids:
-            slot = next((s for s in self.slots if s.current_job == job_id), None)
-            # A lease cannot be taken over sooner than LEASE_DURATION after the
-            # claim; a younger job missing from the renewal just finished.
-            if (slot is None or slot.stopping or slot.busy_since is None
-                    or time.monotonic() - slot.busy_since < lease_s):
-                continue
-            held = await self.store.run(
-                self._service_pool, lambda d, c, job_id=job_id: self._renew_op(d, c, [job_id])
-            )
-            if held or slot.current_job != job_id or slot not in self.slots:
-                continue
-            slot.stopping = True  # it exits once its handler returns
-            new = self.replace_worker(slot)
-            logger.warning(
-                "job %s lost its lease while its handler ran on worker %d (this process "
-                "stood still or could not renew it for LEASE_DURATION); another server has "
-                "recovered it. The handler goes on and its outcome will be discarded; "
-                "worker %d takes its place.", job_id, slot.id, new.id,
-                extra={"action": "lease_lost_running", "job_id": job_id},
-            )
+    def _drop_lost_lease(self, job_id: str) -> None:
+        for job in list(self._spares):
+            if job.id == job_id:
+                self._spares.remove(job)
+        for slot in self.slots:
+            if slot.current_job == job_id and slot.run_task is not None:
+                if slot.run_task.done() or not slot.cancellable:
+                    continue  # finished meanwhile, or a thread: the fence decides
+                logger.warning(
+                    "lost the lease of job %s (another server recovered it); "
+                    "cancelling its handler", job_id,
+                    extra={"action": "lease_lost", "job_id": job_id},
+                )
+                slot.lease_lost = True
+                slot.run_task.cancel()
 
     async def ready_backlog(self) -> int:
         """Jobs ready to run now in this namespace, read from the counters."""

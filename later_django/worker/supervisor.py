@@ -58,6 +58,12 @@ def check_once(server: Server) -> list[str]:
     threshold = conf.seconds("HUNG_WORKER_THRESHOLD")
     now = time.monotonic()
     actions = []
+    # A shared claim or completion stuck in the database holds every worker
+    # waiting on it; give up on it so replacements do not queue behind it.
+    for call in server.abandon_hung_calls(threshold):
+        logger.error("a shared %s call made no progress for %.0fs; abandoning it", call,
+                     threshold, extra={"action": "call_abandoned", "call": call})
+        actions.append(f"abandoned hung {call} call")
     for slot in list(server.slots):
         if slot.stopping or slot.task is None:
             continue
