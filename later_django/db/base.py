@@ -125,11 +125,12 @@ WHERE id IN ({ids}) AND stage = 'running' AND lease_owner = %s
 RETURNING id
 """
 
+# Servers pruning at once skip each other's rows instead of queueing on them.
 JOB_PRUNE_SQL: Final = """
 DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= %s
-    LIMIT %s)
+    LIMIT %s {skip_locked})
 """
 
 JOB_ORPHANS_SQL: Final = """
@@ -413,7 +414,7 @@ class Dialect:
         self.job_fail_descendants(cursor, job_id=job_id, now_ms=now_ms, expires_ms=expires_ms)
 
     def job_prune(self, cursor: CursorWrapper, *, namespace: str, now_ms: int, limit: int) -> int:
-        cursor.execute(JOB_PRUNE_SQL, [namespace, now_ms, limit])
+        cursor.execute(JOB_PRUNE_SQL.format(skip_locked=self.skip_locked), [namespace, now_ms, limit])
         return int(cursor.rowcount)
 
     # -- counters -------------------------------------------------------------
