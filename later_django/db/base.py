@@ -251,24 +251,26 @@ class Dialect:
     def job_complete_many(
         self, cursor: CursorWrapper, *, owner: str, jobs: Sequence[tuple[str, int]],
         now_ms: int, expires_ms: int,
-    ) -> list[str]:
+    ) -> tuple[list[str], int]:
         """Mark each (id, attempts) that ``owner`` still holds as succeeded and
-        release their continuations; return the ids that were completed."""
+        release their continuations; return the completed ids and how many
+        continuations became ready."""
         if not jobs:
-            return []
+            return [], 0
         pairs = ", ".join(["(%s, %s)"] * len(jobs))
         params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
         for job_id, attempts in jobs:
             params += [job_id, attempts]
         cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), [*params, owner])
         done = [str(row[0]) for row in cursor.fetchall()]
-        if done:
-            ids = ", ".join(["%s"] * len(done))
-            cursor.execute(
-                JOB_RELEASE_CHILDREN_OF_SQL.format(ids=ids),
-                [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), *done],
-            )
-        return done
+        if not done:
+            return done, 0
+        ids = ", ".join(["%s"] * len(done))
+        cursor.execute(
+            JOB_RELEASE_CHILDREN_OF_SQL.format(ids=ids),
+            [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), *done],
+        )
+        return done, int(cursor.rowcount)
 
     def job_unclaim(
         self, cursor: CursorWrapper, *, job_id: str, attempts: int, owner: str, now_ms: int

@@ -40,6 +40,11 @@ class Maintenance:
             # Jitter so a fleet of servers does not run in lockstep.
             await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))  # noqa: S311
 
+    async def run_step(self, name: str) -> int:
+        """Run one step now, outside the regular tick."""
+        step = self.steps[name]
+        return await self.store.run(self.pool, lambda d, c: step(d, c, self.ctx))
+
     async def run_once(self) -> dict[str, int | Exception]:
         """Run every step once; return each step's count or its error."""
         results: dict[str, int | Exception] = {}

@@ -99,6 +99,7 @@ class Server:
         self.wake = Wakeup()
         self.slots: list[WorkerSlot] = []
         self._spares: deque[ClaimedJob] = deque()
+        self._background: set[asyncio.Future[None]] = set()
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
             self._claim_batch, max_batch=MAX_WORKERS, on_abandoned=self._keep_spare
         )
@@ -299,15 +300,21 @@ class Server:
             self.wake.wake()
 
     async def _complete_batch(self, requests: list[tuple[str, int]]) -> list[bool]:
-        def op(dialect: Any, cursor: Any) -> list[str]:
+        def op(dialect: Any, cursor: Any) -> tuple[list[str], int]:
             now = now_ms()
-            return list(dialect.job_complete_many(
+            done, released = dialect.job_complete_many(
                 cursor, owner=self.server_id, jobs=requests, now_ms=now,
                 expires_ms=now + self.retention_ms,
-            ))
+            )
+            return list(done), int(released)
 
-        done = set(await self.store.run(self._db_pool, op, atomic=True))
-        return [job_id in done for job_id, _ in requests]
+        done, released = await self.store.run(self._db_pool, op, atomic=True)
+        if released:
+            # Continuations just became ready: this server's idle workers need
+            # not wait for a poll (SQLite) to find them.
+            self.wake.wake()
+        completed = set(done)
+        return [job_id in completed for job_id, _ in requests]
 
     def abandon_hung_calls(self, threshold: float) -> list[str]:
         """Give up on a shared claim or completion stuck longer than ``threshold``."""
@@ -370,6 +377,31 @@ class Server:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
         self._log_outcome(job, outcome, stored)
+        if stored and outcome.kind == "retry" and outcome.run_at_ms is not None:
+            self._promote_at(outcome.run_at_ms)
+
+    def _promote_at(self, run_at_ms: int) -> None:
+        """Promote a retry due before the next maintenance tick when it is due."""
+        delay = max(run_at_ms - now_ms(), 0) / 1000
+        if delay >= self.maintenance.interval:
+            return  # the regular maintenance tick comes first anyway
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, lambda: self._spawn_background(self._promote_now()))
+
+    async def _promote_now(self) -> None:
+        try:
+            promoted = await self.maintenance.run_step("promote_due")
+        except Exception as exc:  # noqa: BLE001  the maintenance tick promotes it
+            logger.debug("early promotion failed: %s", exc)
+            return
+        if promoted:
+            self.wake.wake()
+
+    def _spawn_background(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        # Keep a reference until done: the loop holds tasks only weakly.
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _store_outcome(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
         now = now_ms()

@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
@@ -45,6 +46,7 @@ class Command(BaseCommand):
 
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "later_worker", "--workers", "4"],
+            cwd=settings.BASE_DIR,
             env=os.environ.copy(),
         )
         try:
