@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -49,22 +49,29 @@ def _check_workers(merged: dict[str, Any]) -> list[CheckMessage]:
     workers = merged["WORKERS"]
     messages: list[CheckMessage] = []
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= MAX_WORKERS:
-        messages.append(_error(
-            "E002", f"LATER['WORKERS'] is {workers!r}; it must be an int from 1 to {MAX_WORKERS}.",
-            "Set LATER['WORKERS'] to the number of jobs one process runs at once, e.g. 6.",
-        ))
+        messages.append(
+            _error(
+                "E002",
+                f"LATER['WORKERS'] is {workers!r}; it must be an int from 1 to {MAX_WORKERS}.",
+                "Set LATER['WORKERS'] to the number of jobs one process runs at once, e.g. 6.",
+            )
+        )
     autoscale = merged["AUTOSCALE"]
     if autoscale is not None:
         ok = (
-            isinstance(autoscale, (tuple, list)) and len(autoscale) == 2
+            isinstance(autoscale, (tuple, list))
+            and len(autoscale) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in autoscale)
         )
         if not ok or not 1 <= autoscale[0] <= autoscale[1] <= MAX_WORKERS:
-            messages.append(_error(
-                "E003", f"LATER['AUTOSCALE'] is {autoscale!r}; it must be (min, max) with "
-                f"1 <= min <= max <= {MAX_WORKERS}.",
-                "Set LATER['AUTOSCALE'] = (2, 16), or None to keep WORKERS fixed.",
-            ))
+            messages.append(
+                _error(
+                    "E003",
+                    f"LATER['AUTOSCALE'] is {autoscale!r}; it must be (min, max) with "
+                    f"1 <= min <= max <= {MAX_WORKERS}.",
+                    "Set LATER['AUTOSCALE'] = (2, 16), or None to keep WORKERS fixed.",
+                )
+            )
     return messages
 
 
@@ -72,10 +79,14 @@ def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
     messages = _check_namespace(merged["NAMESPACE"])
     alias = merged["DATABASE"]
     if alias not in settings.DATABASES:
-        return [*messages, _error(
-            "E004", f"LATER['DATABASE'] is {alias!r}, which is not in DATABASES.",
-            f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
-        )]
+        return [
+            *messages,
+            _error(
+                "E004",
+                f"LATER['DATABASE'] is {alias!r}, which is not in DATABASES.",
+                f"Use one of: {', '.join(sorted(settings.DATABASES))}.",
+            ),
+        ]
     # The backend's vendor, not its module name: PostGIS is PostgreSQL too.
     try:
         vendor = connections[alias].vendor
@@ -83,55 +94,77 @@ def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
         vendor = "unknown"
     if vendor not in ("sqlite", "postgresql"):
         engine = settings.DATABASES[alias].get("ENGINE", "")
-        messages.append(_error(
-            "E005", f"LATER['DATABASE'] {alias!r} uses {engine}; later supports only "
-            "PostgreSQL and SQLite.",
-            "Point LATER['DATABASE'] at a PostgreSQL or SQLite database.",
-        ))
+        messages.append(
+            _error(
+                "E005",
+                f"LATER['DATABASE'] {alias!r} uses {engine}; later supports only "
+                "PostgreSQL and SQLite.",
+                "Point LATER['DATABASE'] at a PostgreSQL or SQLite database.",
+            )
+        )
     if vendor == "sqlite":
-        options = settings.DATABASES[alias].get("OPTIONS", {})
+        options = cast("dict[str, Any]", settings.DATABASES[alias].get("OPTIONS") or {})
         if options.get("transaction_mode") != "IMMEDIATE":
-            messages.append(Warning(
-                f"SQLite database {alias!r} starts transactions in DEFERRED mode; a "
-                "transaction that reads before it writes can fail with 'database is "
-                "locked' when a worker writes concurrently.",
-                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
-                id="later.W002",
-            ))
+            messages.append(
+                Warning(
+                    f"SQLite database {alias!r} starts transactions in DEFERRED mode; a "
+                    "transaction that reads before it writes can fail with 'database is "
+                    "locked' when a worker writes concurrently.",
+                    hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+                    id="later.W002",
+                )
+            )
     elif merged["VACUUM_INTERVAL"] is not None:
-        messages.append(Warning(
-            "LATER['VACUUM_INTERVAL'] applies to SQLite only and is ignored here.",
-            hint="Remove it; PostgreSQL's autovacuum does this work.",
-            id="later.W003",
-        ))
+        messages.append(
+            Warning(
+                "LATER['VACUUM_INTERVAL'] applies to SQLite only and is ignored here.",
+                hint="Remove it; PostgreSQL's autovacuum does this work.",
+                id="later.W003",
+            )
+        )
     return messages
 
 
 def _check_namespace(namespace: object) -> list[CheckMessage]:
     if not isinstance(namespace, str) or not 1 <= len(namespace) <= 64:
-        return [_error(
-            "E006", f"LATER['NAMESPACE'] is {namespace!r}; it must be a string of 1 to 64 "
-            "characters.", "Set LATER['NAMESPACE'] = 'default' or another short name.",
-        )]
+        return [
+            _error(
+                "E006",
+                f"LATER['NAMESPACE'] is {namespace!r}; it must be a string of 1 to 64 characters.",
+                "Set LATER['NAMESPACE'] = 'default' or another short name.",
+            )
+        ]
     return []
 
 
 def _check_topics(topics: object) -> list[CheckMessage]:
     if not isinstance(topics, dict):
-        return [_error("E007", "LATER['TOPICS'] must be a dict of name -> partition count.",
-                       "Set LATER['TOPICS'] = {'orders': 8}.")]
+        return [
+            _error(
+                "E007",
+                "LATER['TOPICS'] must be a dict of name -> partition count.",
+                "Set LATER['TOPICS'] = {'orders': 8}.",
+            )
+        ]
     messages: list[CheckMessage] = []
     for name, count in topics.items():
         if not isinstance(name, str) or not TOPIC_NAME.match(name):
-            messages.append(_error(
-                "E008", f"LATER['TOPICS'] has the invalid topic name {name!r}.",
-                "Use 1-100 characters of letters, digits, '_', '-' or '.'.",
-            ))
+            messages.append(
+                _error(
+                    "E008",
+                    f"LATER['TOPICS'] has the invalid topic name {name!r}.",
+                    "Use 1-100 characters of letters, digits, '_', '-' or '.'.",
+                )
+            )
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            messages.append(_error(
-                "E009", f"LATER['TOPICS'][{name!r}] is {count!r}; a topic needs at least "
-                "one partition.", "Give the topic a partition count >= 1, e.g. 8.",
-            ))
+            messages.append(
+                _error(
+                    "E009",
+                    f"LATER['TOPICS'][{name!r}] is {count!r}; a topic needs at least "
+                    "one partition.",
+                    "Give the topic a partition count >= 1, e.g. 8.",
+                )
+            )
     return messages
 
 
@@ -142,41 +175,60 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
         if key == "VACUUM_INTERVAL" and value is None:
             continue
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            messages.append(_error(
-                "E010", f"LATER[{key!r}] is {value!r}; it must be a positive timedelta.",
-                f"Set LATER[{key!r}] = timedelta(seconds=...).",
-            ))
+            messages.append(
+                _error(
+                    "E010",
+                    f"LATER[{key!r}] is {value!r}; it must be a positive timedelta.",
+                    f"Set LATER[{key!r}] = timedelta(seconds=...).",
+                )
+            )
     count = merged["DEFAULT_RETRY_COUNT"]
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        messages.append(_error(
-            "E011", f"LATER['DEFAULT_RETRY_COUNT'] is {count!r}; it must be an int >= 0.",
-            "Set it to the number of retries after the first attempt, e.g. 6.",
-        ))
+        messages.append(
+            _error(
+                "E011",
+                f"LATER['DEFAULT_RETRY_COUNT'] is {count!r}; it must be an int >= 0.",
+                "Set it to the number of retries after the first attempt, e.g. 6.",
+            )
+        )
     policy = merged["DEFAULT_RETRY_POLICY"]
     if policy is not None and not isinstance(policy, RetryPolicy):
-        messages.append(_error(
-            "E012", f"LATER['DEFAULT_RETRY_POLICY'] is a {type(policy).__name__}; it must "
-            "be a RetryPolicy or None.", "Use RetryPolicy.fixed(3, timedelta(seconds=5)).",
-        ))
+        messages.append(
+            _error(
+                "E012",
+                f"LATER['DEFAULT_RETRY_POLICY'] is a {type(policy).__name__}; it must "
+                "be a RetryPolicy or None.",
+                "Use RetryPolicy.fixed(3, timedelta(seconds=5)).",
+            )
+        )
     limit = merged["MAX_PAYLOAD_BYTES"]
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        messages.append(_error(
-            "E013", f"LATER['MAX_PAYLOAD_BYTES'] is {limit!r}; it must be an int >= 1.",
-            "Leave the default (1 MiB) or set a positive byte count.",
-        ))
+        messages.append(
+            _error(
+                "E013",
+                f"LATER['MAX_PAYLOAD_BYTES'] is {limit!r}; it must be an int >= 1.",
+                "Leave the default (1 MiB) or set a positive byte count.",
+            )
+        )
     partitions = merged["RECURRING_SEQUENTIAL_PARTITIONS"]
     if partitions is not None and (
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
     ):
-        messages.append(_error(
-            "E014", f"LATER['RECURRING_SEQUENTIAL_PARTITIONS'] is {partitions!r}; it must "
-            "be None or an int >= 1.", "Set it to a partition count such as 4.",
-        ))
+        messages.append(
+            _error(
+                "E014",
+                f"LATER['RECURRING_SEQUENTIAL_PARTITIONS'] is {partitions!r}; it must "
+                "be None or an int >= 1.",
+                "Set it to a partition count such as 4.",
+            )
+        )
     return messages
 
 
 @register(Tags.database)
-def check_stored_topics(databases: Sequence[str] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_stored_topics(
+    databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     """Compare LATER['TOPICS'] with the partition counts stored by earlier runs."""
     alias = conf.database
     if not databases or alias not in databases or alias not in settings.DATABASES:
@@ -184,7 +236,8 @@ def check_stored_topics(databases: Sequence[str] | None = None, **kwargs: Any) -
     topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
     return [
         _error(
-            "E015", f"Topic {name!r} has {count} partitions in LATER['TOPICS'] but was "
+            "E015",
+            f"Topic {name!r} has {count} partitions in LATER['TOPICS'] but was "
             f"registered with {stored}; changing it would reorder its jobs.",
             f"Restore LATER['TOPICS'][{name!r}] = {stored}, or use a new topic name.",
         )

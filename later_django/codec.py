@@ -25,7 +25,7 @@ _EXT_DATE = 2
 _EXT_DECIMAL = 3
 _EXT_UUID = 4
 _DATETIME = struct.Struct(">qii")  # epoch seconds, microseconds, UTC offset seconds
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)
 _INT64_MIN, _UINT64_MAX = -(1 << 63), (1 << 64) - 1
 
@@ -48,9 +48,7 @@ def encode(payload: object) -> bytes:
 def decode(data: bytes, payload_type: type[Any]) -> Any:
     """Decode bytes written by :func:`encode` into ``payload_type``."""
     try:
-        plain = msgpack.unpackb(
-            data, raw=False, strict_map_key=False, ext_hook=_ext_hook
-        )
+        plain = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
         return _from_plain(plain, payload_type, "payload")
     except PayloadDecodeError:
         raise
@@ -60,12 +58,10 @@ def decode(data: bytes, payload_type: type[Any]) -> Any:
 
 def _to_plain(value: object, path: str) -> object:
     # Order matters: bool is an int, IntEnum is an int, datetime is a date.
-    if value is None or isinstance(value, (bool, str, bytes)):
-        if isinstance(value, enum.Enum):
-            return _to_plain(value.value, path)
-        return value
     if isinstance(value, enum.Enum):
         return _to_plain(value.value, path)
+    if value is None or isinstance(value, (bool, str, bytes)):
+        return value
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _UINT64_MAX:
             raise TypeError(f"{path}: integer {value} does not fit in 64 bits")
@@ -214,7 +210,8 @@ def _from_generic(value: object, hint: Any, origin: Any, path: str) -> Any:
             raise PayloadDecodeError(f"{path}: expected {len(args)} items, got {len(value)}")
         items = args or (Any,) * len(value)
         return tuple(
-            _from_plain(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, items))
+            _from_plain(v, a, f"{path}[{i}]")
+            for i, (v, a) in enumerate(zip(value, items, strict=True))
         )
     if origin is dict and isinstance(value, dict):
         item = args[1] if len(args) == 2 else Any
@@ -224,7 +221,5 @@ def _from_generic(value: object, hint: Any, origin: Any, path: str) -> Any:
             return value
         raise PayloadDecodeError(f"{path}: {value!r} is not one of {args}")
     if origin in (list, tuple, dict):
-        raise PayloadDecodeError(
-            f"{path}: expected {origin.__name__}, got {type(value).__name__}"
-        )
+        raise PayloadDecodeError(f"{path}: expected {origin.__name__}, got {type(value).__name__}")
     return value

@@ -50,7 +50,12 @@ def _check_delay(delay: object) -> int:
 
 
 def _build(
-    payload: object, *, priority: int, stage: str, now: int, run_at: int,
+    payload: object,
+    *,
+    priority: int,
+    stage: str,
+    now: int,
+    run_at: int,
     parent_id: str | None = None,
 ) -> NewJob:
     if not dataclasses.is_dataclass(payload) or isinstance(payload, type):
@@ -107,8 +112,9 @@ def _insert(jobs: list[NewJob]) -> None:
 def enqueue(payload: object, *, priority: int = 0) -> JobId:
     """Enqueue ``payload`` to run as soon as a worker is free."""
     now = now_ms()
-    job = _build(payload, priority=_check_priority(priority), stage=Stage.ENQUEUED,
-                 now=now, run_at=now)
+    job = _build(
+        payload, priority=_check_priority(priority), stage=Stage.ENQUEUED, now=now, run_at=now
+    )
     _insert([job])
     return JobId(job.id)
 
@@ -136,8 +142,7 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
     _check_priority(priority)
     now = now_ms()
     jobs = [
-        _build(p, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now)
-        for p in payloads
+        _build(p, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now) for p in payloads
     ]
     if not jobs:
         return []
@@ -160,8 +165,9 @@ def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int = 0)
 def _enqueue_at(payload: object, run_at: int, priority: int) -> JobId:
     now = now_ms()
     stage = Stage.DELAYED if run_at > now else Stage.ENQUEUED
-    job = _build(payload, priority=_check_priority(priority), stage=stage, now=now,
-                 run_at=max(run_at, now))
+    job = _build(
+        payload, priority=_check_priority(priority), stage=stage, now=now, run_at=max(run_at, now)
+    )
     _insert([job])
     return JobId(job.id)
 
@@ -175,15 +181,23 @@ def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobI
     """
     parent_id = as_job_id(parent, argument="parent")
     now = now_ms()
-    job = _build(payload, priority=_check_priority(priority), stage=Stage.WAITING,
-                 now=now, run_at=now, parent_id=parent_id)
+    job = _build(
+        payload,
+        priority=_check_priority(priority),
+        stage=Stage.WAITING,
+        now=now,
+        run_at=now,
+        parent_id=parent_id,
+    )
     alias = conf.database
     expires = now + conf.millis("DASHBOARD_RETENTION")
     with connections[alias].cursor() as cursor:
         stage = dialect_for(alias).job_insert_continuation(cursor, job, expires)
     if stage is None:
-        raise JobNotFound(f"parent job {parent_id} does not exist in namespace "
-                          f"{conf.namespace!r} (it may have expired)")
+        raise JobNotFound(
+            f"parent job {parent_id} does not exist in namespace "
+            f"{conf.namespace!r} (it may have expired)"
+        )
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     return JobId(job.id)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from later_django import JobContext, RetryPolicy, job
-
 from shop.models import Order
 
 logger = logging.getLogger(__name__)

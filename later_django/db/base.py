@@ -190,9 +190,18 @@ class Dialect:
             params: list[Any] = []
             for job in batch:
                 params += [
-                    job.id, job.namespace, job.type_name, job.payload, job.stage,
-                    job.priority, job.retry_policy, job.parent_id, job.created_ms,
-                    job.run_at_ms, job.created_ms, history_entry(job.stage, job.created_ms),
+                    job.id,
+                    job.namespace,
+                    job.type_name,
+                    job.payload,
+                    job.stage,
+                    job.priority,
+                    job.retry_policy,
+                    job.parent_id,
+                    job.created_ms,
+                    job.run_at_ms,
+                    job.created_ms,
+                    history_entry(job.stage, job.created_ms),
                 ]
             values = ", ".join([INSERT_ROW] * len(batch))
             cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
@@ -206,22 +215,42 @@ class Dialect:
         cursor.execute(
             JOB_INSERT_CONTINUATION_SQL.format(lock=self.parent_lock),
             [
-                job.id, job.type_name, job.payload, job.priority, job.retry_policy,
-                now, now, now, f"@{now};", now, expires_ms,
-                job.parent_id, job.namespace,
+                job.id,
+                job.type_name,
+                job.payload,
+                job.priority,
+                job.retry_policy,
+                now,
+                now,
+                now,
+                f"@{now};",
+                now,
+                expires_ms,
+                job.parent_id,
+                job.namespace,
             ],
         )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
     def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int,
-        now_ms: int, lease_until_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        owner: str,
+        limit: int,
+        now_ms: int,
+        lease_until_ms: int,
     ) -> list[ClaimedJob]:
         raise NotImplementedError
 
     def job_renew(
-        self, cursor: CursorWrapper, *, owner: str, job_ids: Sequence[str],
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        job_ids: Sequence[str],
         lease_until_ms: int,
     ) -> list[str]:
         """Extend the leases ``owner`` holds on ``job_ids``; return the ids it still holds."""
@@ -232,13 +261,26 @@ class Dialect:
         return [str(row[0]) for row in cursor.fetchall()]
 
     def job_complete(
-        self, cursor: CursorWrapper, *, job_id: str, owner: str, attempts: int,
-        now_ms: int, expires_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        job_id: str,
+        owner: str,
+        attempts: int,
+        now_ms: int,
+        expires_ms: int,
     ) -> bool:
         cursor.execute(
             JOB_COMPLETE_SQL.format(fence=OWNER_FENCE),
-            [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms),
-             job_id, owner, attempts],
+            [
+                now_ms,
+                now_ms,
+                expires_ms,
+                history_entry(Stage.SUCCESS, now_ms),
+                job_id,
+                owner,
+                attempts,
+            ],
         )
         if cursor.rowcount != 1:
             return False
@@ -249,8 +291,13 @@ class Dialect:
         return True
 
     def job_complete_many(
-        self, cursor: CursorWrapper, *, owner: str, jobs: Sequence[tuple[str, int]],
-        now_ms: int, expires_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        now_ms: int,
+        expires_ms: int,
     ) -> tuple[list[str], int]:
         """Mark each (id, attempts) that ``owner`` still holds as succeeded and
         release their continuations; return the completed ids and how many
@@ -282,28 +329,59 @@ class Dialect:
         return bool(cursor.rowcount == 1)
 
     def job_retry(
-        self, cursor: CursorWrapper, *, job_id: str, attempts: int, now_ms: int,
-        run_at_ms: int, error: str, retry_policy: str | None,
-        owner: str | None = None, expired_before_ms: int | None = None,
+        self,
+        cursor: CursorWrapper,
+        *,
+        job_id: str,
+        attempts: int,
+        now_ms: int,
+        run_at_ms: int,
+        error: str,
+        retry_policy: str | None,
+        owner: str | None = None,
+        expired_before_ms: int | None = None,
     ) -> bool:
         fence, fence_value = self._fence(owner, expired_before_ms)
         cursor.execute(
             JOB_RETRY_SQL.format(fence=fence),
-            [now_ms, run_at_ms, error, retry_policy,
-             history_entry(Stage.REQUEUED, now_ms), job_id, fence_value, attempts],
+            [
+                now_ms,
+                run_at_ms,
+                error,
+                retry_policy,
+                history_entry(Stage.REQUEUED, now_ms),
+                job_id,
+                fence_value,
+                attempts,
+            ],
         )
         return bool(cursor.rowcount == 1)
 
     def job_fail(
-        self, cursor: CursorWrapper, *, job_id: str, attempts: int, now_ms: int,
-        expires_ms: int, error: str, owner: str | None = None,
+        self,
+        cursor: CursorWrapper,
+        *,
+        job_id: str,
+        attempts: int,
+        now_ms: int,
+        expires_ms: int,
+        error: str,
+        owner: str | None = None,
         expired_before_ms: int | None = None,
     ) -> bool:
         fence, fence_value = self._fence(owner, expired_before_ms)
         cursor.execute(
             JOB_FAIL_SQL.format(fence=fence),
-            [now_ms, now_ms, expires_ms, error, history_entry(Stage.FAILED, now_ms),
-             job_id, fence_value, attempts],
+            [
+                now_ms,
+                now_ms,
+                expires_ms,
+                error,
+                history_entry(Stage.FAILED, now_ms),
+                job_id,
+                fence_value,
+                attempts,
+            ],
         )
         if cursor.rowcount != 1:
             return False
@@ -311,7 +389,7 @@ class Dialect:
         return True
 
     @staticmethod
-    def _fence(owner: str | None, expired_before_ms: int | None) -> tuple[str, object]:
+    def _fence(owner: str | None, expired_before_ms: int | None) -> tuple[str, str | int]:
         if owner is not None:
             return OWNER_FENCE, owner
         if expired_before_ms is None:
@@ -319,7 +397,12 @@ class Dialect:
         return EXPIRED_FENCE, expired_before_ms
 
     def job_fail_descendants(
-        self, cursor: CursorWrapper, *, job_id: str, now_ms: int, expires_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        job_id: str,
+        now_ms: int,
+        expires_ms: int,
         reason: str = PARENT_FAILED,
     ) -> int:
         cursor.execute(
@@ -336,13 +419,17 @@ class Dialect:
         return int(cursor.rowcount)
 
     def job_cancel(
-        self, cursor: CursorWrapper, *, namespace: str, job_id: str, now_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        job_id: str,
+        now_ms: int,
         expires_ms: int,
     ) -> bool:
         cursor.execute(
             JOB_CANCEL_SQL,
-            [now_ms, now_ms, expires_ms, history_entry(Stage.CANCELLED, now_ms),
-             job_id, namespace],
+            [now_ms, now_ms, expires_ms, history_entry(Stage.CANCELLED, now_ms), job_id, namespace],
         )
         if cursor.rowcount != 1:
             return False
@@ -391,8 +478,13 @@ class Dialect:
         return [(r[0], r[1]) for r in cursor.fetchall()]
 
     def job_resolve_orphan(
-        self, cursor: CursorWrapper, *, job_id: str, parent_stage: str | None,
-        now_ms: int, expires_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        job_id: str,
+        parent_stage: str | None,
+        now_ms: int,
+        expires_ms: int,
     ) -> None:
         if parent_stage == Stage.SUCCESS:
             cursor.execute(
@@ -416,7 +508,9 @@ class Dialect:
         self.job_fail_descendants(cursor, job_id=job_id, now_ms=now_ms, expires_ms=expires_ms)
 
     def job_prune(self, cursor: CursorWrapper, *, namespace: str, now_ms: int, limit: int) -> int:
-        cursor.execute(JOB_PRUNE_SQL.format(skip_locked=self.skip_locked), [namespace, now_ms, limit])
+        cursor.execute(
+            JOB_PRUNE_SQL.format(skip_locked=self.skip_locked), [namespace, now_ms, limit]
+        )
         return int(cursor.rowcount)
 
     # -- counters -------------------------------------------------------------
@@ -433,8 +527,16 @@ class Dialect:
 
     # -- servers and maintenance ----------------------------------------------
     def server_heartbeat(
-        self, cursor: CursorWrapper, *, server_id: str, namespace: str, hostname: str,
-        pid: int, workers: int, started_ms: int, now_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        server_id: str,
+        namespace: str,
+        hostname: str,
+        pid: int,
+        workers: int,
+        started_ms: int,
+        now_ms: int,
     ) -> None:
         cursor.execute(
             SERVER_HEARTBEAT_SQL,
@@ -452,14 +554,17 @@ class Dialect:
         return int(cursor.rowcount)
 
     def maintenance_claim(
-        self, cursor: CursorWrapper, *, namespace: str, step: str, now_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        step: str,
+        now_ms: int,
         interval_ms: int,
     ) -> bool:
         """Record that ``step`` runs now, unless it ran less than ``interval_ms``
         ago anywhere in the namespace; return whether this caller should run it."""
-        cursor.execute(
-            MAINTENANCE_CLAIM_SQL, [namespace, step, now_ms, now_ms - interval_ms]
-        )
+        cursor.execute(MAINTENANCE_CLAIM_SQL, [namespace, step, now_ms, now_ms - interval_ms])
         return cursor.fetchone() is not None
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
@@ -474,8 +579,13 @@ class Dialect:
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
     return [
         ClaimedJob(
-            id=r[0], type_name=r[1], payload=bytes(r[2]), attempts=r[3],
-            retry_policy=r[4], created_ms=r[5], run_at_ms=r[6],
+            id=r[0],
+            type_name=r[1],
+            payload=bytes(r[2]),
+            attempts=r[3],
+            retry_policy=r[4],
+            created_ms=r[5],
+            run_at_ms=r[6],
         )
         for r in rows
     ]

@@ -127,13 +127,26 @@ class PostgresDialect(Dialect):
         return {row[0] for row in cursor.fetchall()}
 
     def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int,
-        now_ms: int, lease_until_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        owner: str,
+        limit: int,
+        now_ms: int,
+        lease_until_ms: int,
     ) -> list[ClaimedJob]:
         cursor.execute(
             JOB_CLAIM_SQL,
-            [namespace, limit, now_ms, now_ms, owner, lease_until_ms,
-             history_entry(Stage.RUNNING, now_ms)],
+            [
+                namespace,
+                limit,
+                now_ms,
+                now_ms,
+                owner,
+                lease_until_ms,
+                history_entry(Stage.RUNNING, now_ms),
+            ],
         )
         return claimed_jobs(cursor.fetchall())
 
@@ -143,9 +156,7 @@ class PostgresDialect(Dialect):
         cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
         if not cursor.fetchone()[0]:
             return 0
-        cursor.execute(
-            "SELECT count(*) FROM later_stage_count WHERE namespace = %s", [namespace]
-        )
+        cursor.execute("SELECT count(*) FROM later_stage_count WHERE namespace = %s", [namespace])
         rows = int(cursor.fetchone()[0])
         if rows <= len(Stage):
             return 0

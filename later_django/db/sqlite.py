@@ -54,8 +54,7 @@ TRIGGERS: Final = {
 }
 
 COUNTER_UNIQUE_SQL: Final = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row "
-    "ON later_stage_count (namespace, stage)"
+    "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row ON later_stage_count (namespace, stage)"
 )
 
 
@@ -81,13 +80,26 @@ class SqliteDialect(Dialect):
         return {row[0] for row in cursor.fetchall()}
 
     def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int,
-        now_ms: int, lease_until_ms: int,
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        owner: str,
+        limit: int,
+        now_ms: int,
+        lease_until_ms: int,
     ) -> list[ClaimedJob]:
         cursor.execute(
             JOB_CLAIM_SQL,
-            [now_ms, now_ms, owner, lease_until_ms, history_entry(Stage.RUNNING, now_ms),
-             namespace, limit],
+            [
+                now_ms,
+                now_ms,
+                owner,
+                lease_until_ms,
+                history_entry(Stage.RUNNING, now_ms),
+                namespace,
+                limit,
+            ],
         )
         return claimed_jobs(cursor.fetchall())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -42,21 +43,23 @@ class Maintenance:
 
     async def run_step(self, name: str) -> int:
         """Run one step now, outside the regular tick."""
-        step = self.steps[name]
-        return await self.store.run(self.pool, lambda d, c: step(d, c, self.ctx))
+        return await self.store.run(self.pool, functools.partial(self._call, self.steps[name]))
+
+    def _call(self, step: Step, dialect: Dialect, cursor: CursorWrapper) -> int:
+        return step(dialect, cursor, self.ctx)
 
     async def run_once(self) -> dict[str, int | Exception]:
         """Run every step once; return each step's count or its error."""
         results: dict[str, int | Exception] = {}
         for name, step in self.steps.items():
             try:
-                results[name] = await self.store.run(
-                    self.pool, lambda d, c, step=step: step(d, c, self.ctx)
-                )
+                results[name] = await self.store.run(self.pool, functools.partial(self._call, step))
             except Exception as exc:  # noqa: BLE001  retried next tick
                 results[name] = exc
                 logger.error(
-                    "maintenance step %s failed; retrying next cycle: %s", name, exc,
+                    "maintenance step %s failed; retrying next cycle: %s",
+                    name,
+                    exc,
                     extra={"action": "maintenance_error", "step": name},
                 )
         self.last_tick = time.monotonic()

@@ -70,21 +70,33 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
         with transaction.atomic(using=ctx.alias):
             if delay is None:
                 done = dialect.job_fail(
-                    cursor, job_id=job.id, attempts=job.attempts, now_ms=now,
-                    expires_ms=now + ctx.retention_ms, error=LEASE_EXPIRED,
+                    cursor,
+                    job_id=job.id,
+                    attempts=job.attempts,
+                    now_ms=now,
+                    expires_ms=now + ctx.retention_ms,
+                    error=LEASE_EXPIRED,
                     expired_before_ms=cutoff,
                 )
             else:
                 done = dialect.job_retry(
-                    cursor, job_id=job.id, attempts=job.attempts, now_ms=now,
-                    run_at_ms=now + int(delay.total_seconds() * 1000), error=LEASE_EXPIRED,
-                    retry_policy=None, expired_before_ms=cutoff,
+                    cursor,
+                    job_id=job.id,
+                    attempts=job.attempts,
+                    now_ms=now,
+                    run_at_ms=now + int(delay.total_seconds() * 1000),
+                    error=LEASE_EXPIRED,
+                    retry_policy=None,
+                    expired_before_ms=cutoff,
                 )
         if done:
             rescued += 1
             logger.warning(
                 "recovered stuck job %s (%s, attempt %d): %s",
-                job.id, job.type_name, job.attempts, "failed" if delay is None else "retrying",
+                job.id,
+                job.type_name,
+                job.attempts,
+                "failed" if delay is None else "retrying",
                 extra={"action": "job_rescued", "job_id": job.id},
             )
     return rescued
@@ -97,7 +109,10 @@ def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -
     for job_id, parent_stage in orphans:
         with transaction.atomic(using=ctx.alias):
             dialect.job_resolve_orphan(
-                cursor, job_id=job_id, parent_stage=parent_stage, now_ms=now,
+                cursor,
+                job_id=job_id,
+                parent_stage=parent_stage,
+                now_ms=now,
                 expires_ms=now + ctx.retention_ms,
             )
     return len(orphans)
@@ -128,7 +143,10 @@ def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     if ctx.vacuum_interval_ms is None or dialect.vendor != "sqlite":
         return 0
     if not dialect.maintenance_claim(
-        cursor, namespace=ctx.namespace, step="vacuum", now_ms=now_ms(),
+        cursor,
+        namespace=ctx.namespace,
+        step="vacuum",
+        now_ms=now_ms(),
         interval_ms=ctx.vacuum_interval_ms,
     ):
         return 0

@@ -98,7 +98,8 @@ class Executor:
             except Exception:
                 logger.exception(
                     "retry policy callable of %s failed; using the default policy",
-                    job.type_name, extra={"action": "retry_policy_error", "job_id": job.id},
+                    job.type_name,
+                    extra={"action": "retry_policy_error", "job_id": job.id},
                 )
                 return default_policy(), None
             return policy, policy.to_json()
@@ -106,15 +107,19 @@ class Executor:
 
     @staticmethod
     def _after_failure(
-        job: ClaimedJob, error: str, policy: RetryPolicy, resolved: str | None = None,
+        job: ClaimedJob,
+        error: str,
+        policy: RetryPolicy,
+        resolved: str | None = None,
         exc: BaseException | None = None,
     ) -> Outcome:
         delay = policy.next_delay(job.attempts)
         if delay is None:
             return Outcome(kind="failed", error=error, exc=exc)
         run_at = now_ms() + int(delay.total_seconds() * 1000)
-        return Outcome(kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved,
-                       exc=exc)
+        return Outcome(
+            kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved, exc=exc
+        )
 
 
 def _stored_policy(job: ClaimedJob) -> RetryPolicy | None:

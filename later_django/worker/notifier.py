@@ -7,6 +7,7 @@ worker tries to claim again; the poll interval bounds the worst case.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -42,10 +43,8 @@ class Wakeup:
     async def wait(self, timeout: float, since: int | None = None) -> None:
         if since is not None and since != self.generation:
             return
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
-        except TimeoutError:
-            pass
 
 
 class Notifier:
@@ -86,8 +85,9 @@ class Notifier:
 
     def _connect_kwargs(self) -> dict[str, Any]:
         settings = connections[self.alias].settings_dict
-        options = {k: v for k, v in settings.get("OPTIONS", {}).items()
-                   if k not in DJANGO_ONLY_OPTIONS}
+        options = {
+            k: v for k, v in settings.get("OPTIONS", {}).items() if k not in DJANGO_ONLY_OPTIONS
+        }
         kwargs = {
             "dbname": settings.get("NAME") or "postgres",
             "user": settings.get("USER") or None,
@@ -116,6 +116,7 @@ class Notifier:
                 self.connected.clear()
                 logger.warning(
                     "LISTEN connection lost (%s); reconnecting; idle workers poll meanwhile",
-                    exc, extra={"action": "listen_reconnect"},
+                    exc,
+                    extra={"action": "listen_reconnect"},
                 )
                 self._stop.wait(LISTEN_RECONNECT_DELAY)

@@ -9,6 +9,7 @@ and autoscaling. Nothing here decides what a job's outcome is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -53,8 +54,8 @@ class WorkerSlot:
     last_active: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
     current_job: str | None = None
-    # The running handler, cancelled if the job's lease is lost (async only:
-    # a thread cannot be stopped, and its finish is rejected by the fence).
+    # The running handler, cancelled if the job's lease is lost (a sync one
+    # cannot be stopped: its thread goes on, the worker stops waiting for it).
     run_task: asyncio.Task[Outcome] | None = None
     cancellable: bool = False
     lease_lost: bool = False
@@ -283,15 +284,14 @@ class Server:
         while self._spares:
             job = self._spares.popleft()
             try:
-                await self.store.run(
-                    self._service_pool,
-                    lambda d, c, job=job: d.job_unclaim(
-                        c, job_id=job.id, attempts=job.attempts, owner=self.server_id,
-                        now_ms=now_ms(),
-                    ),
-                )
+                await self.store.run(self._service_pool, functools.partial(self._unclaim, job))
             except Exception as exc:  # noqa: BLE001  its lease recovers it instead
                 logger.warning("could not give back job %s: %s", job.id, exc)
+
+    def _unclaim(self, job: ClaimedJob, dialect: Any, cursor: Any) -> bool:
+        return bool(dialect.job_unclaim(
+            cursor, job_id=job.id, attempts=job.attempts, owner=self.server_id, now_ms=now_ms(),
+        ))
 
     def _keep_spare(self, job: ClaimedJob | None) -> None:
         """A job claimed for a worker that went away meanwhile: the next worker takes it."""
@@ -504,13 +504,24 @@ class Server:
                 self._spares.remove(job)
         for slot in self.slots:
             if slot.current_job == job_id and slot.run_task is not None:
-                if slot.run_task.done() or not slot.cancellable:
-                    continue  # finished meanwhile, or a thread: the fence decides
-                logger.warning(
-                    "lost the lease of job %s (another server recovered it); "
-                    "cancelling its handler", job_id,
-                    extra={"action": "lease_lost", "job_id": job_id},
-                )
+                if slot.run_task.done():
+                    continue  # finished meanwhile: the fence decides
+                if slot.cancellable:
+                    logger.warning(
+                        "lost the lease of job %s (another server recovered it); "
+                        "cancelling its handler", job_id,
+                        extra={"action": "lease_lost", "job_id": job_id},
+                    )
+                else:
+                    # A thread cannot be stopped; waiting for it would let a
+                    # handler that never returns hold this worker for good
+                    # (found by the chaos runner, docs/chaos.md).
+                    logger.warning(
+                        "lost the lease of job %s (another server recovered it); its "
+                        "sync handler goes on in its thread, its outcome will be "
+                        "discarded, and worker %d moves on", job_id, slot.id,
+                        extra={"action": "lease_lost", "job_id": job_id},
+                    )
                 slot.lease_lost = True
                 slot.run_task.cancel()
 

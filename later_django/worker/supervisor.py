@@ -85,16 +85,19 @@ def check_once(server: Server) -> list[str]:
             slot.task.cancel()
             new = server.replace_worker(slot)
             actions.append(f"replaced hung worker {slot.id} with {new.id}")
-        elif slot.busy_since is not None and now - slot.busy_since > threshold:
-            if not slot.reported_slow:
-                slot.reported_slow = True
-                logger.warning(
-                    "job %s has been running for %.0fs on worker %d; its handler may "
-                    "be hung. It keeps this worker slot; the lease recovers it if this "
-                    "process dies.", slot.current_job, now - slot.busy_since, slot.id,
-                    extra={"action": "handler_slow", "job_id": slot.current_job},
-                )
-                actions.append(f"reported slow job {slot.current_job}")
+        elif (
+            slot.busy_since is not None
+            and now - slot.busy_since > threshold
+            and not slot.reported_slow
+        ):
+            slot.reported_slow = True
+            logger.warning(
+                "job %s has been running for %.0fs on worker %d; its handler may "
+                "be hung. It keeps this worker slot; the lease recovers it if this "
+                "process dies.", slot.current_job, now - slot.busy_since, slot.id,
+                extra={"action": "handler_slow", "job_id": slot.current_job},
+            )
+            actions.append(f"reported slow job {slot.current_job}")
     maintenance = server.service_task("maintenance")
     stale_after = max(threshold, 10 * server.maintenance.interval)
     if maintenance is not None and now - server.maintenance.last_tick > stale_after:

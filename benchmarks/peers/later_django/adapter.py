@@ -23,8 +23,9 @@ class Adapter(Base):
         import django
 
         django.setup()
-        import later_django
         from lbench.jobs import BenchNoop
+
+        import later_django
 
         self.later = later_django
         self.payload = BenchNoop
@@ -48,8 +49,16 @@ class Adapter(Base):
         self.later.enqueue_many([self.payload(n=n, t=t) for n, t in items])
 
     def start_workers(self, concurrency: int) -> None:
-        self.spawn([sys.executable, "-m", "django", "later_worker",
-                    f"--workers={concurrency}", "--verbosity=0"])
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "later_worker",
+                f"--workers={concurrency}",
+                "--verbosity=0",
+            ]
+        )
 
     def done_count(self) -> int:
         return int(self.later.stage_counts()["success"])

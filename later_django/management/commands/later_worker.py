@@ -15,7 +15,6 @@ from django.core.checks import Tags
 from django.core.management.base import BaseCommand
 
 from later_django.conf import conf
-
 from later_django.worker.server import MAX_WORKERS, Server
 
 logger = logging.getLogger("later_django.worker")
@@ -55,12 +54,25 @@ class Command(BaseCommand):
     help = "Run a later worker process: a supervised pool of workers on LATER['DATABASE']."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--workers", type=worker_count, default=None,
-                            help="worker tasks in this process (default LATER['WORKERS'])")
-        parser.add_argument("--autoscale", type=autoscale_bounds, default=None,
-                            metavar="MIN:MAX", help="scale workers with the backlog")
-        parser.add_argument("--shutdown-timeout", type=seconds, default=None,
-                            help="seconds running jobs get to finish on SIGTERM")
+        parser.add_argument(
+            "--workers",
+            type=worker_count,
+            default=None,
+            help="worker tasks in this process (default LATER['WORKERS'])",
+        )
+        parser.add_argument(
+            "--autoscale",
+            type=autoscale_bounds,
+            default=None,
+            metavar="MIN:MAX",
+            help="scale workers with the backlog",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=seconds,
+            default=None,
+            help="seconds running jobs get to finish on SIGTERM",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # Checks that read the database (e.g. a topic's changed partition
@@ -91,8 +103,11 @@ async def _serve(server: Server) -> int:
     def on_signal(signum: int) -> None:
         signals["count"] += 1
         if signals["count"] == 1:
-            logger.info("received %s: finishing running jobs, then stopping",
-                        signal.Signals(signum).name, extra={"action": "shutdown_requested"})
+            logger.info(
+                "received %s: finishing running jobs, then stopping",
+                signal.Signals(signum).name,
+                extra={"action": "shutdown_requested"},
+            )
             stop.set()
         else:
             logger.warning("second signal: exiting now; leases recover running jobs")

@@ -77,7 +77,8 @@ class Command(BaseCommand):
                 f"{change.stage} (+{(change.at - start).total_seconds():.2f}s)"
                 for change in info.history
             )
-            self.stdout.write(f"\n{label}\n  id {info.id}: {info.stage}, "
-                              f"{info.attempts} attempt(s)\n  {steps}")
+            self.stdout.write(
+                f"\n{label}\n  id {info.id}: {info.stage}, {info.attempts} attempt(s)\n  {steps}"
+            )
             if info.last_error:
                 self.stdout.write(f"  last error: {info.last_error.splitlines()[0]}")
