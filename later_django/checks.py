@@ -78,7 +78,7 @@ def _check_workers(merged: dict[str, Any]) -> list[CheckMessage]:
 def _check_database(merged: dict[str, Any]) -> list[CheckMessage]:
     messages = _check_namespace(merged["NAMESPACE"])
     alias = merged["DATABASE"]
-    if alias not in settings.DATABASES:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
         return [
             *messages,
             _error(

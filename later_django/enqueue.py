@@ -24,6 +24,8 @@ from later_django.states import Stage
 from later_django.types import NewJob
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
+# The last time a job may become due: later dates do not fit in a datetime.
+LATEST_RUN_AT_MS = int(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
 
 
 class PayloadTooLarge(TypeError, ValueError):
@@ -163,6 +165,11 @@ def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int = 0)
 
 
 def _enqueue_at(payload: object, run_at: int, priority: int) -> JobId:
+    if run_at > LATEST_RUN_AT_MS:
+        raise ValueError(
+            "the job would become due after 9999-12-30, which no datetime can "
+            "represent; use a shorter delay or an earlier time"
+        )
     now = now_ms()
     stage = Stage.DELAYED if run_at > now else Stage.ENQUEUED
     job = _build(

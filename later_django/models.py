@@ -60,6 +60,15 @@ class Job(models.Model):
     class Meta:
         db_table = "later_job"
         permissions = [("view_dashboard", "Can view the later dashboard")]
+        constraints = [
+            # A lease exists only while the job runs; finishing statements are
+            # fenced by the lease alone and find their row by primary key.
+            models.CheckConstraint(
+                condition=Q(stage="running")
+                | Q(lease_owner__isnull=True, lease_expires_ms__isnull=True),
+                name="later_job_lease_only_running",
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["namespace", "-priority", "id"],

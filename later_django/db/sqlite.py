@@ -60,6 +60,8 @@ COUNTER_UNIQUE_SQL: Final = (
 
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
+    single_writer: ClassVar[bool] = True
+    trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
     # 13 parameters a row; SQLite allows 32,766 parameters a statement.
     insert_batch_size: ClassVar[int] = 1000
 

@@ -103,5 +103,9 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['namespace', 'stage'], name='later_count_stage')],
             },
         ),
+        migrations.AddConstraint(
+            model_name='job',
+            constraint=models.CheckConstraint(condition=models.Q(('stage', 'running'), models.Q(('lease_expires_ms__isnull', True), ('lease_owner__isnull', True)), _connector='OR'), name='later_job_lease_only_running'),
+        ),
         migrations.RunPython(install_triggers, migrations.RunPython.noop, elidable=False),
     ]

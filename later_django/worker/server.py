@@ -41,6 +41,7 @@ CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
 SERVICE_RESTART_MAX = 30.0  # cap, in seconds, of a crashed service's restart backoff
 COMPLETE_BATCH = 256  # successes stored by one statement at most
+DB_THREADS = 16  # database threads (and connections) for the workers of one server
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
 
@@ -57,6 +58,8 @@ class WorkerSlot:
     # The running handler, cancelled if the job's lease is lost (a sync one
     # cannot be stopped: its thread goes on, the worker stops waiting for it).
     run_task: asyncio.Task[Outcome] | None = None
+    # The store of this worker's last outcome, if it is still in flight.
+    finishing: asyncio.Future[None] | None = None
     cancellable: bool = False
     lease_lost: bool = False
     stopping: bool = False
@@ -101,6 +104,9 @@ class Server:
         self.slots: list[WorkerSlot] = []
         self._spares: deque[ClaimedJob] = deque()
         self._background: set[asyncio.Future[None]] = set()
+        # Jobs whose handler ended and whose outcome is being stored: still
+        # leased to this server until then, so their leases are renewed too.
+        self._unstored: dict[str, ClaimedJob] = {}
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
             self._claim_batch, max_batch=MAX_WORKERS, on_abandoned=self._keep_spare
         )
@@ -113,7 +119,9 @@ class Server:
         self._next_slot_id = 0
         self._services: dict[str, asyncio.Task[None]] = {}
         self._started_ms = now_ms()
-        self._db_pool = new_pool("db", MAX_WORKERS + 1)
+        # Claims and successes are shared statements; only failures and retries
+        # run one per worker, so a few threads (and connections) serve them all.
+        self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
         self._service_pool = new_pool("service", 4)
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
         self.executor = Executor(self._handler_pool, app=self._build_app())
@@ -308,7 +316,8 @@ class Server:
             )
             return list(done), int(released)
 
-        done, released = await self.store.run(self._db_pool, op, atomic=True)
+        single = self.store.dialect.atomic_complete_many
+        done, released = await self.store.run(self._db_pool, op, atomic=not single)
         if released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
@@ -353,11 +362,28 @@ class Server:
                     if not slot.lease_lost:
                         raise  # this worker itself is being stopped
                     continue  # another server owns the job now
-                # Shielded: a cancelled worker must still record what its job did.
-                await asyncio.shield(self._finish(job, outcome))
+                # The worker claims its next job while this outcome is stored
+                # (claims and completions overlap), but never leaves more than
+                # one outcome of its own unstored.
+                await self._outcome_stored(slot)
+                slot.finishing = self._start_finish(job, outcome)
             finally:
                 slot.current_job, slot.busy_since, slot.run_task = None, None, None
             self.processed += 1
+        await self._outcome_stored(slot)
+
+    def _start_finish(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
+        # A task of its own: a cancelled worker must still record what its job did.
+        self._unstored[job.id] = job
+        task = asyncio.ensure_future(self._finish(job, outcome))
+        task.add_done_callback(lambda _: self._unstored.pop(job.id, None))
+        return task
+
+    @staticmethod
+    async def _outcome_stored(slot: WorkerSlot) -> None:
+        if slot.finishing is not None:
+            await asyncio.shield(slot.finishing)
+            slot.finishing = None
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
         delay = 0.05
@@ -486,6 +512,7 @@ class Server:
         cancelled, so the job does not run twice at once."""
         held = [slot.current_job for slot in self.slots if slot.current_job]
         held += [job.id for job in self._spares]
+        held += list(self._unstored)
         if not held:
             return []
         until = now_ms() + self.lease_ms

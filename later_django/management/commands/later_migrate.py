@@ -24,6 +24,12 @@ class Command(BaseCommand):
         alias = conf.database
         connection = connections[alias]
         actions: list[str] = []
+        dialect = dialect_for(alias)
+        # Read before migrating: migrate itself reinstalls triggers afterwards.
+        missing = set()
+        if "later_job" in connection.introspection.table_names():
+            with connection.cursor() as cursor:
+                missing = set(dialect.trigger_names) - dialect.installed_objects(cursor)
 
         output = io.StringIO()
         call_command("migrate", "later_django", database=alias, verbosity=1, stdout=output)
@@ -43,7 +49,8 @@ class Command(BaseCommand):
                     actions.append("switched SQLite to WAL journal mode")
 
         with transaction.atomic(using=alias), connection.cursor() as cursor:
-            actions += dialect_for(alias).install(cursor)
+            dialect.install(cursor)
+        actions += [f"installed trigger {name}" for name in sorted(missing)]
 
         topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
         conflicts = stored_topic_conflicts(alias, topics)
