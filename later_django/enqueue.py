@@ -25,7 +25,7 @@ from later_django.types import NewJob
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # The last time a job may become due: later dates do not fit in a datetime.
-LATEST_RUN_AT_MS = int(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc).timestamp() * 1000)
+LATEST_RUN_AT_MS = int(dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp() * 1000)
 
 
 class PayloadTooLarge(TypeError, ValueError):

@@ -89,11 +89,11 @@ class Server:
         if self.autoscale and not 1 <= self.autoscale[0] <= self.autoscale[1] <= MAX_WORKERS:
             raise ValueError(f"autoscale must be (min, max) within 1..{MAX_WORKERS}")
         if self.autoscale:
-            self.initial_workers = min(max(self.initial_workers, self.autoscale[0]),
-                                       self.autoscale[1])
+            self.initial_workers = min(
+                max(self.initial_workers, self.autoscale[0]), self.autoscale[1]
+            )
         self.shutdown_timeout = (
-            shutdown_timeout if shutdown_timeout is not None
-            else conf.seconds("SHUTDOWN_TIMEOUT")
+            shutdown_timeout if shutdown_timeout is not None else conf.seconds("SHUTDOWN_TIMEOUT")
         )
         host = socket.gethostname()[:40]
         self.server_id = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -126,7 +126,9 @@ class Server:
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
         self.executor = Executor(self._handler_pool, app=self._build_app())
         self.notifier = Notifier(
-            self.wake, alias=self.alias, namespace=self.namespace,
+            self.wake,
+            alias=self.alias,
+            namespace=self.namespace,
             listen=self.store.dialect.supports_listen,
         )
         vacuum = conf.VACUUM_INTERVAL
@@ -174,7 +176,10 @@ class Server:
             self._start_service("autoscale", lambda: supervisor.autoscale(self))
         logger.info(
             "later server %s started: %d workers on %s, namespace %r",
-            self.server_id, self.worker_count, self.alias, self.namespace,
+            self.server_id,
+            self.worker_count,
+            self.alias,
+            self.namespace,
             extra={"action": "server_started"},
         )
 
@@ -223,7 +228,8 @@ class Server:
             if pending:
                 logger.warning(
                     "shutdown deadline passed: aborting %d running jobs; their leases "
-                    "expire and another server recovers them", len(pending),
+                    "expire and another server recovers them",
+                    len(pending),
                     extra={"action": "shutdown_abort"},
                 )
                 for task in pending:
@@ -239,16 +245,19 @@ class Server:
             )
         except Exception as exc:  # noqa: BLE001  best effort: the row expires anyway
             logger.warning("could not deregister server %s: %s", self.server_id, exc)
-        for pool in (self._db_pool, self._service_pool, self._handler_pool,
-                     self.maintenance.pool):
+        for pool in (self._db_pool, self._service_pool, self._handler_pool, self.maintenance.pool):
             pool.shutdown(wait=False, cancel_futures=True)
         # Without this, each pool thread's connection stays open until garbage
         # collection (on PostgreSQL, a session per thread of an in-process server).
         await asyncio.to_thread(self.store.close, CONNECTION_CLOSE_TIMEOUT)
         await asyncio.to_thread(self.notifier.join, CONNECTION_CLOSE_TIMEOUT)
         self.closed.set()
-        logger.info("later server %s stopped after %d jobs", self.server_id, self.processed,
-                    extra={"action": "server_stopped"})
+        logger.info(
+            "later server %s stopped after %d jobs",
+            self.server_id,
+            self.processed,
+            extra={"action": "server_stopped"},
+        )
 
     # -- workers ----------------------------------------------------------------
     def _spawn_worker(self) -> WorkerSlot:
@@ -279,10 +288,16 @@ class Server:
             # Read the clock in the database thread, just before the statement:
             # read earlier, a claim could record a start before its parent's finish.
             now = now_ms()
-            return list(dialect.job_claim(
-                cursor, namespace=self.namespace, owner=self.server_id, limit=limit,
-                now_ms=now, lease_until_ms=now + self.lease_ms,
-            ))
+            return list(
+                dialect.job_claim(
+                    cursor,
+                    namespace=self.namespace,
+                    owner=self.server_id,
+                    limit=limit,
+                    now_ms=now,
+                    lease_until_ms=now + self.lease_ms,
+                )
+            )
 
         jobs: list[ClaimedJob | None] = list(await self.store.run(self._db_pool, op))
         return jobs + [None] * (limit - len(jobs))
@@ -297,9 +312,15 @@ class Server:
                 logger.warning("could not give back job %s: %s", job.id, exc)
 
     def _unclaim(self, job: ClaimedJob, dialect: Any, cursor: Any) -> bool:
-        return bool(dialect.job_unclaim(
-            cursor, job_id=job.id, attempts=job.attempts, owner=self.server_id, now_ms=now_ms(),
-        ))
+        return bool(
+            dialect.job_unclaim(
+                cursor,
+                job_id=job.id,
+                attempts=job.attempts,
+                owner=self.server_id,
+                now_ms=now_ms(),
+            )
+        )
 
     def _keep_spare(self, job: ClaimedJob | None) -> None:
         """A job claimed for a worker that went away meanwhile: the next worker takes it."""
@@ -311,7 +332,10 @@ class Server:
         def op(dialect: Any, cursor: Any) -> tuple[list[str], int]:
             now = now_ms()
             done, released = dialect.job_complete_many(
-                cursor, owner=self.server_id, jobs=requests, now_ms=now,
+                cursor,
+                owner=self.server_id,
+                jobs=requests,
+                now_ms=now,
                 expires_ms=now + self.retention_ms,
             )
             return list(done), int(released)
@@ -343,8 +367,12 @@ class Server:
             try:
                 job = await self.claim()
             except Exception as exc:  # noqa: BLE001  back off instead of spinning
-                logger.error("worker %d could not claim: %s; backing off", slot.id, exc,
-                             extra={"action": "claim_error"})
+                logger.error(
+                    "worker %d could not claim: %s; backing off",
+                    slot.id,
+                    exc,
+                    extra={"action": "claim_error"},
+                )
                 await asyncio.sleep(CLAIM_ERROR_BACKOFF * random.uniform(0.5, 1.5))  # noqa: S311
                 continue
             slot.touch()
@@ -393,13 +421,18 @@ class Server:
                     stored = await self._completions.submit((job.id, job.attempts))
                 else:
                     stored = await self.store.run(
-                        self._db_pool, lambda d, c: self._store_outcome(d, c, job, outcome),
+                        self._db_pool,
+                        lambda d, c: self._store_outcome(d, c, job, outcome),
                         atomic=True,
                     )
                 break
             except Exception as exc:  # noqa: BLE001  e.g. the database is restarting
-                logger.error("could not store the outcome of job %s: %s; retrying",
-                             job.id, exc, extra={"action": "finish_error", "job_id": job.id})
+                logger.error(
+                    "could not store the outcome of job %s: %s; retrying",
+                    job.id,
+                    exc,
+                    extra={"action": "finish_error", "job_id": job.id},
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
         self._log_outcome(job, outcome, stored)
@@ -433,29 +466,55 @@ class Server:
         now = now_ms()
         common = {"job_id": job.id, "attempts": job.attempts, "now_ms": now}
         if outcome.kind == "retry":
-            return bool(dialect.job_retry(
-                cursor, owner=self.server_id, run_at_ms=outcome.run_at_ms,
-                error=outcome.error, retry_policy=outcome.resolved_policy, **common))
-        return bool(dialect.job_fail(
-            cursor, owner=self.server_id, expires_ms=now + self.retention_ms,
-            error=outcome.error, **common))
+            return bool(
+                dialect.job_retry(
+                    cursor,
+                    owner=self.server_id,
+                    run_at_ms=outcome.run_at_ms,
+                    error=outcome.error,
+                    retry_policy=outcome.resolved_policy,
+                    **common,
+                )
+            )
+        return bool(
+            dialect.job_fail(
+                cursor,
+                owner=self.server_id,
+                expires_ms=now + self.retention_ms,
+                error=outcome.error,
+                **common,
+            )
+        )
 
     @staticmethod
     def _log_outcome(job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
         extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
         if not stored:
             logger.warning(
-                "job %s (%s) finished after its lease was taken over; its outcome "
-                "was discarded", job.id, job.type_name,
+                "job %s (%s) finished after its lease was taken over; its outcome was discarded",
+                job.id,
+                job.type_name,
                 extra={**extra, "action": "lease_lost"},
             )
         elif outcome.kind == "failed":
-            logger.error("job %s (%s) failed on attempt %d: %s", job.id, job.type_name,
-                         job.attempts, _first_line(outcome.error), extra=extra,
-                         exc_info=outcome.exc)
+            logger.error(
+                "job %s (%s) failed on attempt %d: %s",
+                job.id,
+                job.type_name,
+                job.attempts,
+                _first_line(outcome.error),
+                extra=extra,
+                exc_info=outcome.exc,
+            )
         elif outcome.kind == "retry":
-            logger.warning("job %s (%s) attempt %d failed, retrying: %s", job.id,
-                           job.type_name, job.attempts, _first_line(outcome.error), extra=extra)
+            logger.warning(
+                "job %s (%s) attempt %d failed, retrying: %s",
+                job.id,
+                job.type_name,
+                job.attempts,
+                _first_line(outcome.error),
+                extra=extra,
+            )
         else:
             logger.debug("job %s (%s) succeeded", job.id, job.type_name, extra=extra)
 
@@ -490,8 +549,12 @@ class Server:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                logger.exception("later service %s crashed; restarting in %.1fs", name, delay,
-                                 extra={"action": "service_crash", "service": name})
+                logger.exception(
+                    "later service %s crashed; restarting in %.1fs",
+                    name,
+                    delay,
+                    extra={"action": "service_crash", "service": name},
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, SERVICE_RESTART_MAX)
 
@@ -516,10 +579,14 @@ class Server:
         if not held:
             return []
         until = now_ms() + self.lease_ms
-        renewed = set(await self.store.run(
-            self._service_pool,
-            lambda d, c: d.job_renew(c, owner=self.server_id, job_ids=held, lease_until_ms=until),
-        ))
+        renewed = set(
+            await self.store.run(
+                self._service_pool,
+                lambda d, c: d.job_renew(
+                    c, owner=self.server_id, job_ids=held, lease_until_ms=until
+                ),
+            )
+        )
         lost = [job_id for job_id in held if job_id not in renewed]
         for job_id in lost:
             self._drop_lost_lease(job_id)
@@ -536,7 +603,8 @@ class Server:
                 if slot.cancellable:
                     logger.warning(
                         "lost the lease of job %s (another server recovered it); "
-                        "cancelling its handler", job_id,
+                        "cancelling its handler",
+                        job_id,
                         extra={"action": "lease_lost", "job_id": job_id},
                     )
                 else:
@@ -546,7 +614,9 @@ class Server:
                     logger.warning(
                         "lost the lease of job %s (another server recovered it); its "
                         "sync handler goes on in its thread, its outcome will be "
-                        "discarded, and worker %d moves on", job_id, slot.id,
+                        "discarded, and worker %d moves on",
+                        job_id,
+                        slot.id,
                         extra={"action": "lease_lost", "job_id": job_id},
                     )
                 slot.lease_lost = True
@@ -563,9 +633,14 @@ class Server:
         await self.store.run(
             self._service_pool,
             lambda d, c: d.server_heartbeat(
-                c, server_id=self.server_id, namespace=self.namespace,
-                hostname=socket.gethostname()[:255], pid=os.getpid(),
-                workers=self.worker_count, started_ms=self._started_ms, now_ms=now_ms(),
+                c,
+                server_id=self.server_id,
+                namespace=self.namespace,
+                hostname=socket.gethostname()[:255],
+                pid=os.getpid(),
+                workers=self.worker_count,
+                started_ms=self._started_ms,
+                now_ms=now_ms(),
             ),
         )
 

@@ -39,7 +39,8 @@ async def supervise(server: Server) -> None:
             # reason alone; judging them now would replace healthy workers.
             logger.warning(
                 "this process stood still for %.0fs; worker checks restart from now",
-                stalled, extra={"action": "process_stalled"},
+                stalled,
+                extra={"action": "process_stalled"},
             )
             forgive_stall(server, now)
             continue
@@ -61,8 +62,12 @@ def check_once(server: Server) -> list[str]:
     # A shared claim or completion stuck in the database holds every worker
     # waiting on it; give up on it so replacements do not queue behind it.
     for call in server.abandon_hung_calls(threshold):
-        logger.error("a shared %s call made no progress for %.0fs; abandoning it", call,
-                     threshold, extra={"action": "call_abandoned", "call": call})
+        logger.error(
+            "a shared %s call made no progress for %.0fs; abandoning it",
+            call,
+            threshold,
+            extra={"action": "call_abandoned", "call": call},
+        )
         actions.append(f"abandoned hung {call} call")
     for slot in list(server.slots):
         if slot.stopping or slot.task is None:
@@ -71,15 +76,20 @@ def check_once(server: Server) -> list[str]:
             reason = "exited"
             if not slot.task.cancelled() and slot.task.exception() is not None:
                 reason = f"crashed: {slot.task.exception()!r}"
-            logger.error("worker %d %s; replacing it", slot.id, reason,
-                         extra={"action": "worker_replaced", "worker": slot.id})
+            logger.error(
+                "worker %d %s; replacing it",
+                slot.id,
+                reason,
+                extra={"action": "worker_replaced", "worker": slot.id},
+            )
             new = server.replace_worker(slot)
             actions.append(f"replaced exited worker {slot.id} with {new.id}")
         elif slot.busy_since is None and now - slot.last_active > threshold:
             logger.error(
                 "worker %d made no progress for %.0fs outside any handler; it looks "
                 "hung (e.g. a starved database connection): replacing it",
-                slot.id, now - slot.last_active,
+                slot.id,
+                now - slot.last_active,
                 extra={"action": "worker_hung", "worker": slot.id},
             )
             slot.task.cancel()
@@ -94,15 +104,21 @@ def check_once(server: Server) -> list[str]:
             logger.warning(
                 "job %s has been running for %.0fs on worker %d; its handler may "
                 "be hung. It keeps this worker slot; the lease recovers it if this "
-                "process dies.", slot.current_job, now - slot.busy_since, slot.id,
+                "process dies.",
+                slot.current_job,
+                now - slot.busy_since,
+                slot.id,
                 extra={"action": "handler_slow", "job_id": slot.current_job},
             )
             actions.append(f"reported slow job {slot.current_job}")
     maintenance = server.service_task("maintenance")
     stale_after = max(threshold, 10 * server.maintenance.interval)
     if maintenance is not None and now - server.maintenance.last_tick > stale_after:
-        logger.error("maintenance made no progress for %.0fs; restarting it",
-                     now - server.maintenance.last_tick, extra={"action": "maintenance_hung"})
+        logger.error(
+            "maintenance made no progress for %.0fs; restarting it",
+            now - server.maintenance.last_tick,
+            extra={"action": "maintenance_hung"},
+        )
         server.maintenance.last_tick = now
         server.restart_service("maintenance")
         actions.append("restarted maintenance")
@@ -133,13 +149,20 @@ async def scale_once(server: Server, backlog: int, state: dict[str, int]) -> str
         state["empty"] = 0
     if backlog > SCALE_UP_FACTOR * count and count < high:
         await server.add_worker()
-        logger.info("autoscale: backlog %d, added a worker (now %d)", backlog,
-                    server.worker_count, extra={"action": "autoscale_up"})
+        logger.info(
+            "autoscale: backlog %d, added a worker (now %d)",
+            backlog,
+            server.worker_count,
+            extra={"action": "autoscale_up"},
+        )
         return "up"
     if state["empty"] >= SCALE_DOWN_AFTER and count > low:
         state["empty"] = 0
         await server.remove_worker()
-        logger.info("autoscale: idle, removed a worker (now %d)", server.worker_count,
-                    extra={"action": "autoscale_down"})
+        logger.info(
+            "autoscale: idle, removed a worker (now %d)",
+            server.worker_count,
+            extra={"action": "autoscale_down"},
+        )
         return "down"
     return None
