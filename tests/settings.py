@@ -6,8 +6,10 @@ SQLite test database is a file so worker processes can open it too.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 from datetime import timedelta
 
@@ -51,9 +53,14 @@ TEMPLATES = [
     }
 ]
 
-_sqlite_dir = os.environ.setdefault(
-    "LATER_TEST_SQLITE_DIR", tempfile.mkdtemp(prefix="later-test-sqlite-")
-)
+_sqlite_dir = os.environ.get("LATER_TEST_SQLITE_DIR", "")
+if not _sqlite_dir:
+    # Child processes inherit the folder through the environment; the process
+    # that made it removes it when it exits.
+    _sqlite_dir = os.environ["LATER_TEST_SQLITE_DIR"] = tempfile.mkdtemp(
+        prefix="later-test-sqlite-"
+    )
+    atexit.register(shutil.rmtree, _sqlite_dir, ignore_errors=True)
 
 DATABASES: dict[str, dict[str, object]] = {
     "default": {
