@@ -57,6 +57,9 @@ class FaultEvent:
     pid: int | None = None
     detail: str = ""
     ok: bool = True
+    # SQLite: the paused process held the write lock, so nobody could write
+    # (renew a lease, finish a job) for the whole pause.
+    db_frozen: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,11 +192,33 @@ class FaultInjector:
         seconds = self.lease + self.grace + self.rng.uniform(1.5, 3.5)
         start = time.time()
         pid = self.pool.pause(slot)
+        frozen = False
         try:
-            time.sleep(seconds)
+            if self.db.vendor == "sqlite":
+                time.sleep(1.0)
+                frozen = not self._sqlite_writable() and not self._sqlite_writable()
+                time.sleep(max(0.0, start + seconds - time.time()))
+            else:
+                time.sleep(seconds)
         finally:
             self.pool.resume(pid)
-        return FaultEvent(0, "pause", start, time.time(), pid, f"SIGSTOP pid {pid}")
+        detail = f"SIGSTOP pid {pid}"
+        if frozen:
+            detail += " (it held the SQLite write lock: nobody could write meanwhile)"
+        return FaultEvent(0, "pause", start, time.time(), pid, detail, db_frozen=frozen)
+
+    def _sqlite_writable(self) -> bool:
+        """Can another process take the SQLite write lock within a second?"""
+        assert self.db.sqlite_path is not None
+        conn = sqlite3.connect(self.db.sqlite_path, timeout=1.0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
 
     # -- database faults -----------------------------------------------------------------
     def _pg_restart(self) -> FaultEvent:

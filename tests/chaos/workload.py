@@ -256,7 +256,7 @@ class Producer:
         return 1
 
     def produce(self, seconds: float, stop: threading.Event) -> None:
-        """Enqueue about ``profile.jobs`` jobs evenly over ``seconds``."""
+        """Enqueue exactly ``profile.jobs`` jobs evenly over ``seconds``."""
         units = [
             self._bulk,
             self._single,
@@ -271,15 +271,20 @@ class Producer:
         made = 0
         while not stop.is_set():
             now = time.monotonic()
+            # The last turn tops the plan up to exactly ``profile.jobs``.
+            due = min(self.profile.jobs, int(self.profile.jobs * (now - started) / seconds))
             if now >= end:
-                break
-            due = int(self.profile.jobs * (now - started) / seconds)
+                due = self.profile.jobs
             while made < due:
                 unit = self.rng.choices(units, weights)[0]
+                if due - made < 5:
+                    unit = self._bulk  # a chain could overshoot the total
                 if unit == self._bulk:
                     made += self._bulk(due - made)
                 elif unit == self._delayed:
                     made += self._delayed(end - time.monotonic())
                 else:
                     made += unit()  # type: ignore[operator]
+            if now >= end:
+                break
             time.sleep(0.05)
