@@ -25,7 +25,13 @@ class Maintenance:
     """Runs the maintenance steps in-process on a pool of its own."""
 
     def __init__(
-        self, store: Store, pool: ThreadPoolExecutor, ctx: StepContext, interval: float
+        self,
+        store: Store,
+        pool: ThreadPoolExecutor,
+        ctx: StepContext,
+        interval: float,
+        *,
+        lease: float,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -34,6 +40,13 @@ class Maintenance:
         self.steps: dict[str, Step] = dict(STEPS)
         self.last_tick = time.monotonic()
         self.ticks = 0
+        self.lease = lease
+        # A gap this long between two steps means this process, or the
+        # database it writes to, stood still (a pause, a SQLite write lock
+        # held by a frozen process, an outage).
+        self.stall_after = max(lease / 2, 3 * interval)
+        self._last_step_end: float | None = None
+        self._hold_rescue_until = 0.0
 
     async def run(self) -> None:
         while True:
@@ -52,6 +65,11 @@ class Maintenance:
         """Run every step once; return each step's count or its error."""
         results: dict[str, int | Exception] = {}
         for name, step in self.steps.items():
+            start = time.monotonic()
+            self._note_stall(start)
+            if name == "rescue_stuck" and start < self._hold_rescue_until:
+                results[name] = 0
+                continue
             try:
                 results[name] = await self.store.run(self.pool, functools.partial(self._call, step))
             except Exception as exc:  # noqa: BLE001  retried next tick
@@ -62,6 +80,29 @@ class Maintenance:
                     exc,
                     extra={"action": "maintenance_error", "step": name},
                 )
+            finally:
+                self._note_stall(time.monotonic(), started=start)
         self.last_tick = time.monotonic()
         self.ticks += 1
         return results
+
+    def _note_stall(self, now: float, *, started: float | None = None) -> None:
+        """Hold off stuck-job recovery for one lease after a stall.
+
+        While nothing could write, no server could renew its leases either:
+        every running job looks abandoned afterwards. Waiting one lease gives
+        the live owners time to renew; jobs of dead ones are recovered after.
+        """
+        previous = started if started is not None else self._last_step_end
+        self._last_step_end = now
+        if previous is None or now - previous <= self.stall_after:
+            return
+        if now + self.lease > self._hold_rescue_until:
+            logger.warning(
+                "this process or its database stood still for %.1fs; stuck-job "
+                "recovery waits %.1fs so live servers can renew their leases",
+                now - previous,
+                self.lease,
+                extra={"action": "rescue_held"},
+            )
+            self._hold_rescue_until = now + self.lease

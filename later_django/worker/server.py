@@ -144,6 +144,7 @@ class Server:
                 vacuum_interval_ms=int(vacuum.total_seconds() * 1000) if vacuum else None,
             ),
             conf.seconds("MAINTENANCE_INTERVAL"),
+            lease=self.lease_ms / 1000,
         )
         poll = conf.seconds("POLL_INTERVAL")
         self.poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
