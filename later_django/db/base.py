@@ -187,8 +187,8 @@ class Dialect:
     # The triggers ``install`` creates.
     trigger_names: ClassVar[frozenset[str]] = frozenset()
 
-    def install(self, cursor: CursorWrapper) -> list[str]:
-        """Create or replace triggers and vendor objects; return what was done."""
+    def install(self, cursor: CursorWrapper) -> None:
+        """Create or replace the triggers and vendor objects; idempotent."""
         raise NotImplementedError
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:

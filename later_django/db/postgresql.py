@@ -131,15 +131,10 @@ class PostgresDialect(Dialect):
     parent_lock: ClassVar[str] = "FOR SHARE"
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
 
-    def install(self, cursor: CursorWrapper) -> list[str]:
-        existing = self.installed_objects(cursor)
+    def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(TRIGGER_FUNCTIONS_SQL)
-        done = []
         for name, body in TRIGGERS.items():
             cursor.execute(f"CREATE OR REPLACE TRIGGER {name} {body}")
-            if name not in existing:
-                done.append(f"installed trigger {name}")
-        return done
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(

@@ -65,15 +65,10 @@ class SqliteDialect(Dialect):
     # 13 parameters a row; SQLite allows 32,766 parameters a statement.
     insert_batch_size: ClassVar[int] = 1000
 
-    def install(self, cursor: CursorWrapper) -> list[str]:
-        existing = self.installed_objects(cursor)
+    def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(COUNTER_UNIQUE_SQL)
-        done = []
-        for name, sql in TRIGGERS.items():
+        for sql in TRIGGERS.values():
             cursor.execute(sql)
-            if name not in existing:
-                done.append(f"installed trigger {name}")
-        return done
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(
