@@ -42,7 +42,13 @@ def encode(payload: object) -> bytes:
             "declare the payload with @dataclass"
         )
     plain = _to_plain(payload, "payload")
-    return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]  # msgpack is untyped
+    try:
+        return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]  # msgpack is untyped
+    except UnicodeEncodeError as exc:
+        raise TypeError(
+            f"payload: a string holds {exc.object[exc.start : exc.end]!r}, which is not "
+            "valid UTF-8 (a lone surrogate); clean the text or pass it as bytes"
+        ) from exc
 
 
 def decode(data: bytes, payload_type: type[Any]) -> Any:

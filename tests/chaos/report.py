@@ -215,19 +215,29 @@ def analyse(
         # the handler after the job was already recovered and run elsewhere.
         by_attempt = sorted(job_runs, key=lambda r: (r.attempt, r.start))
         row = rows.get(job_id)
-        claims = [at for stage, at in _hist(row.history) if stage == "running"] if row else []
+        hist = _hist(row.history) if row else []
+        claims = [i for i, (stage, _) in enumerate(hist) if stage == "running"]
         for prev, cur in zip(by_attempt, by_attempt[1:], strict=False):
             if prev.outcome == "raise":
                 continue
-            claimed = claims[prev.attempt - 1] if 0 < prev.attempt <= len(claims) else prev.start
-            until = max(cur.start, claims[cur.attempt - 1] if cur.attempt <= len(claims) else 0)
-            explained = next(
+            if 0 < prev.attempt <= len(claims):
+                at = claims[prev.attempt - 1]
+                claimed = hist[at][1]
+                # When the attempt was taken from it: the recovery's requeue.
+                taken = next((t for st, t in hist[at + 1 :] if st != "running"), cur.start)
+            else:
+                claimed, taken = prev.start, cur.start
+            # The fault of its process that made the job recoverable: during the
+            # attempt, and recent enough to be why the lease expired then.
+            explained = max(
                 (
                     f
                     for f in faults_by_pid.get(prev.pid, [])
-                    if min(claimed, prev.start) - 0.05 <= f.start <= until
+                    if min(claimed, prev.start) - 0.05 <= f.start <= max(taken, cur.start)
+                    and taken <= f.end + lease + grace + 10
                 ),
-                None,
+                key=lambda f: f.start,
+                default=None,
             )
             if (
                 prev.end is not None
@@ -460,7 +470,18 @@ def analyse(
     if wrong:
         violations.append(f"{len(wrong)} jobs with a wrong outcome")
     if unexplained:
-        violations.append(f"{len(unexplained)} duplicate runs not explained by a kill/pause")
+        frozen_by = sorted({d["during_sqlite_freeze_by_pause"] for d in unexplained} - {None})
+        during = sum(1 for d in unexplained if d["during_sqlite_freeze_by_pause"] is not None)
+        note = (
+            f" ({during} of them while a paused process held SQLite's write lock, so no "
+            f"process could renew a lease: pause faults {', '.join(f'#{i}' for i in frozen_by)})"
+            if during
+            else ""
+        )
+        violations.append(
+            f"{len(unexplained)} duplicate runs not explained by a kill/pause of their "
+            f"process{note}"
+        )
     if same_attempt:
         violations.append(f"{len(same_attempt)} jobs ran the same attempt twice")
     if success_without_run:
