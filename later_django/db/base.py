@@ -316,10 +316,7 @@ class Dialect:
         continuations became ready."""
         if not jobs:
             return [], 0
-        pairs = ", ".join(["(%s, %s)"] * len(jobs))
-        params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
-        for job_id, attempts in jobs:
-            params += [job_id, attempts]
+        pairs, params = complete_many_params(jobs, now_ms, expires_ms)
         cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), [*params, owner])
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
@@ -586,6 +583,17 @@ class Dialect:
     # -- sizes ------------------------------------------------------------------
     def database_size(self, cursor: CursorWrapper) -> int | None:
         return None
+
+
+def complete_many_params(
+    jobs: Sequence[tuple[str, int]], now_ms: int, expires_ms: int
+) -> tuple[str, list[Any]]:
+    """The ``VALUES`` pairs and leading parameters of a batch completion."""
+    pairs = ", ".join(["(%s, %s)"] * len(jobs))
+    params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
+    for job_id, attempts in jobs:
+        params += [job_id, attempts]
+    return pairs, params
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:

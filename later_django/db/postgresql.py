@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
-from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs
+from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs, complete_many_params
 from later_django.states import Stage
 from later_django.types import ClaimedJob
 
@@ -178,10 +178,7 @@ class PostgresDialect(Dialect):
     ) -> tuple[list[str], int]:
         if not jobs:
             return [], 0
-        pairs = ", ".join(["(%s, %s)"] * len(jobs))
-        params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
-        for job_id, attempts in jobs:
-            params += [job_id, attempts]
+        pairs, params = complete_many_params(jobs, now_ms, expires_ms)
         params += [owner, now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms)]
         cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), params)
         rows = cursor.fetchall()
