@@ -8,13 +8,16 @@ what differs (row locking, triggers, notifications).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
 from later_django.states import PARENT_FAILED, Stage
 from later_django.types import ClaimedJob, NewJob, StuckJob
+
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor
 
 INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
@@ -172,6 +175,10 @@ class Dialect:
     supports_skip_locked: ClassVar[bool] = False
     # Can a worker be woken by the database, or must it poll?
     supports_listen: ClassVar[bool] = False
+    # Can the worker's claims and completions run on an asyncio connection of
+    # its own, in the event loop (ajob_claim, ajob_complete_many)? Else they
+    # hop to a thread holding a Django connection.
+    supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes through
     # one connection: two of its own would only wait on each other's lock.
     single_writer: ClassVar[bool] = False
@@ -255,6 +262,31 @@ class Dialect:
         now_ms: int,
         lease_until_ms: int,
     ) -> list[ClaimedJob]:
+        raise NotImplementedError
+
+    async def ajob_claim(
+        self,
+        cursor: AsyncCursor[Any],
+        *,
+        namespace: str,
+        owner: str,
+        limit: int,
+        now_ms: int,
+        lease_until_ms: int,
+    ) -> list[ClaimedJob]:
+        """job_claim on an asyncio connection (supports_async_connection)."""
+        raise NotImplementedError
+
+    async def ajob_complete_many(
+        self,
+        cursor: AsyncCursor[Any],
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        now_ms: int,
+        expires_ms: int,
+    ) -> tuple[list[str], int]:
+        """job_complete_many on an asyncio connection (supports_async_connection)."""
         raise NotImplementedError
 
     def job_renew(

@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
-from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs, complete_many_params
+from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs
 from later_django.states import Stage
 from later_django.types import ClaimedJob
 
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor
+
 NOTIFY_CHANNEL: Final = "later"
+# OPTIONS keys Django consumes itself; the rest go to psycopg as they are.
+DJANGO_ONLY_OPTIONS: Final = frozenset(
+    {"isolation_level", "pool", "server_side_binding", "assume_role"}
+)
+CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
 
 JOB_CLAIM_SQL: Final = f"""
 WITH picked AS (
@@ -94,12 +103,14 @@ TRIGGERS: Final = {
 
 # Completion and release of continuations in one statement, so a batch of
 # successes costs one round trip in autocommit instead of a transaction's four.
+# The batch travels as two arrays, so the text is the same for every batch
+# size and the worker runs it as one prepared statement.
 JOB_COMPLETE_MANY_SQL: Final = """
 WITH done AS (
     UPDATE later_job j SET stage = 'success', changed_ms = %s, finished_ms = %s,
         expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
         history = j.history || %s
-    FROM (VALUES {pairs}) AS v (id, attempts)
+    FROM unnest(%s::text[], %s::int[]) AS v (id, attempts)
     WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = %s
     RETURNING j.id
 ), released AS (
@@ -130,6 +141,7 @@ class PostgresDialect(Dialect):
     # finish (which releases or fails its children) waits for this insert.
     parent_lock: ClassVar[str] = "FOR SHARE"
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
+    supports_async_connection: ClassVar[bool] = True
 
     def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(TRIGGER_FUNCTIONS_SQL)
@@ -154,16 +166,7 @@ class PostgresDialect(Dialect):
         lease_until_ms: int,
     ) -> list[ClaimedJob]:
         cursor.execute(
-            JOB_CLAIM_SQL,
-            [
-                namespace,
-                limit,
-                now_ms,
-                now_ms,
-                owner,
-                lease_until_ms,
-                history_entry(Stage.RUNNING, now_ms),
-            ],
+            JOB_CLAIM_SQL, _claim_params(namespace, owner, limit, now_ms, lease_until_ms)
         )
         return claimed_jobs(cursor.fetchall())
 
@@ -178,11 +181,48 @@ class PostgresDialect(Dialect):
     ) -> tuple[list[str], int]:
         if not jobs:
             return [], 0
-        pairs, params = complete_many_params(jobs, now_ms, expires_ms)
-        params += [owner, now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms)]
-        cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), params)
-        rows = cursor.fetchall()
-        return [str(row[0]) for row in rows], int(rows[0][1]) if rows else 0
+        cursor.execute(
+            JOB_COMPLETE_MANY_SQL, _complete_many_params(owner, jobs, now_ms, expires_ms)
+        )
+        return _completed(cursor.fetchall())
+
+    # -- the worker's own asyncio connection (see store.HotPath) ----------------
+    # The same statements, prepared once per connection: their text never
+    # changes, so the server plans them once instead of on every batch.
+    async def ajob_claim(
+        self,
+        cursor: AsyncCursor[Any],
+        *,
+        namespace: str,
+        owner: str,
+        limit: int,
+        now_ms: int,
+        lease_until_ms: int,
+    ) -> list[ClaimedJob]:
+        await cursor.execute(
+            JOB_CLAIM_SQL,
+            _claim_params(namespace, owner, limit, now_ms, lease_until_ms),
+            prepare=True,
+        )
+        return claimed_jobs(await cursor.fetchall())
+
+    async def ajob_complete_many(
+        self,
+        cursor: AsyncCursor[Any],
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        now_ms: int,
+        expires_ms: int,
+    ) -> tuple[list[str], int]:
+        if not jobs:
+            return [], 0
+        await cursor.execute(
+            JOB_COMPLETE_MANY_SQL,
+            _complete_many_params(owner, jobs, now_ms, expires_ms),
+            prepare=True,
+        )
+        return _completed(await cursor.fetchall())
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # One folder at a time per namespace; the others skip this round.
@@ -200,3 +240,49 @@ class PostgresDialect(Dialect):
     def database_size(self, cursor: CursorWrapper) -> int | None:
         cursor.execute("SELECT pg_database_size(current_database())")
         return int(cursor.fetchone()[0])
+
+
+def _claim_params(
+    namespace: str, owner: str, limit: int, now_ms: int, lease_until_ms: int
+) -> list[Any]:
+    running = history_entry(Stage.RUNNING, now_ms)
+    return [namespace, limit, now_ms, now_ms, owner, lease_until_ms, running]
+
+
+def _complete_many_params(
+    owner: str, jobs: Sequence[tuple[str, int]], now_ms: int, expires_ms: int
+) -> list[Any]:
+    return [
+        now_ms,
+        now_ms,
+        expires_ms,
+        history_entry(Stage.SUCCESS, now_ms),
+        [job_id for job_id, _ in jobs],
+        [attempts for _, attempts in jobs],
+        owner,
+        now_ms,
+        now_ms,
+        history_entry(Stage.ENQUEUED, now_ms),
+    ]
+
+
+def _completed(rows: Sequence[Sequence[Any]]) -> tuple[list[str], int]:
+    """The completed ids and how many continuations they released."""
+    return [str(row[0]) for row in rows], int(rows[0][1]) if rows else 0
+
+
+def connect_kwargs(alias: str) -> dict[str, Any]:
+    """psycopg.connect() arguments for a connection of later's own to ``alias``
+    (LISTEN, the worker's claims and completions), from its Django settings."""
+    settings = connections[alias].settings_dict
+    options = {k: v for k, v in settings.get("OPTIONS", {}).items() if k not in DJANGO_ONLY_OPTIONS}
+    kwargs = {
+        "dbname": settings.get("NAME") or "postgres",
+        "user": settings.get("USER") or None,
+        "password": settings.get("PASSWORD") or None,
+        "host": settings.get("HOST") or None,
+        "port": settings.get("PORT") or None,
+        "connect_timeout": CONNECT_TIMEOUT,
+        **options,
+    }
+    return {k: v for k, v in kwargs.items() if v is not None}

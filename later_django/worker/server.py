@@ -27,7 +27,7 @@ from later_django.clock import now_ms
 from later_django.conf import conf
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
-from later_django.store import Store, new_pool
+from later_django.store import HotPath, Store, new_pool
 from later_django.types import ClaimedJob
 from later_django.worker import supervisor
 from later_django.worker.batching import Coalescer
@@ -124,6 +124,10 @@ class Server:
         self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
         self._service_pool = new_pool("service", 4)
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
+        # Claims and completions each have a connection of their own, so a
+        # worker's next claim never waits behind the store of its last outcome.
+        self._claim_path = HotPath(self.store, self._db_pool)
+        self._complete_path = HotPath(self.store, self._db_pool)
         self.executor = Executor(self._handler_pool, app=self._build_app())
         self.notifier = Notifier(
             self.wake,
@@ -251,7 +255,9 @@ class Server:
         # Without this, each pool thread's connection stays open until garbage
         # collection (on PostgreSQL, a session per thread of an in-process server).
         await asyncio.to_thread(self.store.close, CONNECTION_CLOSE_TIMEOUT)
-        await asyncio.to_thread(self.notifier.join, CONNECTION_CLOSE_TIMEOUT)
+        await self.notifier.join(CONNECTION_CLOSE_TIMEOUT)
+        for path in (self._claim_path, self._complete_path):
+            await path.close()
         self.closed.set()
         logger.info(
             "later server %s stopped after %d jobs",
@@ -284,23 +290,11 @@ class Server:
     async def _claim_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
         # Never more than the workers asking: a claimed job must not wait idle.
         limit = len(requests)
-
-        def op(dialect: Any, cursor: Any) -> list[ClaimedJob]:
-            # Read the clock in the database thread, just before the statement:
-            # read earlier, a claim could record a start before its parent's finish.
-            now = now_ms()
-            return list(
-                dialect.job_claim(
-                    cursor,
-                    namespace=self.namespace,
-                    owner=self.server_id,
-                    limit=limit,
-                    now_ms=now,
-                    lease_until_ms=now + self.lease_ms,
-                )
+        jobs: list[ClaimedJob | None] = list(
+            await self._claim_path.claim(
+                namespace=self.namespace, owner=self.server_id, limit=limit, lease_ms=self.lease_ms
             )
-
-        jobs: list[ClaimedJob | None] = list(await self.store.run(self._db_pool, op))
+        )
         return jobs + [None] * (limit - len(jobs))
 
     async def _release_spares(self) -> None:
@@ -330,19 +324,9 @@ class Server:
             self.wake.wake()
 
     async def _complete_batch(self, requests: list[tuple[str, int]]) -> list[bool]:
-        def op(dialect: Any, cursor: Any) -> tuple[list[str], int]:
-            now = now_ms()
-            done, released = dialect.job_complete_many(
-                cursor,
-                owner=self.server_id,
-                jobs=requests,
-                now_ms=now,
-                expires_ms=now + self.retention_ms,
-            )
-            return list(done), int(released)
-
-        single = self.store.dialect.atomic_complete_many
-        done, released = await self.store.run(self._db_pool, op, atomic=not single)
+        done, released = await self._complete_path.complete_many(
+            owner=self.server_id, jobs=requests, retention_ms=self.retention_ms
+        )
         if released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
