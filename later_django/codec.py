@@ -41,14 +41,7 @@ def encode(payload: object) -> bytes:
             f"payload must be a dataclass instance, got {type(payload).__name__}; "
             "declare the payload with @dataclass"
         )
-    plain = _to_plain(payload, "payload")
-    try:
-        return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]  # msgpack is untyped
-    except UnicodeEncodeError as exc:
-        raise TypeError(
-            f"payload: a string holds {exc.object[exc.start : exc.end]!r}, which is not "
-            "valid UTF-8 (a lone surrogate); clean the text or pass it as bytes"
-        ) from exc
+    return _pack(_to_plain(payload, "payload"))
 
 
 def decode(data: bytes, payload_type: type[Any]) -> Any:
@@ -60,6 +53,90 @@ def decode(data: bytes, payload_type: type[Any]) -> Any:
         raise
     except Exception as exc:
         raise PayloadDecodeError(f"payload does not decode: {exc}") from exc
+
+
+def encode_checked(payload: object, payload_type: type[Any]) -> bytes:
+    """Encode ``payload`` and prove it decodes back into ``payload_type``.
+
+    Raises TypeError for an unsupported value and PayloadDecodeError for one
+    the worker could not decode (e.g. a str in an int field), so enqueue can
+    refuse it before anything is written."""
+    flat = _flat_fields(payload_type) if type(payload) is payload_type else None
+    if flat is not None:
+        plain = _flat_plain(payload, flat)
+        if plain is not None:
+            return _pack(plain)
+    data = encode(payload)
+    decode(data, payload_type)
+    return data
+
+
+# Exact value types a field of each annotation takes without conversion; a
+# payload whose fields all match is encoded and checked in one pass.
+_FLAT_TYPES: dict[Any, tuple[type, ...]] = {
+    int: (int,),
+    float: (float, int),
+    str: (str,),
+    bool: (bool,),
+    bytes: (bytes,),
+}
+
+
+_FlatFields = tuple[tuple[str, tuple[type, ...]], ...]
+_flat_cache: dict[type[Any], _FlatFields | None] = {}
+
+
+def _flat_fields(cls: type[Any]) -> _FlatFields | None:
+    """(name, accepted types) of each field of a dataclass whose fields are all
+    annotated int, float, str, bool, bytes or an Optional of one; else None."""
+    try:
+        return _flat_cache[cls]
+    except KeyError:
+        flat = _flat_cache[cls] = _find_flat_fields(cls)
+        return flat
+
+
+def _find_flat_fields(cls: type[Any]) -> _FlatFields | None:
+    if not dataclasses.is_dataclass(cls):
+        return None
+    hints = typing.get_type_hints(cls)
+    flat = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            return None
+        hint = hints.get(field.name)
+        accepted = _FLAT_TYPES.get(hint)
+        if accepted is None and typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = typing.get_args(hint)
+            rest = [arg for arg in args if arg is not type(None)]
+            if len(args) == 2 and len(rest) == 1 and rest[0] in _FLAT_TYPES:
+                accepted = (*_FLAT_TYPES[rest[0]], type(None))
+        if accepted is None:
+            return None
+        flat.append((field.name, accepted))
+    return tuple(flat)
+
+
+def _flat_plain(payload: object, flat: _FlatFields) -> dict[str, object] | None:
+    """The plain form of a flat payload, or None if a value needs the full path."""
+    plain = {}
+    for name, accepted in flat:
+        value = getattr(payload, name)
+        kind = type(value)
+        if kind not in accepted or (kind is int and not _INT64_MIN <= value <= _UINT64_MAX):
+            return None
+        plain[name] = value
+    return plain
+
+
+def _pack(plain: object) -> bytes:
+    try:
+        return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]  # msgpack is untyped
+    except UnicodeEncodeError as exc:
+        raise TypeError(
+            f"payload: a string holds {exc.object[exc.start : exc.end]!r}, which is not "
+            "valid UTF-8 (a lone surrogate); clean the text or pass it as bytes"
+        ) from exc
 
 
 def _to_plain(value: object, path: str) -> object:

@@ -66,11 +66,10 @@ def _build(
             "declare the payload type with @dataclass and register a @job handler for it"
         )
     handler = registry.handler_for_payload(payload)
-    data = codec.encode(payload)
     try:
         # Refuse now what the worker could not decode later (e.g. a str in an
         # int field), instead of storing a job that can only fail.
-        codec.decode(data, handler.payload_type)
+        data = codec.encode_checked(payload, handler.payload_type)
     except codec.PayloadDecodeError as exc:
         raise TypeError(
             f"{exc.args[0]} — the value does not match the annotation of "

@@ -326,3 +326,55 @@ def test_codec_decode_fills_missing_fields_with_their_defaults():
         required=3, plain_default="plain", factory_default=[1, 2]
     )
     assert codec.decode(msgpack.packb({"id": 1}), Order) == Order(id=1, items=[], note=None)
+
+
+@dataclass
+class Flat:
+    count: int
+    ratio: float
+    name: str
+    flag: bool
+    blob: bytes
+    note: str | None = None
+
+
+# Any value at all, so the one-pass check of flat payloads is held to the
+# full encode-then-decode check on wrong types too (bool in an int field,
+# int in a str field, IntEnum, huge ints, None where not optional).
+anything = st.one_of(
+    st.integers(min_value=-(1 << 70), max_value=1 << 70),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.booleans(),
+    st.binary(max_size=5),
+    st.none(),
+    st.sampled_from([Size.SMALL, Mood.CALM]),
+)
+
+
+def _full_check(payload):
+    data = codec.encode(payload)
+    codec.decode(data, Flat)
+    return data
+
+
+@hypothesis_settings(deadline=None, max_examples=300)
+@given(
+    st.builds(
+        Flat,
+        count=st.one_of(st.integers(), anything),
+        ratio=st.one_of(st.floats(allow_nan=False), anything),
+        name=st.one_of(st.text(), anything),
+        flag=st.one_of(st.booleans(), anything),
+        blob=st.one_of(st.binary(), anything),
+        note=st.one_of(st.none(), st.text(), anything),
+    )
+)
+def test_encode_checked_agrees_with_encode_then_decode(payload):
+    try:
+        expected = _full_check(payload)
+    except (TypeError, codec.PayloadDecodeError) as exc:
+        with pytest.raises(type(exc)):
+            codec.encode_checked(payload, Flat)
+    else:
+        assert codec.encode_checked(payload, Flat) == expected

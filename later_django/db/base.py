@@ -23,8 +23,7 @@ INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
     "parent_id, created_ms, run_at_ms, changed_ms, history"
 )
-INSERT_ROW: Final = "(%s, %s, %s, %s, %s, %s, 0, %s, %s, %s, %s, %s, %s)"
-INSERT_PARAMS_PER_ROW: Final = 12
+INSERT_ROW: Final = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 # The child's stage follows its parent's, read in the same statement so a
 # parent finishing concurrently cannot miss the new child.
@@ -208,20 +207,7 @@ class Dialect:
             batch = jobs[start : start + self.insert_batch_size]
             params: list[Any] = []
             for job in batch:
-                params += [
-                    job.id,
-                    job.namespace,
-                    job.type_name,
-                    job.payload,
-                    job.stage,
-                    job.priority,
-                    job.retry_policy,
-                    job.parent_id,
-                    job.created_ms,
-                    job.run_at_ms,
-                    job.created_ms,
-                    history_entry(job.stage, job.created_ms),
-                ]
+                params += insert_row(job)
             values = ", ".join([INSERT_ROW] * len(batch))
             cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
 
@@ -615,6 +601,25 @@ class Dialect:
     # -- sizes ------------------------------------------------------------------
     def database_size(self, cursor: CursorWrapper) -> int | None:
         return None
+
+
+def insert_row(job: NewJob) -> tuple[Any, ...]:
+    """The values of INSERT_COLUMNS for a new job."""
+    return (
+        job.id,
+        job.namespace,
+        job.type_name,
+        job.payload,
+        job.stage,
+        job.priority,
+        0,
+        job.retry_policy,
+        job.parent_id,
+        job.created_ms,
+        job.run_at_ms,
+        job.created_ms,
+        history_entry(job.stage, job.created_ms),
+    )
 
 
 def complete_many_params(

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+import psycopg
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
-from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs
+from later_django.db.base import (
+    CLAIM_SET,
+    INSERT_COLUMNS,
+    INSERT_ROW,
+    Dialect,
+    claimed_jobs,
+    insert_row,
+)
 from later_django.states import Stage
-from later_django.types import ClaimedJob
+from later_django.types import ClaimedJob, NewJob
 
 if TYPE_CHECKING:
     from psycopg import AsyncCursor
@@ -23,6 +32,9 @@ DJANGO_ONLY_OPTIONS: Final = frozenset(
     {"isolation_level", "pool", "server_side_binding", "assume_role"}
 )
 CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
+
+JOB_INSERT_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {INSERT_ROW}"
+JOB_COPY_SQL: Final = f"COPY later_job ({INSERT_COLUMNS}) FROM STDIN"
 
 JOB_CLAIM_SQL: Final = f"""
 WITH picked AS (
@@ -155,6 +167,23 @@ class PostgresDialect(Dialect):
         )
         return {row[0] for row in cursor.fetchall()}
 
+    def job_insert(self, cursor: CursorWrapper, jobs: Sequence[NewJob]) -> None:
+        # Straight on the psycopg connection under Django's cursor (the same
+        # session and transaction): a batch streams through COPY, a single row
+        # binds its values on the server instead of being formatted into the
+        # SQL text in Python.
+        raw = cursor.cursor.connection
+        started = time.monotonic()
+        if len(jobs) == 1:
+            with psycopg.Cursor(raw) as server_cursor:
+                server_cursor.execute(JOB_INSERT_SQL, insert_row(jobs[0]))
+            _log_query(cursor, JOB_INSERT_SQL, started)
+        elif jobs:
+            with raw.cursor() as copy_cursor, copy_cursor.copy(JOB_COPY_SQL) as copy:
+                for job in jobs:
+                    copy.write_row(insert_row(job))
+            _log_query(cursor, f"{JOB_COPY_SQL} -- {len(jobs)} rows", started)
+
     def job_claim(
         self,
         cursor: CursorWrapper,
@@ -286,3 +315,11 @@ def connect_kwargs(alias: str) -> dict[str, Any]:
         **options,
     }
     return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def _log_query(cursor: CursorWrapper, sql: str, started: float) -> None:
+    """Record a statement run beside Django's cursor where Django records its own
+    (connection.queries, assertNumQueries), so it stays visible when debugging."""
+    db = cursor.db
+    if db.queries_logged:
+        db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
