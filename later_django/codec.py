@@ -48,6 +48,11 @@ def decode(data: bytes, payload_type: type[Any]) -> Any:
     """Decode bytes written by :func:`encode` into ``payload_type``."""
     try:
         plain = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+        flat = _flat_fields(payload_type)
+        if flat is not None and type(plain) is dict and len(plain) == len(flat):
+            kwargs = _flat_kwargs(plain, flat)
+            if kwargs is not None:
+                return payload_type(**kwargs)
         return _from_plain(plain, payload_type, "payload")
     except PayloadDecodeError:
         raise
@@ -127,6 +132,22 @@ def _flat_plain(payload: object, flat: _FlatFields) -> dict[str, object] | None:
             return None
         plain[name] = value
     return plain
+
+
+def _flat_kwargs(plain: dict[Any, Any], flat: _FlatFields) -> dict[str, object] | None:
+    """The constructor arguments of a flat payload whose stored values all have
+    their field's exact type, or None if one needs the full path."""
+    kwargs: dict[str, object] = {}
+    for name, accepted in flat:
+        if name not in plain:
+            return None
+        value = plain[name]
+        kind = type(value)
+        if kind not in accepted:
+            return None
+        # A float field stores a whole number as an int: give it back as a float.
+        kwargs[name] = float(value) if kind is int and float in accepted else value
+    return kwargs
 
 
 def _pack(plain: object) -> bytes:

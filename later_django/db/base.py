@@ -62,11 +62,13 @@ WHERE id = %s AND {fence}
 """
 
 # Many successes in one statement: each row is fenced by its own attempt.
+# The plain "id IN" finds the rows by primary key; a row-value IN alone
+# would make SQLite scan the whole table.
 JOB_COMPLETE_MANY_SQL: Final = """
 UPDATE later_job SET stage = 'success', changed_ms = %s, finished_ms = %s,
     expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
     history = history || %s
-WHERE (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
+WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
 RETURNING id
 """
 
@@ -334,8 +336,13 @@ class Dialect:
         continuations became ready."""
         if not jobs:
             return [], 0
-        pairs, params = complete_many_params(jobs, now_ms, expires_ms)
-        cursor.execute(JOB_COMPLETE_MANY_SQL.format(pairs=pairs), [*params, owner])
+        ids = ", ".join(["%s"] * len(jobs))
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
+        params += [job_id for job_id, _ in jobs]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        cursor.execute(JOB_COMPLETE_MANY_SQL.format(ids=ids, pairs=pairs), [*params, owner])
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
             return done, 0
@@ -620,17 +627,6 @@ def insert_row(job: NewJob) -> tuple[Any, ...]:
         job.created_ms,
         history_entry(job.stage, job.created_ms),
     )
-
-
-def complete_many_params(
-    jobs: Sequence[tuple[str, int]], now_ms: int, expires_ms: int
-) -> tuple[str, list[Any]]:
-    """The ``VALUES`` pairs and leading parameters of a batch completion."""
-    pairs = ", ".join(["(%s, %s)"] * len(jobs))
-    params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
-    for job_id, attempts in jobs:
-        params += [job_id, attempts]
-    return pairs, params
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
