@@ -5,34 +5,27 @@ per thread), heals a connection broken by a database restart, and turns
 "database is locked" and serialization failures into LaterBusy.
 
 The statements every job goes through (claim, completion) take a shorter
-road where the dialect allows: an asyncio connection of the worker's own,
-in the event loop, with prepared statements (HotPath).
+road: later_django.hotpath.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.clock import now_ms
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.exceptions import LaterBusy
-from later_django.types import ClaimedJob
-
-if TYPE_CHECKING:
-    from psycopg import AsyncConnection, AsyncCursor
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -124,107 +117,6 @@ class Store:
                 self._generation += 1
                 self._seen.generation = self._generation
             raise
-
-
-class AsyncSession:
-    """One asyncio psycopg connection of the event loop, opened on first use.
-
-    Any error, or a cancelled call, closes it: the next call reconnects, so a
-    database restart or an abandoned hung statement heals without a thread."""
-
-    def __init__(self, alias: str, dialect: Dialect) -> None:
-        self.alias = alias
-        self.dialect = dialect
-        self._conn: AsyncConnection[Any] | None = None
-        self._lock = asyncio.Lock()
-
-    async def run(self, op: Callable[[Dialect, AsyncCursor[Any]], Awaitable[T]]) -> T:
-        async with self._lock:
-            conn = self._conn or await self._connect()
-            try:
-                # A plain AsyncCursor binds on the server, so statements can be prepared.
-                async with conn.cursor() as cursor:
-                    return await op(self.dialect, cursor)
-            except BaseException:
-                self._conn = None
-                await _close_quietly(conn)
-                raise
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await _close_quietly(conn)
-
-    async def _connect(self) -> AsyncConnection[Any]:
-        import psycopg
-
-        from later_django.db.postgresql import connect_kwargs
-
-        self._conn = await psycopg.AsyncConnection.connect(
-            autocommit=True, **connect_kwargs(self.alias)
-        )
-        return self._conn
-
-
-async def _close_quietly(conn: AsyncConnection[Any]) -> None:
-    # Already broken: nothing left to release.
-    with contextlib.suppress(Exception):
-        await conn.close()
-
-
-class HotPath:
-    """Where a server's claims, or its completions, run.
-
-    On an AsyncSession of their own where the dialect supports it (no thread
-    hop, statements planned once), else in a thread of ``pool``. Each read of
-    the clock happens just before its statement: read earlier, a claim could
-    record a start before its parent's finish."""
-
-    def __init__(self, store: Store, pool: ThreadPoolExecutor) -> None:
-        self.store = store
-        self.pool = pool
-        dialect = store.dialect
-        self.session = (
-            AsyncSession(store.alias, dialect) if dialect.supports_async_connection else None
-        )
-
-    async def claim(
-        self, *, namespace: str, owner: str, limit: int, lease_ms: int
-    ) -> list[ClaimedJob]:
-        def args() -> dict[str, Any]:
-            now = now_ms()
-            return {
-                "namespace": namespace,
-                "owner": owner,
-                "limit": limit,
-                "now_ms": now,
-                "lease_until_ms": now + lease_ms,
-            }
-
-        if self.session is not None:
-            return await self.session.run(lambda d, c: d.ajob_claim(c, **args()))
-        return await self.store.run(self.pool, lambda d, c: d.job_claim(c, **args()))
-
-    async def complete_many(
-        self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
-    ) -> tuple[list[str], int]:
-        """Store the successes of ``jobs`` (id, attempts) that ``owner`` still
-        holds; return the ids stored and how many continuations became ready."""
-
-        def args() -> dict[str, Any]:
-            now = now_ms()
-            return {"owner": owner, "jobs": jobs, "now_ms": now, "expires_ms": now + retention_ms}
-
-        if self.session is not None:
-            return await self.session.run(lambda d, c: d.ajob_complete_many(c, **args()))
-        single = self.store.dialect.atomic_complete_many
-        return await self.store.run(
-            self.pool, lambda d, c: d.job_complete_many(c, **args()), atomic=not single
-        )
-
-    async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
 
 
 def _is_busy(exc: BaseException) -> bool:

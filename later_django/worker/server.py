@@ -25,9 +25,10 @@ from django.utils.module_loading import import_string
 
 from later_django.clock import now_ms
 from later_django.conf import conf
+from later_django.hotpath import HotPath
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
-from later_django.store import HotPath, Store, new_pool
+from later_django.store import Store, new_pool
 from later_django.types import ClaimedJob
 from later_django.worker import supervisor
 from later_django.worker.batching import Coalescer
@@ -126,8 +127,8 @@ class Server:
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
         # Claims and completions each have a connection of their own, so a
         # worker's next claim never waits behind the store of its last outcome.
-        self._claim_path = HotPath(self.store, self._db_pool)
-        self._complete_path = HotPath(self.store, self._db_pool)
+        self._claim_path = HotPath(self.alias)
+        self._complete_path = HotPath(self.alias)
         self.executor = Executor(self._handler_pool, app=self._build_app())
         self.notifier = Notifier(
             self.wake,

@@ -1,0 +1,241 @@
+"""The statements every job goes through: claims and completions, on connections of their own.
+
+A worker server runs them from its event loop without a thread hop:
+PostgreSQL on an asyncio psycopg connection with prepared statements,
+SQLite inline on a sqlite3 connection that never waits for the write lock
+inside a call (it fails fast and the session retries after an asyncio
+sleep, so the loop never blocks on another process's lock).
+
+Every other write (failures, retries, renewals, maintenance) goes through
+Store and Django's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import connections
+
+from later_django.clock import now_ms
+from later_django.db import dialect_for
+from later_django.db.base import Dialect
+from later_django.exceptions import LaterBusy
+from later_django.types import ClaimedJob
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection, AsyncCursor
+
+T = TypeVar("T")
+
+SQLITE_RETRY_FIRST = 0.0005  # seconds before the first retry of a locked SQLite write
+SQLITE_RETRY_MAX = 0.02  # cap, in seconds, between retries
+SQLITE_DEFAULT_TIMEOUT = 20.0  # seconds of retries when OPTIONS sets no timeout
+
+
+class PostgresSession:
+    """One asyncio psycopg connection of the event loop, opened on first use.
+
+    Any error, or a cancelled call, closes it: the next call reconnects, so a
+    database restart or an abandoned hung statement heals without a thread."""
+
+    def __init__(self, alias: str, dialect: Dialect) -> None:
+        self.alias = alias
+        self.dialect = dialect
+        self._conn: AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    async def run(self, op: Callable[[Dialect, AsyncCursor[Any]], Awaitable[T]]) -> T:
+        async with self._lock:
+            conn = self._conn or await self._connect()
+            try:
+                # A plain AsyncCursor binds on the server, so statements can be prepared.
+                async with conn.cursor() as cursor:
+                    return await op(self.dialect, cursor)
+            except BaseException:
+                self._conn = None
+                await _close_quietly(conn)
+                raise
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await _close_quietly(conn)
+
+    async def _connect(self) -> AsyncConnection[Any]:
+        import psycopg
+
+        from later_django.db.postgresql import connect_kwargs
+
+        self._conn = await psycopg.AsyncConnection.connect(
+            autocommit=True, **connect_kwargs(self.alias)
+        )
+        return self._conn
+
+
+async def _close_quietly(conn: AsyncConnection[Any]) -> None:
+    # Already broken: nothing left to release.
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+
+class SqliteSession:
+    """One sqlite3 connection used inline from the event loop.
+
+    Its busy timeout is zero: a call that finds the write lock taken fails at
+    once and is retried after a short asyncio sleep, up to the database's
+    OPTIONS["timeout"], so the loop never blocks on another writer."""
+
+    def __init__(self, alias: str, dialect: Dialect) -> None:
+        self.alias = alias
+        self.dialect = dialect
+        self._conn: sqlite3.Connection | None = None
+        options = connections[alias].settings_dict.get("OPTIONS", {})
+        self.timeout = float(options.get("timeout", SQLITE_DEFAULT_TIMEOUT))
+
+    async def run(self, op: Callable[[Dialect, Any], T], *, atomic: bool = False) -> T:
+        deadline = time.monotonic() + self.timeout
+        delay = SQLITE_RETRY_FIRST
+        while True:
+            try:
+                return self._run_once(op, atomic)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    if "locked" in str(exc):
+                        raise LaterBusy(str(exc)) from exc
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, SQLITE_RETRY_MAX)
+
+    def _run_once(self, op: Callable[[Dialect, Any], T], atomic: bool) -> T:
+        conn = self._conn or self._connect()
+        cursor = _QmarkCursor(conn.cursor())
+        try:
+            if not atomic:
+                return op(self.dialect, cursor)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = op(self.dialect, cursor)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                self._discard()
+            raise
+        except sqlite3.Error:
+            self._discard()
+            raise
+        finally:
+            cursor.close()
+
+    async def close(self) -> None:
+        self._discard()
+
+    def _connect(self) -> sqlite3.Connection:
+        settings = connections[self.alias].settings_dict
+        options = settings.get("OPTIONS", {})
+        conn = sqlite3.connect(
+            settings["NAME"], timeout=0, isolation_level=None, check_same_thread=False, uri=True
+        )
+        for command in str(options.get("init_command", "")).split(";"):
+            if command.strip():
+                conn.execute(command)
+        self._conn = conn
+        return conn
+
+    def _discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+
+class _QmarkCursor:
+    """A sqlite3 cursor taking the %s placeholders later's SQL is written in."""
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _QmarkCursor:
+        self._cursor.execute(_qmark(sql), params)
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def close(self) -> None:
+        self._cursor.close()
+
+
+@functools.lru_cache(maxsize=512)
+def _qmark(sql: str) -> str:
+    return sql.replace("%s", "?")
+
+
+class HotPath:
+    """Where a server's claims, or its completions, run (one connection each).
+
+    Each read of the clock happens just before its statement: read earlier,
+    a claim could record a start before its parent's finish."""
+
+    def __init__(self, alias: str) -> None:
+        dialect = dialect_for(alias)
+        self.dialect = dialect
+        self.postgres = (
+            PostgresSession(alias, dialect) if dialect.supports_async_connection else None
+        )
+        self.sqlite = SqliteSession(alias, dialect) if self.postgres is None else None
+
+    async def claim(
+        self, *, namespace: str, owner: str, limit: int, lease_ms: int
+    ) -> list[ClaimedJob]:
+        def args() -> dict[str, Any]:
+            now = now_ms()
+            return {
+                "namespace": namespace,
+                "owner": owner,
+                "limit": limit,
+                "now_ms": now,
+                "lease_until_ms": now + lease_ms,
+            }
+
+        if self.postgres is not None:
+            return await self.postgres.run(lambda d, c: d.ajob_claim(c, **args()))
+        assert self.sqlite is not None
+        return await self.sqlite.run(lambda d, c: d.job_claim(c, **args()))
+
+    async def complete_many(
+        self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
+    ) -> tuple[list[str], int]:
+        """Store the successes of ``jobs`` (id, attempts) that ``owner`` still
+        holds; return the ids stored and how many continuations became ready."""
+
+        def args() -> dict[str, Any]:
+            now = now_ms()
+            return {"owner": owner, "jobs": jobs, "now_ms": now, "expires_ms": now + retention_ms}
+
+        if self.postgres is not None:
+            return await self.postgres.run(lambda d, c: d.ajob_complete_many(c, **args()))
+        assert self.sqlite is not None
+        atomic = not self.dialect.atomic_complete_many
+        return await self.sqlite.run(lambda d, c: d.job_complete_many(c, **args()), atomic=atomic)
+
+    async def close(self) -> None:
+        for session in (self.postgres, self.sqlite):
+            if session is not None:
+                await session.close()
