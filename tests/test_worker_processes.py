@@ -233,6 +233,22 @@ def test_worker_processes_drain_jobs_exactly_once(later_db, workers):
     assert workers.registered_pids() == set(), "stopped servers deregister"
 
 
+WAKE_TIMEOUT = 15.0  # far below the poll interval the worker is given
+
+
+def test_idle_worker_process_wakes_for_another_process_job_without_polling(later_db, workers):
+    """An idle worker that polls only once a minute still starts a job another
+    process enqueues at once: PostgreSQL by LISTEN/NOTIFY, SQLite by watching
+    the file's commit counter."""
+    proc = workers.start(timings={"POLL_INTERVAL": 60}, workers=2)
+    workers.wait_registered(proc)
+    # The worker's first empty claims and its polls are done; it now sleeps.
+    for n in range(3):
+        job_id = later.enqueue(Noop(n=n))
+        wait_stage(later_db, job_id, "success", WAKE_TIMEOUT, workers)
+    assert proc.stop() == 0, proc.output()
+
+
 def test_worker_processes_recover_job_of_killed_process(later_db, workers):
     """kill -9 during a handler: another process recovers the job through its lease."""
     procs = [workers.start(timings=SHORT_LEASE) for _ in range(2)]

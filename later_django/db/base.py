@@ -149,6 +149,10 @@ WHERE c.namespace = %s AND c.stage = 'waiting'
 LIMIT %s
 """
 
+JOB_READY_EXISTS_SQL: Final = """
+SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' LIMIT 1
+"""
+
 STAGE_COUNTS_SQL: Final = """
 SELECT stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY stage
 """
@@ -546,6 +550,19 @@ class Dialect:
             JOB_PRUNE_SQL.format(skip_locked=self.skip_locked), [namespace, now_ms, limit]
         )
         return int(cursor.rowcount)
+
+    # -- change detection (databases that cannot notify) ----------------------
+    # Does change_counter tell cheaply that another connection committed?
+    supports_change_counter: ClassVar[bool] = False
+
+    def change_counter(self, cursor: CursorWrapper) -> int:
+        """A number that changes whenever another connection commits."""
+        raise NotImplementedError
+
+    def job_ready_exists(self, cursor: CursorWrapper, *, namespace: str) -> bool:
+        """Is any job of ``namespace`` ready to claim? A read: takes no write lock."""
+        cursor.execute(JOB_READY_EXISTS_SQL, [namespace])
+        return cursor.fetchone() is not None
 
     # -- counters -------------------------------------------------------------
     def stage_counts(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:

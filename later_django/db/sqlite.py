@@ -61,6 +61,7 @@ COUNTER_UNIQUE_SQL: Final = (
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
+    supports_change_counter: ClassVar[bool] = True
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
     # 13 parameters a row; SQLite allows 32,766 parameters a statement.
     insert_batch_size: ClassVar[int] = 1000
@@ -99,6 +100,11 @@ class SqliteDialect(Dialect):
             ],
         )
         return claimed_jobs(cursor.fetchall())
+
+    def change_counter(self, cursor: CursorWrapper) -> int:
+        # Bumped by every commit of another connection to this file; costs no I/O.
+        cursor.execute("PRAGMA data_version")
+        return int(cursor.fetchone()[0])
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
         cursor.execute("VACUUM")

@@ -1,4 +1,5 @@
-"""Wake-ups for idle workers: PostgreSQL LISTEN, in-process commits, and polling.
+"""Wake-ups for idle workers: PostgreSQL LISTEN, SQLite commit watching,
+in-process commits, and polling.
 
 A missed or spurious wake-up is harmless: it only changes how soon an idle
 worker tries to claim again; the poll interval bounds the worst case.
@@ -15,6 +16,9 @@ from later_django import wakeup
 logger = logging.getLogger(__name__)
 
 LISTEN_RECONNECT_DELAY = 1.0  # seconds between attempts after the listener fails
+# Seconds between looks at SQLite's commit counter: a look costs microseconds
+# and no I/O, so a job enqueued by another process starts within a few ms.
+WATCH_INTERVAL = 0.004
 
 
 class Wakeup:
@@ -41,16 +45,22 @@ class Wakeup:
 
 
 class Notifier:
-    """Feeds a Wakeup from LISTEN (PostgreSQL) and from local commits.
+    """Feeds a Wakeup from LISTEN (PostgreSQL), from watching commits (SQLite)
+    and from local commits.
 
     The LISTEN connection is an asyncio one in the event loop itself: a
-    notification wakes the workers without passing through a thread."""
+    notification wakes the workers without passing through a thread. On
+    SQLite, another process's commit bumps the file's commit counter; if
+    jobs are then ready (a read, no write lock), the workers wake."""
 
-    def __init__(self, wake: Wakeup, *, alias: str, namespace: str, listen: bool) -> None:
+    def __init__(
+        self, wake: Wakeup, *, alias: str, namespace: str, listen: bool, watch: bool = False
+    ) -> None:
         self.wake = wake
         self.alias = alias
         self.namespace = namespace
         self.listen = listen
+        self.watch = watch
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -60,6 +70,8 @@ class Notifier:
         wakeup.add_listener(self._wake_threadsafe)
         if self.listen:
             self._task = asyncio.create_task(self._listen_forever(), name="later-listen")
+        elif self.watch:
+            self._task = asyncio.create_task(self._watch_forever(), name="later-watch")
 
     def stop(self) -> None:
         wakeup.remove_listener(self._wake_threadsafe)
@@ -102,3 +114,31 @@ class Notifier:
                     extra={"action": "listen_reconnect"},
                 )
                 await asyncio.sleep(LISTEN_RECONNECT_DELAY)
+
+    async def _watch_forever(self) -> None:
+        from later_django.db import dialect_for
+        from later_django.hotpath import SqliteSession
+
+        session = SqliteSession(self.alias, dialect_for(self.alias))
+        seen: int | None = None
+        try:
+            while True:
+                await asyncio.sleep(WATCH_INTERVAL)
+                try:
+                    counter = await session.run(lambda d, c: d.change_counter(c))
+                    if counter != seen:
+                        seen = counter
+                        ready = await session.run(
+                            lambda d, c: d.job_ready_exists(c, namespace=self.namespace)
+                        )
+                        if ready:
+                            self.wake.wake()
+                except Exception as exc:  # noqa: BLE001  workers still poll meanwhile
+                    logger.warning(
+                        "watching the database for new jobs failed (%s); retrying",
+                        exc,
+                        extra={"action": "watch_error"},
+                    )
+                    await asyncio.sleep(LISTEN_RECONNECT_DELAY)
+        finally:
+            await session.close()

@@ -135,6 +135,7 @@ class Server:
             alias=self.alias,
             namespace=self.namespace,
             listen=self.store.dialect.supports_listen,
+            watch=self.store.dialect.supports_change_counter,
         )
         vacuum = conf.VACUUM_INTERVAL
         self.maintenance = Maintenance(
