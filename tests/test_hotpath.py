@@ -1,0 +1,145 @@
+"""The worker's own connections for claims and completions, under database faults.
+
+Each test runs on SQLite and on PostgreSQL, each with the fault that database
+really has: SQLite's write lock held by another connection, a PostgreSQL
+backend terminated under the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import psycopg
+import pytest
+from django.db import connections
+
+import later_django as later
+from later_django.hotpath import HotPath
+from tests.jobapp.jobs import Noop
+
+OWNER = "test-owner"
+LEASE_MS = 30_000
+RETENTION_MS = 60_000
+LOCK_HELD = 0.3  # seconds another connection holds SQLite's write lock
+
+
+async def _claim(path: HotPath, limit: int = 1) -> list[str]:
+    jobs = await path.claim(namespace="default", owner=OWNER, limit=limit, lease_ms=LEASE_MS)
+    return [job.id for job in jobs]
+
+
+def test_hot_path_claims_and_completes_with_continuations(later_db):
+    parent = later.enqueue(Noop(n=1))
+    child = later.enqueue_continue(parent, Noop(n=2))
+
+    async def scenario() -> tuple[list[str], list[str], int, list[str]]:
+        claims, completions = HotPath(later_db.alias), HotPath(later_db.alias)
+        try:
+            claimed = await _claim(claims, limit=5)
+            done, released = await completions.complete_many(
+                owner=OWNER, jobs=[(parent, 1)], retention_ms=RETENTION_MS
+            )
+            return claimed, done, released, await _claim(claims, limit=5)
+        finally:
+            await claims.close()
+            await completions.close()
+
+    claimed, done, released, next_claim = asyncio.run(scenario())
+    assert claimed == [parent], "the waiting continuation is not claimable yet"
+    assert (done, released) == ([parent], 1)
+    assert next_claim == [child], "the released continuation is claimable at once"
+    assert later_db.stage_of(parent) == "success"
+
+
+def test_hot_path_completion_is_fenced_by_owner_and_attempt(later_db):
+    job_id = later.enqueue(Noop(n=1))
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        path = HotPath(later_db.alias)
+        try:
+            await _claim(path)
+            stranger = await path.complete_many(
+                owner="someone-else", jobs=[(job_id, 1)], retention_ms=RETENTION_MS
+            )
+            stale = await path.complete_many(
+                owner=OWNER, jobs=[(job_id, 2)], retention_ms=RETENTION_MS
+            )
+            return stranger[0], stale[0]
+        finally:
+            await path.close()
+
+    assert asyncio.run(scenario()) == ([], [])
+    assert later_db.stage_of(job_id) == "running"
+
+
+def test_hot_path_survives_its_database_fault(later_db):
+    job_id = later.enqueue(Noop(n=1))
+    if later_db.vendor == "sqlite":
+        _claim_behind_a_held_write_lock(later_db, job_id)
+    else:
+        _claim_after_the_backend_was_terminated(later_db, job_id)
+    assert later_db.stage_of(job_id) == "running"
+
+
+def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
+    """The claim waits for the lock with asyncio sleeps: the loop keeps running."""
+    holder = sqlite3.connect(connections[later_db.alias].settings_dict["NAME"])
+    holder.isolation_level = None
+    holder.execute("BEGIN IMMEDIATE")
+
+    async def scenario() -> tuple[list[str], int, float]:
+        path = HotPath(later_db.alias)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.001)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        asyncio.get_running_loop().call_later(LOCK_HELD, holder.execute, "COMMIT")
+        started = time.monotonic()
+        try:
+            claimed = await _claim(path)
+        finally:
+            ticker.cancel()
+            await path.close()
+        return claimed, ticks, time.monotonic() - started
+
+    try:
+        claimed, ticks, waited = asyncio.run(scenario())
+    finally:
+        holder.close()
+    assert claimed == [job_id]
+    assert waited >= LOCK_HELD * 0.9, "the claim cannot have written under the other lock"
+    # A loop blocked inside SQLite's busy handler would not tick at all.
+    assert ticks >= 50, f"the event loop ran only {ticks} times while the claim waited"
+
+
+def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
+    """A dead connection fails one call, then the session reconnects."""
+
+    async def scenario() -> list[str]:
+        path = HotPath(later_db.alias)
+        try:
+            # Connect with a claim that finds nothing (another namespace).
+            assert await path.claim(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1) == []
+            assert path.postgres is not None and path.postgres._conn is not None
+            pid = path.postgres._conn.info.backend_pid
+            await asyncio.to_thread(_terminate, later_db.alias, pid)
+            with pytest.raises(psycopg.OperationalError):
+                await _claim(path)
+            return await _claim(path)
+        finally:
+            await path.close()
+
+    assert asyncio.run(scenario()) == [job_id]
+
+
+def _terminate(alias: str, pid: int) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    connections[alias].close()
