@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Iterable
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
@@ -19,7 +20,7 @@ from later_django.clock import from_datetime, now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.exceptions import JobNotFound, TransactionRequired
-from later_django.ids import JobId, as_job_id, new_job_id
+from later_django.ids import JobId, as_job_id, new_job_id, new_job_ids
 from later_django.states import Stage
 from later_django.types import NewJob
 
@@ -51,6 +52,71 @@ def _check_delay(delay: object) -> int:
     return int(delay.total_seconds() * 1000)
 
 
+class _Builder:
+    """Turns payloads into job rows; settings and per-type facts are read once
+    per call, so a batch of thousands pays for them once."""
+
+    def __init__(self) -> None:
+        self.namespace = conf.namespace
+        self.limit = int(conf.MAX_PAYLOAD_BYTES)
+        # type -> (handler, its stored retry policy as JSON)
+        self._types: dict[type[Any], tuple[registry.Handler, str | None]] = {}
+
+    def build(
+        self,
+        payload: object,
+        *,
+        job_id: str,
+        priority: int,
+        stage: str,
+        now: int,
+        run_at: int,
+        parent_id: str | None = None,
+    ) -> NewJob:
+        handler, policy = self._type_facts(payload)
+        try:
+            # Refuse now what the worker could not decode later (e.g. a str in
+            # an int field), instead of storing a job that can only fail.
+            data = codec.encode_checked(payload, handler.payload_type)
+        except codec.PayloadDecodeError as exc:
+            raise TypeError(
+                f"{exc.args[0]} — the value does not match the annotation of "
+                f"{handler.payload_type.__qualname__}"
+            ) from exc
+        if len(data) > self.limit:
+            raise PayloadTooLarge(
+                f"payload of {handler.name} encodes to {len(data)} bytes, above "
+                f"LATER['MAX_PAYLOAD_BYTES']={self.limit}; store large data elsewhere and "
+                "pass a reference"
+            )
+        return NewJob(
+            id=job_id,
+            namespace=self.namespace,
+            type_name=handler.name,
+            payload=data,
+            stage=stage,
+            priority=priority,
+            retry_policy=policy,
+            parent_id=parent_id,
+            created_ms=now,
+            run_at_ms=run_at,
+        )
+
+    def _type_facts(self, payload: object) -> tuple[registry.Handler, str | None]:
+        facts = self._types.get(type(payload))
+        if facts is None:
+            if not dataclasses.is_dataclass(payload) or isinstance(payload, type):
+                raise TypeError(
+                    f"payload must be a dataclass instance, got {type(payload).__name__}; "
+                    "declare the payload type with @dataclass and register a @job handler "
+                    "for it"
+                )
+            handler = registry.handler_for_payload(payload)
+            policy = handler.static_policy()
+            facts = self._types[type(payload)] = (handler, policy.to_json() if policy else None)
+        return facts
+
+
 def _build(
     payload: object,
     *,
@@ -60,40 +126,14 @@ def _build(
     run_at: int,
     parent_id: str | None = None,
 ) -> NewJob:
-    if not dataclasses.is_dataclass(payload) or isinstance(payload, type):
-        raise TypeError(
-            f"payload must be a dataclass instance, got {type(payload).__name__}; "
-            "declare the payload type with @dataclass and register a @job handler for it"
-        )
-    handler = registry.handler_for_payload(payload)
-    try:
-        # Refuse now what the worker could not decode later (e.g. a str in an
-        # int field), instead of storing a job that can only fail.
-        data = codec.encode_checked(payload, handler.payload_type)
-    except codec.PayloadDecodeError as exc:
-        raise TypeError(
-            f"{exc.args[0]} — the value does not match the annotation of "
-            f"{handler.payload_type.__qualname__}"
-        ) from exc
-    limit = int(conf.MAX_PAYLOAD_BYTES)
-    if len(data) > limit:
-        raise PayloadTooLarge(
-            f"payload of {handler.name} encodes to {len(data)} bytes, above "
-            f"LATER['MAX_PAYLOAD_BYTES']={limit}; store large data elsewhere and "
-            "pass a reference"
-        )
-    policy = handler.static_policy()
-    return NewJob(
-        id=new_job_id(now),
-        namespace=conf.namespace,
-        type_name=handler.name,
-        payload=data,
-        stage=stage,
+    return _Builder().build(
+        payload,
+        job_id=new_job_id(now),
         priority=priority,
-        retry_policy=policy.to_json() if policy else None,
+        stage=stage,
+        now=now,
+        run_at=run_at,
         parent_id=parent_id,
-        created_ms=now,
-        run_at_ms=run_at,
     )
 
 
@@ -142,11 +182,16 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
     """
     _check_priority(priority)
     now = now_ms()
-    jobs = [
-        _build(p, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now) for p in payloads
-    ]
-    if not jobs:
+    payloads = list(payloads)
+    if not payloads:
         return []
+    builder = _Builder()
+    jobs = [
+        builder.build(
+            payload, job_id=job_id, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now
+        )
+        for payload, job_id in zip(payloads, new_job_ids(len(payloads), now), strict=True)
+    ]
     with transaction.atomic(using=conf.database, savepoint=False):
         _insert(jobs)
     return [JobId(job.id) for job in jobs]

@@ -13,7 +13,9 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
 # Every pair of characters (10 bits), so an id is 13 lookups instead of 26.
 _PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
-_PAIR_SHIFTS = range(120, -1, -10)
+_LOW_BITS = 50  # the last 10 characters
+_HIGH_SHIFTS = range(70, -1, -10)  # the first 16 characters, of value >> _LOW_BITS
+_LOW_SHIFTS = range(40, -1, -10)
 ULID_LENGTH = 26
 _RANDOM_BITS = 80
 
@@ -30,18 +32,32 @@ class JobId(str):
 
 def new_job_id(now_ms: int | None = None) -> JobId:
     """Return a fresh id whose time part is ``now_ms`` (default: the clock)."""
+    return new_job_ids(1, now_ms)[0]
+
+
+def new_job_ids(count: int, now_ms: int | None = None) -> list[JobId]:
+    """Return ``count`` fresh ids in increasing order, made under one lock."""
     global _last_ms, _last_random
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
     with _lock:
-        if now_ms <= _last_ms and _last_random + 1 < (1 << _RANDOM_BITS):
+        if now_ms <= _last_ms and _last_random + count < (1 << _RANDOM_BITS):
             # Same millisecond (or the clock stepped back): keep the order.
-            now_ms, random_part = _last_ms, _last_random + 1
+            now_ms, first = _last_ms, _last_random + 1
         else:
-            random_part = int.from_bytes(os.urandom(10), "big") >> 1
-        _last_ms, _last_random = now_ms, random_part
-    value = (now_ms << _RANDOM_BITS) | random_part
-    return JobId("".join([_PAIRS[(value >> shift) & 1023] for shift in _PAIR_SHIFTS]))
+            first = int.from_bytes(os.urandom(10), "big") >> 1
+        _last_ms, _last_random = now_ms, first + count - 1
+    ids = []
+    prefix_of, prefix = -1, ""
+    for value in range(
+        (now_ms << _RANDOM_BITS) | first, ((now_ms << _RANDOM_BITS) | first) + count
+    ):
+        # Ids of one batch share their first 16 characters; only the last 10 vary.
+        high = value >> _LOW_BITS
+        if high != prefix_of:
+            prefix_of, prefix = high, "".join([_PAIRS[(high >> s) & 1023] for s in _HIGH_SHIFTS])
+        ids.append(JobId(prefix + "".join([_PAIRS[(value >> s) & 1023] for s in _LOW_SHIFTS])))
+    return ids
 
 
 def as_job_id(value: object, *, argument: str = "job_id") -> JobId:

@@ -1,0 +1,50 @@
+"""Job ids: lowercase Crockford ULIDs, in creation order, also when made in batches."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from later_django import ids
+
+ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def reference(value: int) -> str:
+    """The 26-character base32 text of a 130-bit value, one character at a time."""
+    chars = []
+    for _ in range(26):
+        chars.append(ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+@given(
+    now_ms=st.integers(min_value=0, max_value=(1 << 48) - 1),
+    last_random=st.integers(min_value=0, max_value=(1 << 79)),
+    count=st.integers(min_value=1, max_value=40),
+)
+def test_a_batch_of_ids_counts_up_from_the_last_id_of_the_same_millisecond(
+    now_ms, last_random, count
+):
+    # Near a boundary of the last 10 characters the shared prefix must change too.
+    ids._last_ms, ids._last_random = now_ms, last_random
+    batch = ids.new_job_ids(count, now_ms)
+    expected = [reference((now_ms << 80) | (last_random + 1 + i)) for i in range(count)]
+    assert batch == expected
+    assert batch == sorted(batch)
+
+
+def test_ids_across_a_carry_into_the_shared_prefix_stay_ordered():
+    ids._last_ms, ids._last_random = 9, (1 << 50) - 3
+    batch = ids.new_job_ids(6, 9)
+    assert batch == [reference((9 << 80) | ((1 << 50) - 2 + i)) for i in range(6)]
+    assert batch[1][:16] != batch[2][:16]
+
+
+def test_single_ids_of_one_millisecond_increase_and_a_later_millisecond_sorts_after():
+    first = ids.new_job_id(1_000)
+    second = ids.new_job_id(1_000)
+    later = ids.new_job_id(1_001)
+    assert first < second < later
+    assert all(len(i) == 26 and set(i) <= set(ALPHABET) for i in (first, second, later))
