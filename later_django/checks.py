@@ -210,6 +210,16 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
                 "Leave the default (1 MiB) or set a positive byte count.",
             )
         )
+    prepared = merged["PREPARED_STATEMENTS"]
+    if not isinstance(prepared, bool):
+        messages.append(
+            _error(
+                "E016",
+                f"LATER['PREPARED_STATEMENTS'] is {prepared!r}; it must be True or False.",
+                "Leave it True, or set False behind a pooler that cannot keep "
+                "prepared statements (PgBouncer in transaction mode before 1.21).",
+            )
+        )
     partitions = merged["RECURRING_SEQUENTIAL_PARTITIONS"]
     if partitions is not None and (
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1

@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
     "DASHBOARD_RETENTION": timedelta(days=1),
     "JOBS_MODULE": "jobs",
     "MAX_PAYLOAD_BYTES": 1 << 20,
+    # PostgreSQL: plan later's own statements once per connection. Turn off
+    # behind a pooler that cannot keep prepared statements (docs/settings.md).
+    "PREPARED_STATEMENTS": True,
     "LEASE_DURATION": timedelta(seconds=30),
     "STUCK_JOB_GRACE": timedelta(seconds=30),
     "MAINTENANCE_INTERVAL": timedelta(seconds=2),

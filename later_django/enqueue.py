@@ -144,8 +144,7 @@ def _wake_on_commit(alias: str) -> None:
 
 def _insert(jobs: list[NewJob]) -> None:
     alias = conf.database
-    with connections[alias].cursor() as cursor:
-        dialect_for(alias).job_insert(cursor, jobs)
+    dialect_for(alias).job_insert(connections[alias], jobs)
     if any(job.stage == Stage.ENQUEUED for job in jobs):
         _wake_on_commit(alias)
 

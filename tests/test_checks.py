@@ -79,6 +79,7 @@ BAD_SETTINGS = [
         "later.E014",
         "LATER['RECURRING_SEQUENTIAL_PARTITIONS']",
     ),
+    ({"PREPARED_STATEMENTS": "yes"}, "later.E016", "LATER['PREPARED_STATEMENTS']"),
 ]
 
 

@@ -576,3 +576,17 @@ def test_stage_counts_lists_every_stage(later_db):
     assert later.stage_counts() == dict.fromkeys(later.Stage, 0)
     later.enqueue(Noop())
     assert later.stage_counts() == {**dict.fromkeys(later.Stage, 0), "enqueued": 1}
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_prepared_statements_follow_the_setting(later_db, settings, prepared):
+    """PostgreSQL prepares the enqueue INSERT on the caller's connection only
+    when LATER['PREPARED_STATEMENTS'] allows it (a pooler may not keep them)."""
+    settings.LATER = {**settings.LATER, "PREPARED_STATEMENTS": prepared}
+    connections[later_db.alias].close()  # a fresh session: nothing prepared yet
+    job_id = later.enqueue(Noop(n=1))
+    assert later_db.stage_of(job_id) == "enqueued"
+    if later_db.vendor == "postgresql":
+        statements = later_db.rows("SELECT statement FROM pg_prepared_statements")
+        inserts = [s for (s,) in statements if "INSERT INTO later_job" in str(s)]
+        assert bool(inserts) is prepared, statements

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
@@ -208,14 +209,16 @@ class Dialect:
         raise NotImplementedError
 
     # -- jobs -----------------------------------------------------------------
-    def job_insert(self, cursor: CursorWrapper, jobs: Sequence[NewJob]) -> None:
-        for start in range(0, len(jobs), self.insert_batch_size):
-            batch = jobs[start : start + self.insert_batch_size]
-            params: list[Any] = []
-            for job in batch:
-                params += insert_row(job)
-            values = ", ".join([INSERT_ROW] * len(batch))
-            cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
+    def job_insert(self, db: BaseDatabaseWrapper, jobs: Sequence[NewJob]) -> None:
+        """Insert ``jobs`` through the Django connection ``db`` (in its transaction)."""
+        with db.cursor() as cursor:
+            for start in range(0, len(jobs), self.insert_batch_size):
+                batch = jobs[start : start + self.insert_batch_size]
+                params: list[Any] = []
+                for job in batch:
+                    params += insert_row(job)
+                values = ", ".join([INSERT_ROW] * len(batch))
+                cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
 
     def job_insert_continuation(
         self, cursor: CursorWrapper, job: NewJob, expires_ms: int

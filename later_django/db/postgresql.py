@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import psycopg
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.clock import history_entry
+from later_django.conf import conf
 from later_django.db.base import (
     CLAIM_SET,
     INSERT_COLUMNS,
@@ -167,22 +169,25 @@ class PostgresDialect(Dialect):
         )
         return {row[0] for row in cursor.fetchall()}
 
-    def job_insert(self, cursor: CursorWrapper, jobs: Sequence[NewJob]) -> None:
-        # Straight on the psycopg connection under Django's cursor (the same
-        # session and transaction): a batch streams through COPY, a single row
-        # binds its values on the server instead of being formatted into the
-        # SQL text in Python.
-        raw = cursor.cursor.connection
+    def job_insert(self, db: BaseDatabaseWrapper, jobs: Sequence[NewJob]) -> None:
+        # Straight on the psycopg connection under Django's (the same session
+        # and transaction), past Django's cursor: a batch streams through COPY,
+        # a single row binds its values on the server and is a prepared
+        # statement, instead of SQL text formatted in Python and planned anew.
+        if not jobs:
+            return
+        db.ensure_connection()
+        db.validate_no_broken_transaction()
         started = time.monotonic()
-        if len(jobs) == 1:
-            with psycopg.Cursor(raw) as server_cursor:
-                server_cursor.execute(JOB_INSERT_SQL, insert_row(jobs[0]))
-            _log_query(cursor, JOB_INSERT_SQL, started)
-        elif jobs:
-            with raw.cursor() as copy_cursor, copy_cursor.copy(JOB_COPY_SQL) as copy:
+        with db.wrap_database_errors:
+            if len(jobs) == 1:
+                _execute_prepared(db.connection, JOB_INSERT_SQL, insert_row(jobs[0]))
+                _log_query(db, JOB_INSERT_SQL, started)
+                return
+            with db.connection.cursor() as cursor, cursor.copy(JOB_COPY_SQL) as copy:
                 for job in jobs:
                     copy.write_row(insert_row(job))
-            _log_query(cursor, f"{JOB_COPY_SQL} -- {len(jobs)} rows", started)
+        _log_query(db, f"{JOB_COPY_SQL} -- {len(jobs)} rows", started)
 
     def job_claim(
         self,
@@ -231,7 +236,7 @@ class PostgresDialect(Dialect):
         await cursor.execute(
             JOB_CLAIM_SQL,
             _claim_params(namespace, owner, limit, now_ms, lease_until_ms),
-            prepare=True,
+            prepare=_prepare(),
         )
         return claimed_jobs(await cursor.fetchall())
 
@@ -249,7 +254,7 @@ class PostgresDialect(Dialect):
         await cursor.execute(
             JOB_COMPLETE_MANY_SQL,
             _complete_many_params(owner, jobs, now_ms, expires_ms),
-            prepare=True,
+            prepare=_prepare(),
         )
         return _completed(await cursor.fetchall())
 
@@ -269,6 +274,29 @@ class PostgresDialect(Dialect):
     def database_size(self, cursor: CursorWrapper) -> int | None:
         cursor.execute("SELECT pg_database_size(current_database())")
         return int(cursor.fetchone()[0])
+
+
+def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> None:
+    """Run ``sql`` on a Django connection's psycopg connection, bound on the
+    server and, when LATER["PREPARED_STATEMENTS"] allows, prepared.
+
+    Django opens its connections with prepare_threshold=None, which turns
+    psycopg's statement cache off; it is switched on for this call only, so
+    no statement of the application's own is ever prepared by it."""
+    prepare = _prepare()
+    threshold = raw.prepare_threshold
+    if prepare and threshold is None:
+        raw.prepare_threshold = 0
+    try:
+        with psycopg.Cursor(raw) as cursor:
+            cursor.execute(sql, params, prepare=prepare)
+    finally:
+        raw.prepare_threshold = threshold
+
+
+def _prepare() -> bool:
+    """Whether later's statements are prepared (LATER["PREPARED_STATEMENTS"])."""
+    return bool(conf.PREPARED_STATEMENTS)
 
 
 def _claim_params(
@@ -317,9 +345,8 @@ def connect_kwargs(alias: str) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def _log_query(cursor: CursorWrapper, sql: str, started: float) -> None:
-    """Record a statement run beside Django's cursor where Django records its own
+def _log_query(db: BaseDatabaseWrapper, sql: str, started: float) -> None:
+    """Record a statement run past Django's cursor where Django records its own
     (connection.queries, assertNumQueries), so it stays visible when debugging."""
-    db = cursor.db
     if db.queries_logged:
         db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
