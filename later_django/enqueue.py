@@ -142,10 +142,10 @@ def _wake_on_commit(alias: str) -> None:
         transaction.on_commit(wakeup.wake, using=alias)
 
 
-def _insert(jobs: list[NewJob]) -> None:
+def _insert_one(job: NewJob) -> None:
     alias = conf.database
-    dialect_for(alias).job_insert(connections[alias], jobs)
-    if any(job.stage == Stage.ENQUEUED for job in jobs):
+    dialect_for(alias).job_insert_one(connections[alias], job)
+    if job.stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
 
 
@@ -155,7 +155,7 @@ def enqueue(payload: object, *, priority: int = 0) -> JobId:
     job = _build(
         payload, priority=_check_priority(priority), stage=Stage.ENQUEUED, now=now, run_at=now
     )
-    _insert([job])
+    _insert_one(job)
     return JobId(job.id)
 
 
@@ -185,15 +185,23 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
     if not payloads:
         return []
     builder = _Builder()
-    jobs = [
+    ids = new_job_ids(len(payloads), now)
+    # Built while they are written: PostgreSQL stores the first rows while the
+    # next are encoded. A bad payload part-way raises inside the transaction
+    # below, which rolls back to where it began: nothing is written, and an
+    # enclosing atomic block stays usable (a savepoint guards it).
+    jobs = (
         builder.build(
             payload, job_id=job_id, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now
         )
-        for payload, job_id in zip(payloads, new_job_ids(len(payloads), now), strict=True)
-    ]
-    with transaction.atomic(using=conf.database, savepoint=False):
-        _insert(jobs)
-    return [JobId(job.id) for job in jobs]
+        for payload, job_id in zip(payloads, ids, strict=True)
+    )
+    alias = conf.database
+    db = connections[alias]
+    with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
+        dialect_for(alias).job_insert_many(db, jobs)
+    _wake_on_commit(alias)
+    return ids
 
 
 def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
@@ -218,7 +226,7 @@ def _enqueue_at(payload: object, run_at: int, priority: int) -> JobId:
     job = _build(
         payload, priority=_check_priority(priority), stage=stage, now=now, run_at=max(run_at, now)
     )
-    _insert([job])
+    _insert_one(job)
     return JobId(job.id)
 
 

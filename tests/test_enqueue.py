@@ -303,6 +303,31 @@ def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, 
     assert later.stage_counts()["enqueued"] == 0
 
 
+def test_enqueue_many_failing_late_in_a_big_batch_leaves_the_callers_transaction_usable(
+    later_db,
+):
+    """Rows are written while later ones are still encoded: a bad payload after
+    the first thousand rolls back only the batch, not the caller's atomic block."""
+    payloads: list[object] = [Noop(n=i) for i in range(1500)]
+    payloads[1200] = Order(id=1, note={1, 2})
+    with transaction.atomic(using=later_db.alias):
+        kept = later.enqueue(Noop(n=-1))
+        with pytest.raises(TypeError, match="payload.note"):
+            later.enqueue_many(payloads)
+        after = later.enqueue(Noop(n=-2))
+    assert {row[0] for row in later_db.rows("SELECT id FROM later_job")} == {kept, after}
+    assert later.stage_counts()["enqueued"] == 2
+
+
+def test_enqueue_many_failing_late_outside_a_transaction_writes_nothing(later_db):
+    payloads: list[object] = [Noop(n=i) for i in range(1500)]
+    payloads[-1] = "not a dataclass"
+    with pytest.raises(TypeError, match="str"):
+        later.enqueue_many(payloads)
+    assert later_db.job_count() == 0
+    assert later.stage_counts()["enqueued"] == 0
+
+
 def test_enqueue_many_of_nothing_writes_nothing(later_db):
     """An empty batch returns no ids and writes nothing."""
     assert later.enqueue_many([]) == []

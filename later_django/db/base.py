@@ -7,7 +7,8 @@ what differs (row locking, triggers, notifications).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -209,11 +210,18 @@ class Dialect:
         raise NotImplementedError
 
     # -- jobs -----------------------------------------------------------------
-    def job_insert(self, db: BaseDatabaseWrapper, jobs: Sequence[NewJob]) -> None:
-        """Insert ``jobs`` through the Django connection ``db`` (in its transaction)."""
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> None:
+        """Insert ``job`` through the Django connection ``db`` (in its transaction)."""
+        self.job_insert_many(db, [job])
+
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        """Insert ``jobs`` through ``db``, in as few statements as the database allows.
+
+        ``jobs`` may be built while it is consumed: an exception from it
+        propagates, and the caller's transaction rolls the rows back."""
+        remaining = iter(jobs)
         with db.cursor() as cursor:
-            for start in range(0, len(jobs), self.insert_batch_size):
-                batch = jobs[start : start + self.insert_batch_size]
+            while batch := list(itertools.islice(remaining, self.insert_batch_size)):
                 params: list[Any] = []
                 for job in batch:
                     params += insert_row(job)

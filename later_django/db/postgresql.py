@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import psycopg
@@ -169,25 +169,29 @@ class PostgresDialect(Dialect):
         )
         return {row[0] for row in cursor.fetchall()}
 
-    def job_insert(self, db: BaseDatabaseWrapper, jobs: Sequence[NewJob]) -> None:
-        # Straight on the psycopg connection under Django's (the same session
-        # and transaction), past Django's cursor: a batch streams through COPY,
-        # a single row binds its values on the server and is a prepared
-        # statement, instead of SQL text formatted in Python and planned anew.
-        if not jobs:
-            return
-        db.ensure_connection()
-        db.validate_no_broken_transaction()
+    # Both run straight on the psycopg connection under Django's (the same
+    # session and transaction), past Django's cursor, keeping its error
+    # wrapping and query log.
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> None:
+        # Bound on the server and prepared, instead of SQL text formatted in
+        # Python and planned anew for every job.
+        _ready(db)
         started = time.monotonic()
         with db.wrap_database_errors:
-            if len(jobs) == 1:
-                _execute_prepared(db.connection, JOB_INSERT_SQL, insert_row(jobs[0]))
-                _log_query(db, JOB_INSERT_SQL, started)
-                return
+            _execute_prepared(db.connection, JOB_INSERT_SQL, insert_row(job))
+        _log_query(db, JOB_INSERT_SQL, started)
+
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        # One COPY streams every row; the server stores rows as they arrive.
+        _ready(db)
+        started = time.monotonic()
+        rows = 0
+        with db.wrap_database_errors:
             with db.connection.cursor() as cursor, cursor.copy(JOB_COPY_SQL) as copy:
                 for job in jobs:
                     copy.write_row(insert_row(job))
-        _log_query(db, f"{JOB_COPY_SQL} -- {len(jobs)} rows", started)
+                    rows += 1
+        _log_query(db, f"{JOB_COPY_SQL} -- {rows} rows", started)
 
     def job_claim(
         self,
@@ -274,6 +278,13 @@ class PostgresDialect(Dialect):
     def database_size(self, cursor: CursorWrapper) -> int | None:
         cursor.execute("SELECT pg_database_size(current_database())")
         return int(cursor.fetchone()[0])
+
+
+def _ready(db: BaseDatabaseWrapper) -> None:
+    """What Django's cursor checks before a statement: connected, and not
+    inside an atomic block broken by an earlier error."""
+    db.ensure_connection()
+    db.validate_no_broken_transaction()
 
 
 def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> None:
