@@ -483,6 +483,35 @@ def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch
     serve(body, workers=1, before_start=patch_claim)
 
 
+def test_server_retries_storing_a_success_the_database_refused(later_db, record, caplog):
+    """A batch completion that fails (e.g. the database restarting) is stored
+    again with backoff; the job does not run twice and the worker goes on."""
+    calls: list[int] = []
+
+    def patch_completion(server: Server) -> None:
+        original = server._complete_path.complete_many
+
+        async def fails_once(**kwargs: Any) -> Any:
+            calls.append(len(kwargs["jobs"]))
+            if len(calls) == 1:
+                raise RuntimeError("server closed the connection unexpectedly")
+            return await original(**kwargs)
+
+        server._complete_path.complete_many = fails_once  # type: ignore[method-assign]
+
+    async def body(server: Server) -> None:
+        first = await db(later.enqueue, AsyncNoop(n=1))
+        info = await wait_stage(first, "success")
+        second = await db(later.enqueue, AsyncNoop(n=2))
+        await wait_stage(second, "success")
+        assert info.attempts == 1
+        assert len(calls) >= 3, calls
+        assert not server._unstored, "every outcome was stored"
+
+    serve(body, workers=1, before_start=patch_completion)
+    assert "could not store the outcome of job" in caplog.text
+
+
 def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
     """A commit while an idle worker's claim is in flight makes it claim again at once."""
     # Polling that never comes within the test: only the in-process wake-up can help.
@@ -490,7 +519,8 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
     enqueued: list[str] = []
 
     def patch(server: Server) -> None:
-        server.notifier.listen = False  # no LISTEN backstop either
+        # No LISTEN or commit-watching backstop either.
+        server.notifier.listen = server.notifier.watch = False
         original = server.claim
 
         async def claim_then_enqueue() -> Any:

@@ -39,11 +39,15 @@ class Coalescer(Generic[Req, Res]):
         self.flushes = 0
 
     async def submit(self, request: Req) -> Res:
+        return await self.submit_nowait(request)
+
+    def submit_nowait(self, request: Req) -> asyncio.Future[Res]:
+        """Queue ``request``; the returned future holds its result."""
         future: asyncio.Future[Res] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._drain(), name="later-coalescer")
-        return await future
+        return future
 
     def reset(self) -> None:
         """Abandon a flush that never returned (e.g. a hung connection) so new

@@ -388,8 +388,31 @@ class Server:
         await self._outcome_stored(slot)
 
     def _start_finish(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
-        # A task of its own: a cancelled worker must still record what its job did.
+        """Store ``outcome`` apart from the worker (a cancelled worker must still
+        record what its job did); the future is done once it is stored."""
         self._unstored[job.id] = job
+        if outcome.kind != "succeeded":
+            return self._finish_in_task(job, outcome)
+        # The common case costs no task: the shared completion's own future
+        # says when it is stored. Only a failed store falls back to the
+        # retrying task.
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def on_stored(stored: asyncio.Future[bool]) -> None:
+            error = None if stored.cancelled() else stored.exception()
+            if stored.cancelled() or error is not None:
+                self._log_finish_error(job, error or "cancelled")
+                retry = self._finish_in_task(job, outcome)
+                retry.add_done_callback(lambda _: _resolve(finished))
+                return
+            self._unstored.pop(job.id, None)
+            self._log_outcome(job, outcome, stored.result())
+            _resolve(finished)
+
+        self._completions.submit_nowait((job.id, job.attempts)).add_done_callback(on_stored)
+        return finished
+
+    def _finish_in_task(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
         task = asyncio.ensure_future(self._finish(job, outcome))
         task.add_done_callback(lambda _: self._unstored.pop(job.id, None))
         return task
@@ -397,7 +420,8 @@ class Server:
     @staticmethod
     async def _outcome_stored(slot: WorkerSlot) -> None:
         if slot.finishing is not None:
-            await asyncio.shield(slot.finishing)
+            if not slot.finishing.done():
+                await asyncio.shield(slot.finishing)
             slot.finishing = None
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
@@ -414,12 +438,7 @@ class Server:
                     )
                 break
             except Exception as exc:  # noqa: BLE001  e.g. the database is restarting
-                logger.error(
-                    "could not store the outcome of job %s: %s; retrying",
-                    job.id,
-                    exc,
-                    extra={"action": "finish_error", "job_id": job.id},
-                )
+                self._log_finish_error(job, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
         self._log_outcome(job, outcome, stored)
@@ -471,6 +490,15 @@ class Server:
                 error=outcome.error,
                 **common,
             )
+        )
+
+    @staticmethod
+    def _log_finish_error(job: ClaimedJob, error: object) -> None:
+        logger.error(
+            "could not store the outcome of job %s: %s; retrying",
+            job.id,
+            error,
+            extra={"action": "finish_error", "job_id": job.id},
         )
 
     @staticmethod
@@ -639,6 +667,11 @@ class Server:
                 await self._heartbeat_once()
             except Exception as exc:  # noqa: BLE001
                 logger.error("heartbeat failed: %s", exc, extra={"action": "heartbeat_error"})
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _first_line(text: str | None) -> str:
