@@ -10,12 +10,12 @@ from adapterbase import Adapter as Base
 
 class Adapter(Base):
     name = "later_django"
-    packages = ("later-django", "django", "psycopg")
+    packages = ("later_django", "django", "psycopg")
     worker_note = (
         "1 `manage.py later_worker --workers N` process (N asyncio workers, async "
         "no-op handler), LISTEN/NOTIFY wake-ups, --verbosity 0"
     )
-    bulk_note = "later_django.enqueue_many (multi-row INSERT per 500 jobs)"
+    bulk_note = "later_django.enqueue_many (one COPY per call, rows streamed while encoded)"
 
     def __init__(self, *a: object) -> None:
         super().__init__(*a)

@@ -19,9 +19,10 @@ class Adapter(Base):
     packages = ("later-django", "django")
     worker_note = (
         "1 `manage.py later_worker --workers N` process (N asyncio workers, async "
-        "no-op handler), polls every 100 ms (POLL_INTERVAL default), --verbosity 0"
+        "no-op handler), wakes on other processes' commits (PRAGMA data_version, checked "
+        "every 4 ms), --verbosity 0"
     )
-    bulk_note = "later_django.enqueue_many (multi-row INSERT per 500 jobs)"
+    bulk_note = "later_django.enqueue_many (multi-row INSERTs of 1,000 rows)"
 
     def __init__(self, *a: object) -> None:
         super().__init__(*a)
