@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from later_django.ids import JobId
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewJob:
+# The two per-job records are named tuples: as immutable as the frozen
+# dataclasses below, but built in a fraction of the time (a frozen
+# dataclass sets each field through object.__setattr__), which shows when
+# thousands are made per second.
+class NewJob(NamedTuple):
     """A job row about to be inserted."""
 
     id: str
@@ -24,8 +28,7 @@ class NewJob:
     run_at_ms: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimedJob:
+class ClaimedJob(NamedTuple):
     """A job a worker holds a lease on, as returned by the claim."""
 
     id: str

@@ -658,18 +658,8 @@ def insert_row(job: NewJob) -> tuple[Any, ...]:
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
-    return [
-        ClaimedJob(
-            id=r[0],
-            type_name=r[1],
-            payload=bytes(r[2]),
-            attempts=r[3],
-            retry_policy=r[4],
-            created_ms=r[5],
-            run_at_ms=r[6],
-        )
-        for r in rows
-    ]
+    # Columns in CLAIM_RETURNING order, which is ClaimedJob's field order.
+    return [ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
 
 
 CLAIM_RETURNING: Final = "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms"

@@ -39,6 +39,9 @@ class Outcome:
     exc: BaseException | None = None
 
 
+SUCCEEDED = Outcome(kind="succeeded")
+
+
 def describe(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(exc))
     head = f"{type(exc).__name__}: {exc}"
@@ -80,7 +83,7 @@ class Executor:
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             policy, resolved = self._policy(job, handler, ctx, payload)
             return self._after_failure(job, describe(exc), policy, resolved, exc)
-        return Outcome(kind="succeeded")
+        return SUCCEEDED
 
     def _policy(
         self, job: ClaimedJob, handler: registry.Handler, ctx: JobContext, payload: object
