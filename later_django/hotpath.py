@@ -105,10 +105,10 @@ class SqliteSession:
             try:
                 return self._run_once(op, atomic)
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
-                    if "locked" in str(exc):
-                        raise LaterBusy(str(exc)) from exc
+                if not _is_locked(exc):
                     raise
+                if time.monotonic() + delay > deadline:
+                    raise LaterBusy(str(exc)) from exc
             await asyncio.sleep(delay)
             delay = min(delay * 2, SQLITE_RETRY_MAX)
 
@@ -126,12 +126,9 @@ class SqliteSession:
                 raise
             conn.execute("COMMIT")
             return result
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc):
-                self._discard()
-            raise
-        except sqlite3.Error:
-            self._discard()
+        except sqlite3.Error as exc:
+            if not _is_locked(exc):
+                self._discard()  # a broken connection: the next call opens a new one
             raise
         finally:
             cursor.close()
@@ -156,6 +153,11 @@ class SqliteSession:
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock."""
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 class _QmarkCursor:

@@ -11,6 +11,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections, transaction
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 import later_django as later
 from later_django import codec
@@ -18,6 +21,7 @@ from later_django.clock import now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.ids import new_job_id
+from later_django.types import NewJob
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
 ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
@@ -615,3 +619,58 @@ def test_prepared_statements_follow_the_setting(later_db, settings, prepared):
         statements = later_db.rows("SELECT statement FROM pg_prepared_statements")
         inserts = [s for (s,) in statements if "INSERT INTO later_job" in str(s)]
         assert bool(inserts) is prepared, statements
+
+
+INSERT_CHECK_COLUMNS = (
+    "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
+    "parent_id, created_ms, run_at_ms, changed_ms, history"
+)
+# Characters the bulk write must escape (COPY's text format on PostgreSQL).
+awkward_text = st.text(
+    alphabet=st.sampled_from(["a", "\t", "\n", "\r", "\\", "N", "é", "\u2028", " ", "x"]),
+    min_size=1,
+    max_size=12,
+)
+
+
+@hypothesis_settings(
+    deadline=None, max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    namespace=awkward_text,
+    type_name=awkward_text,
+    policy=st.one_of(st.none(), awkward_text),
+    payloads=st.lists(st.binary(max_size=20), min_size=2, max_size=5),
+)
+def test_bulk_insert_stores_every_value_as_given(later_db, namespace, type_name, policy, payloads):
+    """Whatever a namespace, handler name or stored policy holds (tabs,
+    newlines, backslashes, \\N), a batch stores exactly those values."""
+    now = now_ms()
+    jobs = [
+        NewJob(
+            id=new_job_id(now),
+            namespace=namespace,
+            type_name=type_name,
+            payload=payload,
+            stage="enqueued",
+            priority=-3,
+            retry_policy=policy,
+            parent_id=None,
+            created_ms=now,
+            run_at_ms=now + 5,
+        )
+        for payload in payloads
+    ]
+    with transaction.atomic(using=later_db.alias):
+        dialect_for(later_db.alias).job_insert_many(connections[later_db.alias], jobs)
+    try:
+        stored = later_db.rows(f"SELECT {INSERT_CHECK_COLUMNS} FROM later_job ORDER BY id")
+        expected = [
+            (j.id, namespace, type_name, j.payload, "enqueued", -3, 0, policy, None, now,
+             now + 5, now, f"enqueued@{now};")
+            for j in jobs
+        ]  # fmt: skip
+        assert [(*row[:3], bytes(row[3]), *row[4:]) for row in stored] == expected  # type: ignore[arg-type]
+    finally:
+        with connections[later_db.alias].cursor() as cursor:
+            cursor.execute("DELETE FROM later_job")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import psycopg
@@ -34,6 +34,7 @@ DJANGO_ONLY_OPTIONS: Final = frozenset(
     {"isolation_level", "pool", "server_side_binding", "assume_role"}
 )
 CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
+COPY_CHUNK_ROWS: Final = 200  # rows of COPY text handed to psycopg at once
 
 JOB_INSERT_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {INSERT_ROW}"
 JOB_COPY_SQL: Final = f"COPY later_job ({INSERT_COLUMNS}) FROM STDIN"
@@ -182,15 +183,15 @@ class PostgresDialect(Dialect):
         _log_query(db, JOB_INSERT_SQL, started)
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
-        # One COPY streams every row; the server stores rows as they arrive.
+        # One COPY streams every row, in COPY's text format.
         _ready(db)
         started = time.monotonic()
         rows = 0
         with db.wrap_database_errors:
             with db.connection.cursor() as cursor, cursor.copy(JOB_COPY_SQL) as copy:
-                for job in jobs:
-                    copy.write_row(insert_row(job))
-                    rows += 1
+                for chunk, count in _copy_text(jobs, COPY_CHUNK_ROWS):
+                    copy.write(chunk)
+                    rows += count
         _log_query(db, f"{JOB_COPY_SQL} -- {rows} rows", started)
 
     def job_claim(
@@ -278,6 +279,42 @@ class PostgresDialect(Dialect):
     def database_size(self, cursor: CursorWrapper) -> int | None:
         cursor.execute("SELECT pg_database_size(current_database())")
         return int(cursor.fetchone()[0])
+
+
+def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, int]]:
+    """``jobs`` as lines of COPY's text format: (text, lines), ``chunk_rows``
+    lines a chunk.
+
+    The jobs of one batch differ only in id and payload, so everything else
+    of a line is escaped once per batch and reused: a line costs one f-string
+    instead of thirteen values converted one by one."""
+    shared: dict[tuple[Any, ...], tuple[str, str]] = {}
+    lines: list[str] = []
+    for job in jobs:
+        key = job[1:3] + job[4:]  # every field but id (0) and payload (3)
+        parts = shared.get(key)
+        if parts is None:
+            row = [_copy_value(value) for value in insert_row(job)]
+            parts = shared[key] = ("\t".join(row[1:3]), "\t".join(row[4:]))
+        # ids are ULIDs and payloads hex: neither needs escaping.
+        lines.append(f"{job.id}\t{parts[0]}\t\\\\x{job.payload.hex()}\t{parts[1]}\n")
+        if len(lines) == chunk_rows:
+            yield "".join(lines), len(lines)
+            lines.clear()
+    if lines:
+        yield "".join(lines), len(lines)
+
+
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_value(value: object) -> str:
+    """One value in COPY's text format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bytes):
+        return "\\\\x" + value.hex()
+    return str(value).translate(_COPY_ESCAPES)
 
 
 def _ready(db: BaseDatabaseWrapper) -> None:

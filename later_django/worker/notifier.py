@@ -12,6 +12,8 @@ import contextlib
 import logging
 
 from later_django import wakeup
+from later_django.db import dialect_for
+from later_django.hotpath import SqliteSession
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +118,6 @@ class Notifier:
                 await asyncio.sleep(LISTEN_RECONNECT_DELAY)
 
     async def _watch_forever(self) -> None:
-        from later_django.db import dialect_for
-        from later_django.hotpath import SqliteSession
-
         session = SqliteSession(self.alias, dialect_for(self.alias))
         seen: int | None = None
         try:
