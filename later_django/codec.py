@@ -12,6 +12,7 @@ import datetime as dt
 import enum
 import functools
 import struct
+import threading
 import types
 import typing
 import uuid
@@ -150,9 +151,17 @@ def _flat_kwargs(plain: dict[Any, Any], flat: _FlatFields) -> dict[str, object] 
     return kwargs
 
 
+_packers = threading.local()
+
+
 def _pack(plain: object) -> bytes:
+    # One Packer per thread: packb() builds a new one on every call, which
+    # costs more than packing a small payload. A Packer is not thread-safe.
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
     try:
-        return msgpack.packb(plain, use_bin_type=True)  # type: ignore[no-any-return]  # msgpack is untyped
+        return packer.pack(plain)  # type: ignore[no-any-return]  # msgpack is untyped
     except UnicodeEncodeError as exc:
         raise TypeError(
             f"payload: a string holds {exc.object[exc.start : exc.end]!r}, which is not "

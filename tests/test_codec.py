@@ -411,3 +411,13 @@ def test_decode_of_flat_payloads_agrees_with_the_full_path(stored):
         assert [type(getattr(decoded, f.name)) for f in dataclasses.fields(Flat)] == [
             type(getattr(expected, f.name)) for f in dataclasses.fields(Flat)
         ]
+
+
+def test_a_refused_payload_leaves_nothing_behind_for_the_next_one():
+    """The per-thread packer is reused: a payload refused half-way (a lone
+    surrogate after other fields) must not leave bytes in front of the next."""
+    with pytest.raises(TypeError, match="surrogate"):
+        codec.encode(Flat(count=1, ratio=2.0, name="ok", flag=True, blob=b"x", note="\ud800"))
+    good = Flat(count=7, ratio=0.5, name="fine", flag=False, blob=b"y")
+    assert codec.decode(codec.encode(good), Flat) == good
+    assert codec.encode(good) == msgpack.packb(dataclasses.asdict(good), use_bin_type=True)
