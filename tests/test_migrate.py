@@ -118,3 +118,10 @@ def test_checks_skip_stored_topics_unless_the_database_is_checked(later_db, sett
     settings.LATER = {**settings.LATER, "TOPICS": {"orders": 5}}
     assert [m.id for m in run_checks() if m.id == "later.E015"] == []
     assert len(e015(later_db)) == 1
+
+
+def test_later_migrate_is_silent_at_verbosity_zero(later_db):
+    out = StringIO()
+    call_command("later_migrate", stdout=out, verbosity=0)
+    assert out.getvalue() == ""
+    assert "nothing to do" in later_migrate()

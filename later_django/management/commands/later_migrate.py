@@ -71,6 +71,8 @@ class Command(BaseCommand):
                 if cursor.rowcount == 1:
                     actions.append(f"registered topic {name} with {count} partitions")
 
+        if options["verbosity"] < 1:
+            return
         database = connection.settings_dict["NAME"]
         if not actions:
             self.stdout.write(f"later: {alias} ({database}) is up to date; nothing to do.")
