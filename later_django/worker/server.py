@@ -42,7 +42,7 @@ CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
 SERVICE_RESTART_MAX = 30.0  # cap, in seconds, of a crashed service's restart backoff
 COMPLETE_BATCH = 256  # successes stored by one statement at most
-DB_THREADS = 16  # database threads (and connections) for the workers of one server
+DB_THREADS = 16  # threads (and connections) storing failures and retries
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
 
@@ -120,8 +120,8 @@ class Server:
         self._next_slot_id = 0
         self._services: dict[str, asyncio.Task[None]] = {}
         self._started_ms = now_ms()
-        # Claims and successes are shared statements; only failures and retries
-        # run one per worker, so a few threads (and connections) serve them all.
+        # Claims and successes go through the hot path (connections of their
+        # own); only failures and retries use this pool, one statement each.
         self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
         self._service_pool = new_pool("service", 4)
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
