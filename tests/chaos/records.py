@@ -17,7 +17,9 @@ class Run:
     kind: str
     n: int
     end: float | None = None
-    outcome: str | None = None  # ok | raise | None (killed, paused past its lease, or hung)
+    # ok | raise | cancelled (an async handler its worker cancelled) | None (no end line:
+    # its process was killed, or it never ended: a hang)
+    outcome: str | None = None
 
 
 def read_runs(folder: Path) -> list[Run]:

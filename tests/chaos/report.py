@@ -12,6 +12,12 @@ Definitions (docs/chaos.md):
   *explained* when the previous run's process was killed or paused between
   that run's start and the duplicate's start; any other duplicate is a
   violation;
+- **overlapping runs**: two runs of one job whose [start, end] intervals
+  intersect (``find_overlaps``). Allowed only when the older run's process
+  was stopped (SIGSTOP) when the overlap began and, for an async handler, the
+  run ended within ``RESUME_SLACK`` of the SIGCONT (*frozen*), or when the
+  older run is a sync handler its worker abandoned (*abandoned*, from the
+  worker log); any other overlap is a violation;
 - **longest wait after a fault**: the largest of, over all faults, the time
   from the fault's end to the first handler start after it, and the longest
   time a job that was ready at the fault's end stayed ready after it.
@@ -43,8 +49,24 @@ from tests.chaos.workload import (
 
 TERMINAL = {"success", "failed", "cancelled"}
 DB_FAULTS = {"pg_restart", "pg_terminate", "sqlite_lock"}
+KILL_KINDS = {"kill", "kill_hung_holder"}
+INF = float("inf")
 HANG_KINDS = {"hang", "ahang"}
+# Handler kinds (app/jobs.py) that are ``async def``: their worker can cancel them.
+ASYNC_KINDS = {"awork", "ahang"}
 MAX_DETAILS = 20
+MAX_OVERLAP_ROWS = 30
+# An async handler whose lease was lost while its process was stopped must
+# end this soon after SIGCONT: its worker cancels it as soon as it wakes.
+RESUME_SLACK = 0.1
+# How long before an older run's start a pause may have ended and still be
+# the reason for the overlap (the process was stopped between the claim and
+# the handler's first line, and started the handler after SIGCONT).
+LATE_START_WINDOW = 1.0
+# The worker log lines of a worker that stopped waiting for a sync handler
+# (its thread goes on; its outcome is discarded) or cancelled an async one.
+ABANDONED_LINE = re.compile(r"abandoned sync handler of job (\w+) attempt (\d+)")
+CANCELLED_LINE = re.compile(r"cancelled handler of job (\w+) attempt (\d+)")
 # The worker log line of a worker that stopped waiting for a handler whose
 # lease was lost (its job was recovered elsewhere).
 RELEASE_LINE = re.compile(
@@ -55,6 +77,8 @@ LOG_PATTERNS = {
     "stuck jobs recovered": "recovered stuck job",
     "outcomes discarded (lease lost)": "after its lease was taken over",
     "hung handlers reported": "its handler may be hung",
+    "sync handlers abandoned": "abandoned sync handler of job",
+    "async handlers cancelled": "cancelled handler of job",
     "workers given back after a lost lease": "lost the lease of job",
     "hung workers replaced": "looks hung",
     "claim errors": "could not claim",
@@ -109,6 +133,198 @@ def _short(job: Planned, row: Row | None) -> dict[str, Any]:
         "attempts": row.attempts if row else None,
         "last_error": (row.last_error or "").splitlines()[0][:200] if row else None,
         "history": row.history if row else None,
+    }
+
+
+def worker_log_marks(text: str) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """The (job id, attempt) pairs whose handler the worker logs say was
+    abandoned (sync: ``abandoned sync handler of job <id> attempt <n>``) and
+    cancelled (async: ``cancelled handler of job <id> attempt <n>``)."""
+    abandoned = {(m[1], int(m[2])) for m in ABANDONED_LINE.finditer(text)}
+    cancelled = {(m[1], int(m[2])) for m in CANCELLED_LINE.finditer(text)}
+    return abandoned, cancelled
+
+
+def process_deaths(lives: list[Life], faults: list[FaultEvent]) -> dict[int, float]:
+    """When each worker process that did not live to the end of the run died:
+    the start of the fault that killed it, else when it was found gone."""
+    killed_at: dict[int, float] = {}
+    for fault in faults:
+        if fault.kind in KILL_KINDS and fault.pid is not None:
+            killed_at.setdefault(fault.pid, fault.start)
+    return {
+        life.pid: min(killed_at.get(life.pid, life.ended), life.ended)
+        for life in lives
+        if life.end_reason in ("killed", "exited") and life.ended is not None
+    }
+
+
+def _run_end(run: Run, died_at: dict[int, float]) -> tuple[float, str]:
+    """When a run stopped running, and how that is known."""
+    if run.end is not None:
+        return run.end, "recorded"
+    if run.pid in died_at:
+        return died_at[run.pid], "process died"
+    return INF, "still running"  # a hang, or a process paused at the very end
+
+
+def _side(run: Run, end: float, end_by: str) -> dict[str, Any]:
+    return {
+        "attempt": run.attempt,
+        "pid": run.pid,
+        "start": run.start,
+        "end": None if end == INF else end,
+        "end_by": end_by,
+        "outcome": run.outcome,
+        "mode": "async" if run.kind in ASYNC_KINDS else "sync",
+    }
+
+
+def _claim_order(run: Run) -> tuple[int, float]:
+    return (run.attempt, run.start)
+
+
+def _verdict(
+    older: Run,
+    older_end: float,
+    ended_by: str,
+    begin: float,
+    pauses: list[FaultEvent],
+    abandoned: set[tuple[str, int]],
+    slack: float,
+) -> tuple[str, str, FaultEvent | None, float | None]:
+    """The verdict on an overlap that began at ``begin``, why, the pause of the
+    older run's process behind it, and how long after that pause's end
+    (SIGCONT) an async older run ended."""
+    is_async = older.kind in ASYNC_KINDS
+    if is_async or older.kind in HANG_KINDS:
+        # Stopped during the run (or between its claim and its first line)
+        # and still stopped, or stopped before, when the overlap began.
+        window = older.start - LATE_START_WINDOW
+        candidates = [f for f in pauses if f.start <= begin and f.end >= window]
+    else:
+        candidates = [f for f in pauses if f.start <= begin < f.end]
+    pause = max(candidates, key=lambda f: f.start, default=None)
+    lag = older_end - pause.end if pause is not None and is_async else None
+    if not is_async and (older.job_id, older.attempt) in abandoned:
+        return "abandoned", "its worker abandoned the sync handler", pause, lag
+    if pause is None:
+        return "violation", "unexplained overlap", None, None
+    if lag is None:
+        return "frozen", f"pid {older.pid} stopped when the overlap began", pause, lag
+    if lag <= slack:
+        why = f"pid {older.pid} stopped; ended {lag * 1000:.0f} ms after SIGCONT"
+        return "frozen", why, pause, lag
+    if lag == INF:
+        return "violation", "async run outlived its resume by inf s (it never ended)", pause, lag
+    why = f"async run outlived its resume by {lag:.3f} s"
+    if ended_by == "process died":
+        why += " (until its process died)"
+    return "violation", why, pause, lag
+
+
+def find_overlaps(
+    runs: list[Run],
+    faults: list[FaultEvent],
+    died_at: dict[int, float],
+    abandoned: set[tuple[str, int]],
+    cancelled: set[tuple[str, int]] | None = None,
+    slack: float = RESUME_SLACK,
+) -> list[dict[str, Any]]:
+    """Every pair of runs of one job whose [start, end] intervals intersect,
+    with the fault behind it and a verdict.
+
+    A run ends at its ``E`` line; without one, when its process died
+    (``died_at``), else never (it still ran when the run ended). The *older*
+    run is the one with the lower attempt (claim order). Verdicts:
+
+    - ``abandoned``: the older run is sync and its worker logged that it
+      abandoned it (``abandoned`` holds (job id, attempt));
+    - ``frozen``: the older run's process was stopped by a ``pause`` fault
+      when the overlap began (``pause.start <= begin < pause.end``; for a
+      ``hang``, which never ends, a pause during the run before the overlap
+      is enough); an async older run must also have ended within ``slack``
+      of that pause's end (SIGCONT), else it is a violation. The pause of an
+      async run is the last one that began before the overlap and ended no
+      earlier than ``LATE_START_WINDOW`` before the run started (a process
+      stopped between its claim and its handler's first line);
+    - ``violation``: anything else.
+    """
+    pauses: dict[int, list[FaultEvent]] = defaultdict(list)
+    process_faults: dict[int, list[FaultEvent]] = defaultdict(list)
+    for fault in faults:
+        if fault.pid is None:
+            continue
+        if fault.kind == "pause":
+            pauses[fault.pid].append(fault)
+        if fault.kind in PROCESS_FAULTS:
+            process_faults[fault.pid].append(fault)
+    by_job: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_job[run.job_id].append(run)
+    out: list[dict[str, Any]] = []
+    for job_id, job_runs in by_job.items():
+        if len(job_runs) < 2:
+            continue
+        spans = [(r, *_run_end(r, died_at)) for r in sorted(job_runs, key=_claim_order)]
+        for i, (older, o_end, o_by) in enumerate(spans):
+            for newer, n_end, n_by in spans[i + 1 :]:
+                begin, until = max(older.start, newer.start), min(o_end, n_end)
+                if begin >= until:
+                    continue
+                verdict, why, pause, lag = _verdict(
+                    older, o_end, o_by, begin, pauses.get(older.pid, []), abandoned, slack
+                )
+                # The fault behind it: that pause, else the last kill/pause of
+                # the older run's process during it (context for a violation).
+                nearby = [
+                    f
+                    for f in process_faults.get(older.pid, [])
+                    if f.start <= until and f.end >= older.start - LATE_START_WINDOW
+                ]
+                behind = pause or max(nearby, key=lambda f: f.start, default=None)
+                key = (older.job_id, older.attempt)
+                logged = None
+                if key in abandoned:
+                    logged = "abandoned"
+                elif cancelled is not None and key in cancelled:
+                    logged = "cancelled"
+                out.append(
+                    {
+                        "job_id": job_id,
+                        "kind": older.kind,
+                        "n": older.n,
+                        "older": _side(older, o_end, o_by),
+                        "newer": _side(newer, n_end, n_by),
+                        "from": begin,
+                        "to": None if until == INF else until,
+                        "fault": behind.index if behind else None,
+                        "fault_kind": behind.kind if behind else None,
+                        "verdict": verdict,
+                        "why": why,
+                        "after_resume_ms": (
+                            round(lag * 1000, 1) if lag is not None and lag != INF else None
+                        ),
+                        "worker_logged": logged,
+                    }
+                )
+    return sorted(out, key=lambda o: (o["from"], o["job_id"]))
+
+
+def summarise_overlaps(overlaps: list[dict[str, Any]]) -> dict[str, Any]:
+    verdicts = Counter(o["verdict"] for o in overlaps)
+    lags = [o["after_resume_ms"] for o in overlaps if o["after_resume_ms"] is not None]
+    return {
+        "total": len(overlaps),
+        "frozen": verdicts["frozen"],
+        "abandoned": verdicts["abandoned"],
+        "unexplained": verdicts["violation"],
+        "async_outlived_resume": sum(
+            1 for o in overlaps if o["why"].startswith("async run outlived")
+        ),
+        "max_async_end_after_resume_ms": max(lags, default=None),
+        "resume_slack_seconds": RESUME_SLACK,
+        "list": overlaps,
     }
 
 
@@ -202,7 +418,6 @@ def analyse(
         faults_by_pid[fault.pid].append(fault)  # type: ignore[index]
     duplicates: list[dict[str, Any]] = []
     same_attempt: list[dict[str, Any]] = []
-    overlapping = 0
     dup_by_fault: Counter[int] = Counter()
     recovery_by_kind: dict[str, float] = {}
     for job_id, job_runs in runs_by_job.items():
@@ -239,12 +454,6 @@ def analyse(
                 key=lambda f: f.start,
                 default=None,
             )
-            if (
-                prev.end is not None
-                and cur.end is not None
-                and max(prev.start, cur.start) < min(prev.end, cur.end)
-            ):
-                overlapping += 1  # both ran at once: a paused run went on after SIGCONT
             entry = {
                 "job_id": job_id,
                 "kind": cur.kind,
@@ -331,6 +540,12 @@ def analyse(
         for life in lives
     }
     all_logs = "\n".join(logs.values())
+
+    # -- overlapping runs ---------------------------------------------------------------
+    abandoned, cancelled = worker_log_marks(all_logs)
+    overlaps = find_overlaps(runs, faults, process_deaths(lives, faults), abandoned, cancelled)
+    overlap_summary = summarise_overlaps(overlaps)
+    bad_overlaps = [o for o in overlaps if o["verdict"] == "violation"]
     hang_runs = [run for run in runs if run.kind in HANG_KINDS]
     life_of = {life.pid: life for life in lives}
     # A hung handler holds its worker until its process ends, or until the
@@ -482,6 +697,18 @@ def analyse(
             f"{len(unexplained)} duplicate runs not explained by a kill/pause of their "
             f"process{note}"
         )
+    if bad_overlaps:
+        outlived = overlap_summary["async_outlived_resume"]
+        violations.append(
+            f"{len(bad_overlaps)} overlapping runs of one job not explained by a SIGSTOP of "
+            f"the older run's process or an abandoned sync handler"
+            + (
+                f" ({outlived} of them async runs that outlived their resume by more than "
+                f"{RESUME_SLACK * 1000:.0f} ms)"
+                if outlived
+                else ""
+            )
+        )
     if same_attempt:
         violations.append(f"{len(same_attempt)} jobs ran the same attempt twice")
     if success_without_run:
@@ -540,12 +767,12 @@ def analyse(
             "explained_by_kill_or_pause": len(duplicates) - len(unexplained),
             "unexplained": len(unexplained),
             "same_attempt_twice": len(same_attempt),
-            "ran_concurrently": overlapping,
             "by_fault_kind": dict(Counter(d["fault_kind"] for d in duplicates if d["fault"])),
             "max_recovery_seconds_by_fault_kind": {
                 k: round(v, 2) for k, v in recovery_by_kind.items()
             },
         },
+        "overlapping_runs": overlap_summary,
         "order_violations": {
             "count": 0,
             "note": "n/a: ordered (partitioned) work does not exist yet",
@@ -586,6 +813,7 @@ def analyse(
             "wrong_outcome": wrong[:MAX_DETAILS],
             "unexplained_duplicates": unexplained[:MAX_DETAILS],
             "same_attempt_twice": same_attempt[:MAX_DETAILS],
+            "unexplained_overlaps": bad_overlaps[:MAX_DETAILS],
             "success_without_run": success_without_run[:MAX_DETAILS],
             "unexpected_runs": unexpected_runs[:MAX_DETAILS],
             "unknown_rows": unknown_rows[:MAX_DETAILS],
@@ -597,6 +825,43 @@ def analyse(
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}s"
+
+
+def _overlap_side(side: dict[str, Any], t0: float) -> str:
+    end = "-" if side["end"] is None else f"{side['end'] - t0:.2f}"
+    how = {"process died": "killed", "still running": "running"}.get(
+        side["end_by"], side["outcome"] or "?"
+    )
+    return f"{side['attempt']:>3} {side['pid']:>7} {side['start'] - t0:7.2f} {end:>7} {how:<9}"
+
+
+def _overlap_lines(summary: dict[str, Any], t0: float) -> list[str]:
+    """The overlap line of the report, and a table of the overlaps (violations first)."""
+    worst = summary["max_async_end_after_resume_ms"]
+    lines = [
+        f"overlapping runs   {summary['total']:>8}   (frozen by SIGSTOP: {summary['frozen']}, "
+        f"abandoned sync handlers: {summary['abandoned']}, NOT explained: "
+        f"{summary['unexplained']}; async runs ended after resume: max "
+        f"{'-' if worst is None else f'{worst:.0f}'} ms)"
+    ]
+    if not summary["list"]:
+        return lines
+    rows = sorted(summary["list"], key=lambda o: (o["verdict"] != "violation", o["from"]))
+    shown = rows[:MAX_OVERLAP_ROWS]
+    side = f"{'att':>3} {'pid':>7} {'start':>7} {'end':>7} {'outcome':<9}"
+    lines.append(
+        f"  {'job':<26} {'kind':<11} | older: {side} | newer: {side} | {'fault':>5}  verdict"
+    )
+    for o in shown:
+        fault = f"#{o['fault']}" if o["fault"] is not None else "-"
+        lines.append(
+            f"  {o['job_id']:<26} {o['kind'] + ' ' + o['older']['mode']:<11} | older: "
+            f"{_overlap_side(o['older'], t0)} | newer: {_overlap_side(o['newer'], t0)} | "
+            f"{fault:>5}  {o['verdict']}: {o['why']}"
+        )
+    if len(rows) > len(shown):
+        lines.append(f"  ... {len(rows) - len(shown)} more in the JSON report")
+    return lines
 
 
 def render(result: dict[str, Any], t0: float) -> str:
@@ -631,6 +896,7 @@ def render(result: dict[str, Any], t0: float) -> str:
         f"same attempt twice: {dups['same_attempt_twice']})",
         f"  by fault kind    {dups['by_fault_kind']}; max time to re-run an interrupted job "
         f"{dups['max_recovery_seconds_by_fault_kind']}",
+        *_overlap_lines(result["overlapping_runs"], t0),
         f"order violations   {result['order_violations']['count']:>8}   "
         f"({result['order_violations']['note']})",
         f"longest wait after a fault: {result['longest_wait_after_fault']['seconds']:.2f}s "
@@ -676,7 +942,9 @@ def render(result: dict[str, Any], t0: float) -> str:
                 lines += [f"    {item}" for item in items]
         lines.append("RESULT: FAIL")
     else:
-        lines.append("RESULT: PASS (0 lost, 0 wrong outcomes, every duplicate explained)")
+        lines.append(
+            "RESULT: PASS (0 lost, 0 wrong outcomes, every duplicate and overlap explained)"
+        )
     return "\n".join(lines)
 
 

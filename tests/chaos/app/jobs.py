@@ -3,13 +3,22 @@
 Each handler run appends whole lines, with one ``O_APPEND`` write each, to
 ``$CHAOS_RECORD_DIR/rec-<pid>.txt``::
 
-    S <job_id> <attempt> <pid> <time> <kind> <n>     first thing in the handler
-    E <job_id> <attempt> <pid> <time> ok|raise        last thing (never for a hang)
+    S <job_id> <attempt> <pid> <time> <kind> <n>            first thing in the handler
+    E <job_id> <attempt> <pid> <time> ok|raise|cancelled     last thing
 
-The runner reads these files back to find duplicate runs and waits; it never
-parses worker logs for that. Every payload carries ``n``, the workload's own
-number for the job, so rows can be matched to the plan even when an enqueue
-had to be retried.
+``cancelled``: an async handler (``awork``, ``ahang``) was cancelled by its
+worker (lease lost, local lease deadline passed, shutdown); the line is
+written when the ``CancelledError`` reaches the handler, so its time is when
+the run really stopped. Sync handlers never write ``cancelled``: a thread
+cannot be stopped, and one its worker abandoned writes its own end line
+when it ends. No end line: the process was killed, or the run never ended
+(a ``hang``, an ``ahang`` nobody cancelled).
+
+The runner reads these files back to find duplicate and overlapping runs
+and waits; worker logs only tell it which handlers a worker abandoned or
+cancelled, never when a run started or ended. Every payload carries
+``n``, the workload's own number for the job, so rows can be matched to the
+plan even when an enqueue had to be retried.
 """
 
 from __future__ import annotations
@@ -83,8 +92,12 @@ class AsyncWork:
 @job(retry=WORK_RETRY)
 async def run_async_work(ctx: JobContext, payload: AsyncWork) -> None:
     record_start(ctx, "awork", payload.n)
-    if payload.sleep_ms:
-        await asyncio.sleep(payload.sleep_ms / 1000)
+    try:
+        if payload.sleep_ms:
+            await asyncio.sleep(payload.sleep_ms / 1000)
+    except asyncio.CancelledError:
+        record_end(ctx, "cancelled")
+        raise
     record_end(ctx, "ok")
 
 
@@ -128,4 +141,8 @@ class AsyncHang:
 @job(retry=HANG_RETRY)
 async def run_async_hang(ctx: JobContext, payload: AsyncHang) -> None:
     record_start(ctx, "ahang", payload.n)
-    await asyncio.Event().wait()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        record_end(ctx, "cancelled")
+        raise

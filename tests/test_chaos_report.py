@@ -1,0 +1,314 @@
+"""The chaos report's overlapping-runs analysis (tests/chaos/report.py), on
+synthetic handler records, faults and worker logs: no database, no process.
+
+Two runs of one job may overlap only when the older run's process was
+stopped (SIGSTOP) and, for an async handler, the run ended within 100 ms of
+the SIGCONT, or when the older run is a sync handler its worker abandoned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.faults import FaultEvent
+from tests.chaos.procs import Life
+from tests.chaos.records import Run, read_runs
+from tests.chaos.report import (
+    analyse,
+    find_overlaps,
+    process_deaths,
+    render,
+    worker_log_marks,
+)
+from tests.chaos.workload import Plan
+
+JOB = "01m8rjk1723gqtq0t5q2pach91"
+OTHER = "01m8rjk1bv3bq84bveaqg9z74h"
+OLD, NEW, THIRD = 1001, 1002, 1003
+
+
+def run(
+    attempt: int,
+    pid: int,
+    start: float,
+    end: float | None = None,
+    outcome: str | None = None,
+    kind: str = "work",
+    job_id: str = JOB,
+) -> Run:
+    if end is not None and outcome is None:
+        outcome = "ok"
+    return Run(job_id, attempt, pid, start, kind, 7, end, outcome)
+
+
+def pause(index: int, pid: int, start: float, end: float) -> FaultEvent:
+    return FaultEvent(index, "pause", start, end, pid, f"SIGSTOP pid {pid}")
+
+
+def kill(index: int, pid: int, at: float) -> FaultEvent:
+    return FaultEvent(index, "kill", at, at + 0.5, pid, f"pid {pid} killed")
+
+
+def log_line(phrase: str) -> str:
+    return f"2026-12-01 10:32:16,421 WARNING later_django.worker.server: {phrase}; more text\n"
+
+
+def overlaps(runs, faults=(), died_at=None, log=""):
+    abandoned, cancelled = worker_log_marks(log)
+    return find_overlaps(list(runs), list(faults), died_at or {}, abandoned, cancelled)
+
+
+def only(found):
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_runs_one_after_the_other_do_not_overlap():
+    assert overlaps([run(1, OLD, 10.0, 11.0, "raise"), run(2, NEW, 11.0, 12.0)]) == []
+    # Other jobs never pair up.
+    assert overlaps([run(1, OLD, 10.0, 20.0), run(1, NEW, 11.0, 12.0, job_id=OTHER)]) == []
+
+
+def test_sync_run_frozen_by_sigstop():
+    # Paused mid-run past its lease; the job ran elsewhere; resumed, it ended.
+    o = only(
+        overlaps(
+            [run(1, OLD, 10.0, 17.0), run(2, NEW, 15.0, 15.2)],
+            [pause(3, OLD, 10.5, 16.9)],
+        )
+    )
+    assert o["verdict"] == "frozen"
+    assert (o["fault"], o["fault_kind"]) == (3, "pause")
+    assert (o["from"], o["to"]) == (15.0, 15.2)
+    assert o["older"]["attempt"] == 1 and o["older"]["pid"] == OLD
+    assert o["older"]["mode"] == "sync" and o["newer"]["attempt"] == 2
+    assert o["after_resume_ms"] is None  # only measured for async runs
+
+
+def test_async_run_cancelled_50ms_after_resume_is_frozen():
+    o = only(
+        overlaps(
+            [run(1, OLD, 10.0, 16.95, "cancelled", "awork"), run(2, NEW, 15.0, 20.0, kind="awork")],
+            [pause(1, OLD, 10.5, 16.9)],
+        )
+    )
+    assert o["verdict"] == "frozen"
+    assert o["older"]["mode"] == "async" and o["older"]["outcome"] == "cancelled"
+    assert o["after_resume_ms"] == pytest.approx(50, abs=0.2)
+    assert o["to"] == 16.95
+
+
+def test_async_run_ending_500ms_after_resume_is_a_violation():
+    o = only(
+        overlaps(
+            [run(1, OLD, 10.0, 17.4, "ok", "awork"), run(2, NEW, 15.0, 20.0, kind="awork")],
+            [pause(1, OLD, 10.5, 16.9)],
+        )
+    )
+    assert o["verdict"] == "violation"
+    assert o["why"] == "async run outlived its resume by 0.500 s"
+    assert o["fault"] == 1
+    assert o["after_resume_ms"] == pytest.approx(500, abs=0.2)
+
+
+def test_async_run_that_started_after_resume_must_end_within_the_slack():
+    # Claimed, then stopped before the handler's first line; the job ran
+    # elsewhere; resumed, the handler started and was cancelled at once.
+    runs = [run(1, OLD, 16.92, 16.95, "cancelled", "awork"), run(2, NEW, 15.0, 20.0)]
+    assert only(overlaps(runs, [pause(1, OLD, 10.5, 16.9)]))["verdict"] == "frozen"
+    runs[0] = run(1, OLD, 16.92, 18.0, "ok", "awork")
+    late = only(overlaps(runs, [pause(1, OLD, 10.5, 16.9)]))
+    assert late["verdict"] == "violation"
+    assert late["why"].startswith("async run outlived its resume by 1.100 s")
+
+
+def test_abandoned_sync_handler_with_its_log_line():
+    runs = [run(1, OLD, 10.0, 30.0), run(2, NEW, 15.0, 16.0)]
+    log = log_line(f"abandoned sync handler of job {JOB} attempt 1")
+    o = only(overlaps(runs, log=log))
+    assert o["verdict"] == "abandoned"
+    assert o["worker_logged"] == "abandoned"
+    assert o["fault"] is None
+    # The line must name this job and this attempt.
+    other_attempt = log_line(f"abandoned sync handler of job {JOB} attempt 2")
+    assert only(overlaps(runs, log=other_attempt))["verdict"] == "violation"
+    other_job = log_line(f"abandoned sync handler of job {OTHER} attempt 1")
+    assert only(overlaps(runs, log=other_job))["verdict"] == "violation"
+
+
+def test_abandoned_does_not_excuse_an_async_run():
+    runs = [run(1, OLD, 10.0, 30.0, "ok", "awork"), run(2, NEW, 15.0, 16.0)]
+    log = log_line(f"abandoned sync handler of job {JOB} attempt 1")
+    assert only(overlaps(runs, log=log))["verdict"] == "violation"
+
+
+def test_sync_overlap_without_pause_or_log_line_is_unexplained():
+    o = only(overlaps([run(1, OLD, 10.0, 30.0), run(2, NEW, 15.0, 16.0)]))
+    assert (o["verdict"], o["why"]) == ("violation", "unexplained overlap")
+    # A pause of another process explains nothing.
+    o = only(overlaps([run(1, OLD, 10.0, 30.0), run(2, NEW, 15.0, 16.0)], [pause(1, NEW, 11, 17)]))
+    assert o["verdict"] == "violation"
+
+
+def test_sync_overlap_that_began_before_the_pause_is_unexplained():
+    # Both ran at once before the older process was stopped: not a freeze.
+    o = only(
+        overlaps([run(1, OLD, 10.0, 30.0), run(2, NEW, 15.0, 25.0)], [pause(2, OLD, 16.0, 22.0)])
+    )
+    assert o["verdict"] == "violation"
+    assert o["fault"] == 2  # named as context
+
+
+def test_killed_older_run_ends_at_the_kill():
+    lives = [
+        Life(0, OLD, 0.0, Path("w-0.log"), ended=12.3, end_reason="killed", exit_code=-9),
+        Life(1, NEW, 0.0, Path("w-1.log"), ended=40.0, end_reason="stopped", exit_code=0),
+    ]
+    faults = [kill(4, OLD, 12.0)]
+    died_at = process_deaths(lives, faults)
+    assert died_at == {OLD: 12.0}  # the kill, not when the runner saw it gone
+    # The duplicate started after the kill: no overlap.
+    assert overlaps([run(1, OLD, 10.0), run(2, NEW, 16.0, 17.0)], faults, died_at) == []
+    # One that started before the kill overlaps until the kill, unexplained.
+    o = only(overlaps([run(1, OLD, 10.0), run(2, NEW, 11.0, 17.0)], faults, died_at))
+    assert o["older"]["end"] == 12.0 and o["older"]["end_by"] == "process died"
+    assert (o["to"], o["fault"], o["verdict"]) == (12.0, 4, "violation")
+
+
+def test_run_without_end_in_a_live_process_never_ends():
+    o = only(overlaps([run(1, OLD, 10.0), run(2, NEW, 100.0, 101.0)]))
+    assert o["older"]["end"] is None and o["older"]["end_by"] == "still running"
+    assert (o["from"], o["to"]) == (100.0, 101.0)
+
+
+def test_hung_sync_handler_left_hanging_in_a_resumed_process():
+    # hang attempt 1 on OLD, paused past its lease; attempt 2 on NEW, which
+    # is killed at 18; attempt 3 on THIRD. Attempt 1 still hangs in OLD.
+    runs = [
+        run(1, OLD, 1.0, kind="hang"),
+        run(2, NEW, 10.0, kind="hang"),
+        run(3, THIRD, 20.0, kind="hang"),
+    ]
+    faults = [pause(1, OLD, 5.0, 12.0), kill(2, NEW, 18.0)]
+    found = overlaps(runs, faults, {NEW: 18.0})
+    pairs = {(o["older"]["attempt"], o["newer"]["attempt"]): o for o in found}
+    assert set(pairs) == {(1, 2), (1, 3)}  # 2 ended at the kill, before 3 started
+    assert pairs[(1, 2)]["to"] == 18.0 and pairs[(1, 3)]["to"] is None
+    assert all(o["verdict"] == "frozen" and o["fault"] == 1 for o in found)
+    # With the worker's line, both are abandoned handlers.
+    log = log_line(f"abandoned sync handler of job {JOB} attempt 1")
+    found = overlaps(runs, faults, {NEW: 18.0}, log)
+    assert [o["verdict"] for o in found] == ["abandoned", "abandoned"]
+    # Without any pause the hang overlapping its job's next run is unexplained.
+    assert overlaps(runs[:2], [], {})[0]["verdict"] == "violation"
+
+
+def test_hung_async_handler_must_be_cancelled_at_resume():
+    faults = [pause(1, OLD, 5.0, 12.0)]
+    cancelled = [run(1, OLD, 1.0, 12.04, "cancelled", "ahang"), run(2, NEW, 10.0, kind="ahang")]
+    o = only(overlaps(cancelled, faults))
+    assert o["verdict"] == "frozen" and o["after_resume_ms"] == pytest.approx(40, abs=0.2)
+    never = [run(1, OLD, 1.0, kind="ahang"), run(2, NEW, 10.0, kind="ahang")]
+    o = only(overlaps(never, faults))
+    assert o["verdict"] == "violation"
+    assert o["why"] == "async run outlived its resume by inf s (it never ended)"
+    assert o["after_resume_ms"] is None
+
+
+def test_worker_log_marks():
+    text = (
+        log_line(f"abandoned sync handler of job {JOB} attempt 3")
+        + log_line(f"cancelled handler of job {OTHER} attempt 12")
+        + log_line(f"lost the lease of job {JOB}")
+    )
+    assert worker_log_marks(text) == ({(JOB, 3)}, {(OTHER, 12)})
+
+
+def test_records_read_the_cancelled_outcome(tmp_path):
+    (tmp_path / "rec-1001.txt").write_text(
+        f"S {JOB} 1 1001 10.000000 awork 7\n"
+        f"E {JOB} 1 1001 10.500000 cancelled\n"
+        f"S {JOB} 2 1001 11.000000 awork 7\n"
+        f"E {JOB} 2 1001 11.100000 ok\n"
+    )
+    runs = read_runs(tmp_path)
+    assert [(r.attempt, r.end, r.outcome) for r in runs] == [
+        (1, 10.5, "cancelled"),
+        (2, 11.1, "ok"),
+    ]
+
+
+def _analyse(tmp_path: Path, runs: list[Run], faults: list[FaultEvent], log: str = ""):
+    lives = []
+    for slot, pid in enumerate((OLD, NEW)):
+        path = tmp_path / f"worker-{slot}.log"
+        path.write_text(log if pid == OLD else "")
+        lives.append(Life(slot, pid, 0.0, path, ended=50.0, end_reason="stopped", exit_code=0))
+    return analyse(
+        vendor="sqlite",
+        profile="ci",
+        seed=1,
+        processes=2,
+        workers=4,
+        plan=Plan(),
+        rows={},
+        runs=runs,
+        faults=faults,
+        lives=lives,
+        forced=[],
+        times={"start": 0.0, "load_start": 0.0, "load_end": 40.0, "drained": 45.0, "end": 50.0},
+        producer={},
+        lease=3.0,
+        grace=1.0,
+        injection_errors=[],
+    )
+
+
+def test_an_unexplained_overlap_fails_the_run(tmp_path):
+    result = _analyse(tmp_path, [run(1, OLD, 10.0, 30.0), run(2, NEW, 15.0, 16.0)], [])
+    summary = result["overlapping_runs"]
+    assert (summary["total"], summary["unexplained"]) == (1, 1)
+    assert summary["list"][0]["verdict"] == "violation"
+    assert not result["passed"]
+    assert any("1 overlapping runs of one job not explained" in v for v in result["violations"])
+    assert result["details"]["unexplained_overlaps"] == summary["list"]
+    text = render(result, 0.0)
+    assert (
+        "overlapping runs          1   (frozen by SIGSTOP: 0, abandoned sync handlers: 0, "
+        "NOT explained: 1; async runs ended after resume: max - ms)"
+    ) in text
+    assert f"  {JOB} work sync " in text and "violation: unexplained overlap" in text
+    assert text.endswith("RESULT: FAIL")
+
+
+def test_explained_overlaps_pass(tmp_path):
+    runs = [
+        run(1, OLD, 10.0, 16.95, "cancelled", "awork"),
+        run(2, NEW, 15.0, 20.0, kind="awork"),
+        run(1, OLD, 10.0, 30.0, job_id=OTHER),
+        run(2, NEW, 21.0, 22.0, job_id=OTHER),
+    ]
+    log = log_line(f"abandoned sync handler of job {OTHER} attempt 1")
+    result = _analyse(tmp_path, runs, [pause(1, OLD, 10.5, 16.9)], log)
+    summary = result["overlapping_runs"]
+    assert (summary["frozen"], summary["abandoned"], summary["unexplained"]) == (1, 1, 0)
+    assert summary["max_async_end_after_resume_ms"] == pytest.approx(50, abs=0.2)
+    assert result["log_counts"]["sync handlers abandoned"] == 1
+    # Both duplicates are explained by the pause; the run passes.
+    assert result["passed"], result["violations"]
+    text = render(result, 0.0)
+    assert "frozen by SIGSTOP: 1, abandoned sync handlers: 1, NOT explained: 0" in text
+    assert "async runs ended after resume: max 50 ms" in text
+
+
+def test_a_cancelled_run_is_not_a_recorded_failure(tmp_path):
+    # The next run after a cancelled one is a duplicate to explain (here: no fault).
+    runs = [run(1, OLD, 10.0, 10.5, "cancelled", "awork"), run(2, NEW, 15.0, 16.0, kind="awork")]
+    result = _analyse(tmp_path, runs, [])
+    assert result["duplicates"]["total"] == 1 and result["duplicates"]["unexplained"] == 1
+    assert result["overlapping_runs"]["total"] == 0
+    # After a raise it is an ordinary retry.
+    runs[0] = run(1, OLD, 10.0, 10.5, "raise", "awork")
+    assert _analyse(tmp_path, runs, [])["duplicates"]["total"] == 0
