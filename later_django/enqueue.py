@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from later_django import codec, registry, wakeup
 from later_django.clock import from_datetime, now_ms
@@ -23,6 +25,8 @@ from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import JobId, as_job_id, new_job_id, new_job_ids
 from later_django.states import Stage
 from later_django.types import NewJob
+
+logger = logging.getLogger(__name__)
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # The last time a job may become due: later dates do not fit in a datetime.
@@ -68,10 +72,9 @@ class _Builder:
         *,
         job_id: str,
         priority: int,
-        stage: str,
-        now: int,
-        run_at: int,
         parent_id: str | None = None,
+        run_at_ms: int | None = None,
+        delay_ms: int = 0,
     ) -> NewJob:
         handler, policy = self._type_facts(payload)
         try:
@@ -94,12 +97,11 @@ class _Builder:
             namespace=self.namespace,
             type_name=handler.name,
             payload=data,
-            stage=stage,
             priority=priority,
             retry_policy=policy,
             parent_id=parent_id,
-            created_ms=now,
-            run_at_ms=run_at,
+            run_at_ms=run_at_ms,
+            delay_ms=delay_ms,
         )
 
     def _type_facts(self, payload: object) -> tuple[registry.Handler, str | None]:
@@ -121,19 +123,19 @@ def _build(
     payload: object,
     *,
     priority: int,
-    stage: str,
-    now: int,
-    run_at: int,
     parent_id: str | None = None,
+    run_at_ms: int | None = None,
+    delay_ms: int = 0,
 ) -> NewJob:
+    # The id's time part is this host's clock: ids stay unique and roughly
+    # ordered whatever the clock; every stored time is the database's.
     return _Builder().build(
         payload,
-        job_id=new_job_id(now),
+        job_id=new_job_id(),
         priority=priority,
-        stage=stage,
-        now=now,
-        run_at=run_at,
         parent_id=parent_id,
+        run_at_ms=run_at_ms,
+        delay_ms=delay_ms,
     )
 
 
@@ -142,21 +144,17 @@ def _wake_on_commit(alias: str) -> None:
         transaction.on_commit(wakeup.wake, using=alias)
 
 
-def _insert_one(job: NewJob) -> None:
+def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
-    dialect_for(alias).job_insert_one(connections[alias], job)
-    if job.stage == Stage.ENQUEUED:
+    stage = dialect_for(alias).job_insert_one(connections[alias], job)
+    if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
+    return JobId(job.id)
 
 
 def enqueue(payload: object, *, priority: int = 0) -> JobId:
     """Enqueue ``payload`` to run as soon as a worker is free."""
-    now = now_ms()
-    job = _build(
-        payload, priority=_check_priority(priority), stage=Stage.ENQUEUED, now=now, run_at=now
-    )
-    _insert_one(job)
-    return JobId(job.id)
+    return _insert_one(_build(payload, priority=_check_priority(priority)))
 
 
 def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
@@ -180,20 +178,17 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
     Returns the ids in the order of ``payloads``.
     """
     _check_priority(priority)
-    now = now_ms()
     payloads = list(payloads)
     if not payloads:
         return []
     builder = _Builder()
-    ids = new_job_ids(len(payloads), now)
+    ids = new_job_ids(len(payloads))
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
     # below, which rolls back to where it began: nothing is written, and an
     # enclosing atomic block stays usable (a savepoint guards it).
     jobs = (
-        builder.build(
-            payload, job_id=job_id, priority=priority, stage=Stage.ENQUEUED, now=now, run_at=now
-        )
+        builder.build(payload, job_id=job_id, priority=priority)
         for payload, job_id in zip(payloads, ids, strict=True)
     )
     alias = conf.database
@@ -205,29 +200,28 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
 
 
 def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
-    """Enqueue ``payload`` to run at or after ``delay`` from now."""
+    """Enqueue ``payload`` to run at or after ``delay`` from now (the
+    database's now, whatever this host's clock says)."""
     delay_ms = _check_delay(delay)
-    return _enqueue_at(payload, now_ms() + delay_ms, priority)
+    _check_latest(now_ms() + delay_ms)
+    job = _build(payload, priority=_check_priority(priority), delay_ms=delay_ms)
+    return _insert_one(job)
 
 
 def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int = 0) -> JobId:
     """Enqueue ``payload`` to run at or after ``when`` (an aware datetime)."""
-    return _enqueue_at(payload, from_datetime(when, argument="when"), priority)
+    run_at = _check_latest(from_datetime(when, argument="when"))
+    job = _build(payload, priority=_check_priority(priority), run_at_ms=run_at)
+    return _insert_one(job)
 
 
-def _enqueue_at(payload: object, run_at: int, priority: int) -> JobId:
-    if run_at > LATEST_RUN_AT_MS:
+def _check_latest(run_at_ms: int) -> int:
+    if run_at_ms > LATEST_RUN_AT_MS:
         raise ValueError(
             "the job would become due after 9999-12-30, which no datetime can "
             "represent; use a shorter delay or an earlier time"
         )
-    now = now_ms()
-    stage = Stage.DELAYED if run_at > now else Stage.ENQUEUED
-    job = _build(
-        payload, priority=_check_priority(priority), stage=stage, now=now, run_at=max(run_at, now)
-    )
-    _insert_one(job)
-    return JobId(job.id)
+    return run_at_ms
 
 
 def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobId:
@@ -238,19 +232,12 @@ def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobI
     Raises JobNotFound, writing nothing, when ``parent`` does not exist.
     """
     parent_id = as_job_id(parent, argument="parent")
-    now = now_ms()
-    job = _build(
-        payload,
-        priority=_check_priority(priority),
-        stage=Stage.WAITING,
-        now=now,
-        run_at=now,
-        parent_id=parent_id,
-    )
+    job = _build(payload, priority=_check_priority(priority), parent_id=parent_id)
     alias = conf.database
-    expires = now + conf.millis("DASHBOARD_RETENTION")
+    dialect = dialect_for(alias)
+    retention = conf.millis("DASHBOARD_RETENTION")
     with connections[alias].cursor() as cursor:
-        stage = dialect_for(alias).job_insert_continuation(cursor, job, expires)
+        stage = dialect.job_insert_continuation(cursor, job, retention)
     if stage is None:
         raise JobNotFound(
             f"parent job {parent_id} does not exist in namespace "
@@ -258,7 +245,36 @@ def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobI
         )
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
+    elif stage == Stage.WAITING and not dialect.single_writer:
+        transaction.on_commit(
+            functools.partial(_settle_child, alias, job.id, retention), using=alias
+        )
     return JobId(job.id)
+
+
+def _settle_child(alias: str, job_id: str, retention_ms: int) -> None:
+    """After a continuation commits, release or fail it if its parent
+    finished meanwhile.
+
+    The continuation was inserted without locking its parent (a caller's
+    open transaction must not hold up the parent's renewal or completion),
+    so a parent that finished before the commit could not see the child."""
+    try:
+        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+            settled = dialect_for(alias).job_settle_child(
+                cursor, job_id=job_id, retention_ms=retention_ms
+            )
+    except DatabaseError as exc:
+        # The maintenance's orphan sweep resolves it within a tick.
+        logger.warning(
+            "could not check the parent of continuation %s: %s",
+            job_id,
+            exc,
+            extra={"action": "settle_child_error", "job_id": job_id},
+        )
+        return
+    if settled == "released":
+        wakeup.wake()
 
 
 def cancel(job_id: str) -> bool:
@@ -269,11 +285,10 @@ def cancel(job_id: str) -> bool:
     """
     job_id = as_job_id(job_id)
     alias = conf.database
-    now = now_ms()
-    expires = now + conf.millis("DASHBOARD_RETENTION")
+    retention = conf.millis("DASHBOARD_RETENTION")
     with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
         return dialect_for(alias).job_cancel(
-            cursor, namespace=conf.namespace, job_id=job_id, now_ms=now, expires_ms=expires
+            cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
         )
 
 

@@ -22,49 +22,62 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import connections
 
-from later_django.clock import now_ms
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
-from later_django.exceptions import LaterBusy
+from later_django.db.errors import is_sqlite_locked
+from later_django.exceptions import LaterBusy, LaterError
 from later_django.types import ClaimedJob
 
 if TYPE_CHECKING:
-    from psycopg import AsyncConnection, AsyncCursor
+    from psycopg import AsyncConnection
 
 T = TypeVar("T")
 
 SQLITE_RETRY_FIRST = 0.0005  # seconds before the first retry of a locked SQLite write
 SQLITE_RETRY_MAX = 0.02  # cap, in seconds, between retries
 SQLITE_DEFAULT_TIMEOUT = 20.0  # seconds of retries when OPTIONS sets no timeout
+CANCEL_TIMEOUT = 2.0  # seconds to ask the server to cancel a running statement
+
+
+class SessionClosed(LaterError):
+    """The server closed this session at shutdown; it never reconnects."""
 
 
 class PostgresSession:
     """One asyncio psycopg connection of the event loop, opened on first use.
 
     Any error, or a cancelled call, closes it: the next call reconnects, so a
-    database restart or an abandoned hung statement heals without a thread."""
+    database restart or an abandoned hung statement heals without a thread.
+    Once close() ran, calls raise SessionClosed instead of reconnecting."""
 
     def __init__(self, alias: str, dialect: Dialect) -> None:
         self.alias = alias
         self.dialect = dialect
         self._conn: AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
+        self.closed = False
 
-    async def run(self, op: Callable[[Dialect, AsyncCursor[Any]], Awaitable[T]]) -> T:
+    async def run(self, op: Callable[[Dialect, AsyncConnection[Any]], Awaitable[T]]) -> T:
         async with self._lock:
+            if self.closed:
+                raise SessionClosed
             conn = self._conn or await self._connect()
             try:
-                # A plain AsyncCursor binds on the server, so statements can be prepared.
-                async with conn.cursor() as cursor:
-                    return await op(self.dialect, cursor)
+                return await op(self.dialect, conn)
             except BaseException:
                 self._conn = None
                 await _close_quietly(conn)
                 raise
 
     async def close(self) -> None:
+        """Close for good. A statement still running is cancelled on the
+        server first: closing the socket alone would let it commit later."""
+        self.closed = True
         conn, self._conn = self._conn, None
         if conn is not None:
+            if self._lock.locked():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.cancel_safe(), CANCEL_TIMEOUT)
             await _close_quietly(conn)
 
     async def _connect(self) -> AsyncConnection[Any]:
@@ -97,15 +110,18 @@ class SqliteSession:
         self._conn: sqlite3.Connection | None = None
         options = connections[alias].settings_dict.get("OPTIONS", {})
         self.timeout = float(options.get("timeout", SQLITE_DEFAULT_TIMEOUT))
+        self.closed = False
 
     async def run(self, op: Callable[[Dialect, Any], T], *, atomic: bool = False) -> T:
         deadline = time.monotonic() + self.timeout
         delay = SQLITE_RETRY_FIRST
         while True:
+            if self.closed:
+                raise SessionClosed
             try:
                 return self._run_once(op, atomic)
             except sqlite3.OperationalError as exc:
-                if not _is_locked(exc):
+                if not is_sqlite_locked(exc):
                     raise
                 if time.monotonic() + delay > deadline:
                     raise LaterBusy(str(exc)) from exc
@@ -127,13 +143,14 @@ class SqliteSession:
             conn.execute("COMMIT")
             return result
         except sqlite3.Error as exc:
-            if not _is_locked(exc):
+            if not is_sqlite_locked(exc):
                 self._discard()  # a broken connection: the next call opens a new one
             raise
         finally:
             cursor.close()
 
     async def close(self) -> None:
+        self.closed = True
         self._discard()
 
     def _connect(self) -> sqlite3.Connection:
@@ -153,11 +170,6 @@ class SqliteSession:
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-
-
-def _is_locked(exc: sqlite3.Error) -> bool:
-    """SQLITE_BUSY or SQLITE_LOCKED: another connection holds the lock."""
-    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 class _QmarkCursor:
@@ -192,8 +204,7 @@ def _qmark(sql: str) -> str:
 class HotPath:
     """Where a server's claims, or its completions, run (one connection each).
 
-    Each read of the clock happens just before its statement: read earlier,
-    a claim could record a start before its parent's finish."""
+    Times are the database's: each statement reads its clock when it runs."""
 
     def __init__(self, alias: str) -> None:
         dialect = dialect_for(alias)
@@ -206,36 +217,34 @@ class HotPath:
     async def claim(
         self, *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
-        def args() -> dict[str, Any]:
-            now = now_ms()
-            return {
-                "namespace": namespace,
-                "owner": owner,
-                "limit": limit,
-                "now_ms": now,
-                "lease_until_ms": now + lease_ms,
-            }
-
+        args: dict[str, Any] = {
+            "namespace": namespace,
+            "owner": owner,
+            "limit": limit,
+            "lease_ms": lease_ms,
+        }
         if self.postgres is not None:
-            return await self.postgres.run(lambda d, c: d.ajob_claim(c, **args()))
+
+            async def claim(d: Dialect, conn: AsyncConnection[Any]) -> list[ClaimedJob]:
+                # A plain AsyncCursor binds on the server, so statements can be prepared.
+                async with conn.cursor() as cursor:
+                    return await d.ajob_claim(cursor, **args)
+
+            return await self.postgres.run(claim)
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.job_claim(c, **args()))
+        return await self.sqlite.run(lambda d, c: d.job_claim(c, **args))
 
     async def complete_many(
         self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
     ) -> tuple[list[str], int]:
-        """Store the successes of ``jobs`` (id, attempts) that ``owner`` still
-        holds; return the ids stored and how many continuations became ready."""
-
-        def args() -> dict[str, Any]:
-            now = now_ms()
-            return {"owner": owner, "jobs": jobs, "now_ms": now, "expires_ms": now + retention_ms}
-
+        """Store the successes of the claims ``jobs`` (id, attempt) that
+        ``owner`` still holds; return the ids stored and how many
+        continuations became ready."""
+        args: dict[str, Any] = {"owner": owner, "jobs": jobs, "retention_ms": retention_ms}
         if self.postgres is not None:
-            return await self.postgres.run(lambda d, c: d.ajob_complete_many(c, **args()))
+            return await self.postgres.run(lambda d, conn: d.ajob_complete_many(conn, **args))
         assert self.sqlite is not None
-        atomic = not self.dialect.atomic_complete_many
-        return await self.sqlite.run(lambda d, c: d.job_complete_many(c, **args()), atomic=atomic)
+        return await self.sqlite.run(lambda d, c: d.job_complete_many(c, **args), atomic=True)
 
     async def close(self) -> None:
         for session in (self.postgres, self.sqlite):

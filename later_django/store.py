@@ -25,12 +25,11 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
+from later_django.db.errors import is_busy
 from later_django.exceptions import LaterBusy
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-
-_BUSY_MARKERS = ("database is locked", "could not serialize", "deadlock detected")
 
 
 class Store:
@@ -109,7 +108,7 @@ class Store:
                 return op(self.dialect, cursor)
         except DatabaseError as exc:
             # Django flagged errors_occurred; the next call checks the connection.
-            if isinstance(exc, OperationalError) and _is_busy(exc):
+            if isinstance(exc, OperationalError) and is_busy(exc):
                 raise LaterBusy(str(exc)) from exc
             if isinstance(exc, OperationalError | InterfaceError) and (
                 connection.connection is None or not connection.is_usable()
@@ -117,11 +116,6 @@ class Store:
                 self._generation += 1
                 self._seen.generation = self._generation
             raise
-
-
-def _is_busy(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return any(marker in text for marker in _BUSY_MARKERS)
 
 
 def new_pool(name: str, size: int) -> ThreadPoolExecutor:

@@ -14,18 +14,19 @@ from later_django.ids import JobId
 # dataclass sets each field through object.__setattr__), which shows when
 # thousands are made per second.
 class NewJob(NamedTuple):
-    """A job row about to be inserted."""
+    """A job row about to be inserted. Its times come from the database's
+    clock when the row is written: it is due ``delay_ms`` after that, or at
+    ``run_at_ms`` (epoch ms) when that is set."""
 
     id: str
     namespace: str
     type_name: str
     payload: bytes
-    stage: str
     priority: int
     retry_policy: str | None
-    parent_id: str | None
-    created_ms: int
-    run_at_ms: int
+    parent_id: str | None = None
+    run_at_ms: int | None = None
+    delay_ms: int = 0
 
 
 class ClaimedJob(NamedTuple):

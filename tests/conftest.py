@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
@@ -76,3 +78,23 @@ def later_db(request: pytest.FixtureRequest, settings: object) -> LaterDb:
         for table in LATER_TABLES:
             cursor.execute(f"DELETE FROM {table}")
     return LaterDb(alias=alias, vendor=vendor)
+
+
+@pytest.fixture
+def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the test handlers append a line to per run (tests/jobapp/jobs.py)."""
+    path = tmp_path / "record.txt"
+    monkeypatch.setenv("LATER_TEST_RECORD", str(path))
+    return path
+
+
+@pytest.fixture
+def workers(later_db: LaterDb, tmp_path: Path) -> Iterator[object]:
+    """Starts ``later_worker`` processes for one test and always stops them."""
+    from tests.test_worker_processes import Workers
+
+    pool = Workers(later_db, tmp_path)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()

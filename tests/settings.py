@@ -15,6 +15,17 @@ from datetime import timedelta
 
 from tests.pgserver import database_settings, ensure_postgres_url
 
+# A worker process started by a test may run with its wall clock off by
+# LATER_TEST_CLOCK_SKEW seconds, as on a host whose clock is wrong:
+# time.time() and time.time_ns() lie, the monotonic clock does not.
+if os.environ.get("LATER_TEST_CLOCK_SKEW"):
+    import time as _time
+
+    _skew_ns = int(float(os.environ["LATER_TEST_CLOCK_SKEW"]) * 1e9)
+    _real_time_ns = _time.time_ns
+    _time.time_ns = lambda: _real_time_ns() + _skew_ns
+    _time.time = lambda: (_real_time_ns() + _skew_ns) / 1e9
+
 SECRET_KEY = "later-tests"
 DEBUG = False
 USE_TZ = True

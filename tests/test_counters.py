@@ -12,7 +12,6 @@ from django.db import connections, transaction
 from django.test import override_settings
 
 import later_django as later
-from later_django.clock import now_ms
 from later_django.db import dialect_for
 from later_django.ids import new_job_id
 from later_django.models import Job
@@ -36,7 +35,6 @@ class Mix:
         self.rng = random.Random(seed)
         self.dialect = dialect_for(later_db.alias)
         self.base_later = dict(settings.LATER)
-        self.clock = now_ms()
         self.namespace = "default"
         self.compactions: list[int] = []
 
@@ -77,9 +75,9 @@ class Mix:
         n = self.rng.randrange(1000)
         return (Noop(n=n), AsyncNoop(n=n), Order(id=n))[kind]
 
-    def expires(self) -> int:
+    def retention(self) -> int:
         # Half of the finished jobs expire at once, so prune finds work.
-        return self.clock + self.rng.choice([0, DAY_MS])
+        return self.rng.choice([0, DAY_MS])
 
     # -- operations ----------------------------------------------------------
     def op_enqueue(self) -> None:
@@ -119,8 +117,7 @@ class Mix:
                 namespace=self.namespace,
                 owner=f"w{self.rng.randrange(4)}",
                 limit=self.rng.randint(1, 6),
-                now_ms=self.clock,
-                lease_until_ms=self.clock + 30_000,
+                lease_ms=self.rng.choice([0, 30_000]),
             )
 
     def op_complete(self) -> None:
@@ -128,14 +125,10 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert self.dialect.job_complete(
-                    c,
-                    job_id=job_id,
-                    owner=owner,
-                    attempts=attempts,
-                    now_ms=self.clock,
-                    expires_ms=self.expires(),
+                done, _ = self.dialect.job_complete_many(
+                    c, owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
                 )
+                assert done == [job_id]
 
     def op_fail(self) -> None:
         running = self.running()
@@ -146,8 +139,7 @@ class Mix:
                     c,
                     job_id=job_id,
                     attempts=attempts,
-                    now_ms=self.clock,
-                    expires_ms=self.expires(),
+                    retention_ms=self.retention(),
                     error="boom",
                     owner=owner,
                 )
@@ -161,74 +153,68 @@ class Mix:
                     c,
                     job_id=job_id,
                     attempts=attempts,
-                    now_ms=self.clock,
-                    run_at_ms=self.clock + self.rng.choice([0, 1000, 60_000]),
+                    delay_ms=self.rng.choice([0, 1000, 60_000]),
                     error="again",
                     retry_policy=None,
                     owner=owner,
                 )
 
     def op_stale_finish(self) -> None:
-        """A finish with a lost lease changes nothing."""
+        """A finish with a lost lease, or for an earlier attempt, changes nothing."""
         running = self.running()
         if running:
-            job_id, attempts, _ = self.rng.choice(running)
+            job_id, attempts, owner = self.rng.choice(running)
+            stale = self.rng.choice([("intruder", attempts), (owner, attempts - 1)])
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert not self.dialect.job_complete(
-                    c,
-                    job_id=job_id,
-                    owner="intruder",
-                    attempts=attempts,
-                    now_ms=self.clock,
-                    expires_ms=self.expires(),
+                done, _ = self.dialect.job_complete_many(
+                    c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
                 )
+                assert done == []
 
     def op_rescue(self) -> None:
         """The rescuer fails or requeues a running job whose lease expired."""
         running = self.running()
         if running:
             job_id, attempts, _ = self.rng.choice(running)
-            later_than_lease = self.clock + 60_000
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 if self.rng.random() < 0.5:
                     self.dialect.job_fail(
                         c,
                         job_id=job_id,
                         attempts=attempts,
-                        now_ms=self.clock,
-                        expires_ms=self.expires(),
+                        retention_ms=self.retention(),
                         error="stuck",
-                        expired_before_ms=later_than_lease,
+                        expired_for_ms=0,
                     )
                 else:
                     self.dialect.job_retry(
                         c,
                         job_id=job_id,
                         attempts=attempts,
-                        now_ms=self.clock,
-                        run_at_ms=self.clock,
+                        delay_ms=0,
                         error="stuck",
                         retry_policy=None,
-                        expired_before_ms=later_than_lease,
+                        expired_for_ms=0,
                     )
+
+    def op_age(self) -> None:
+        """Time passes for some rows: their due, expiry and lease times move back."""
+        shift = self.rng.choice([1000, 60_000, 3 * 3_600_000, 2 * DAY_MS])
+        with self.cursor() as c:
+            c.execute(
+                "UPDATE later_job SET run_at_ms = run_at_ms - %s, "
+                "expires_ms = expires_ms - %s, lease_expires_ms = lease_expires_ms - %s "
+                "WHERE namespace = %s",
+                [shift, shift, shift, self.namespace],
+            )
 
     def op_promote(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_promote_due(
-                c,
-                namespace=self.namespace,
-                now_ms=self.clock + self.rng.choice([0, 60_000, 3 * 3_600_000]),
-                limit=self.rng.randint(1, 20),
-            )
+            self.dialect.job_promote_due(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
 
     def op_prune(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_prune(
-                c,
-                namespace=self.namespace,
-                now_ms=self.clock + self.rng.choice([0, 2 * DAY_MS]),
-                limit=self.rng.randint(1, 20),
-            )
+            self.dialect.job_prune(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
 
     def op_orphans(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
@@ -236,11 +222,7 @@ class Mix:
                 c, namespace=self.namespace, limit=10
             ):
                 self.dialect.job_resolve_orphan(
-                    c,
-                    job_id=job_id,
-                    parent_stage=parent_stage,
-                    now_ms=self.clock,
-                    expires_ms=self.expires(),
+                    c, job_id=job_id, parent_stage=parent_stage, retention_ms=self.retention()
                 )
 
     def op_delete(self) -> None:
@@ -275,6 +257,7 @@ class Mix:
             self.op_complete,
             self.op_fail,
             self.op_promote,
+            self.op_age,
             self.op_prune,
             self.op_delete,
         ]
@@ -297,7 +280,6 @@ class Mix:
 
     def step(self) -> str:
         namespace = self.rng.choice(NAMESPACES)
-        self.clock += self.rng.randint(0, 5_000)
         weighted = [
             (self.op_enqueue, 6),
             (self.op_enqueue_in, 2),

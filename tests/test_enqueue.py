@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 import later_django as later
 from later_django import codec
-from later_django.clock import now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.ids import new_job_id
@@ -34,43 +33,29 @@ class Rollback(Exception):
 
 def _claim(later_db, job_id, *, owner="worker-1"):
     """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
-    now = now_ms()
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         claimed = dialect_for(later_db.alias).job_claim(
-            c,
-            namespace=conf.namespace,
-            owner=owner,
-            limit=1,
-            now_ms=now,
-            lease_until_ms=now + 30_000,
+            c, namespace=conf.namespace, owner=owner, limit=1, lease_ms=30_000
         )
     assert [job.id for job in claimed] == [job_id]
     return claimed[0]
 
 
 def _complete(later_db, claimed, *, owner="worker-1"):
-    now = now_ms()
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        done = dialect_for(later_db.alias).job_complete(
-            c,
-            job_id=claimed.id,
-            owner=owner,
-            attempts=claimed.attempts,
-            now_ms=now,
-            expires_ms=now + DAY_MS,
+        done, _ = dialect_for(later_db.alias).job_complete_many(
+            c, owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
         )
-    assert done
+    assert done == [claimed.id]
 
 
 def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
-    now = now_ms()
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         failed = dialect_for(later_db.alias).job_fail(
             c,
             job_id=claimed.id,
             attempts=claimed.attempts,
-            now_ms=now,
-            expires_ms=now + DAY_MS,
+            retention_ms=DAY_MS,
             error=error,
             owner=owner,
         )
@@ -78,14 +63,12 @@ def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
 
 
 def _retry(later_db, claimed, *, error, owner="worker-1"):
-    now = now_ms()
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         retried = dialect_for(later_db.alias).job_retry(
             c,
             job_id=claimed.id,
             attempts=claimed.attempts,
-            now_ms=now,
-            run_at_ms=now,
+            delay_ms=0,
             error=error,
             retry_policy=None,
             owner=owner,
@@ -95,9 +78,7 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
 
 def _promote(later_db):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).job_promote_due(
-            c, namespace=conf.namespace, now_ms=now_ms(), limit=100
-        )
+        return dialect_for(later_db.alias).job_promote_due(c, namespace=conf.namespace, limit=100)
 
 
 # -- 1. transactions ---------------------------------------------------------
@@ -645,19 +626,14 @@ awkward_text = st.text(
 def test_bulk_insert_stores_every_value_as_given(later_db, namespace, type_name, policy, payloads):
     """Whatever a namespace, handler name or stored policy holds (tabs,
     newlines, backslashes, \\N), a batch stores exactly those values."""
-    now = now_ms()
     jobs = [
         NewJob(
-            id=new_job_id(now),
+            id=new_job_id(),
             namespace=namespace,
             type_name=type_name,
             payload=payload,
-            stage="enqueued",
             priority=-3,
             retry_policy=policy,
-            parent_id=None,
-            created_ms=now,
-            run_at_ms=now + 5,
         )
         for payload in payloads
     ]
@@ -666,11 +642,15 @@ def test_bulk_insert_stores_every_value_as_given(later_db, namespace, type_name,
     try:
         stored = later_db.rows(f"SELECT {INSERT_CHECK_COLUMNS} FROM later_job ORDER BY id")
         expected = [
-            (j.id, namespace, type_name, j.payload, "enqueued", -3, 0, policy, None, now,
-             now + 5, now, f"enqueued@{now};")
-            for j in jobs
-        ]  # fmt: skip
-        assert [(*row[:3], bytes(row[3]), *row[4:]) for row in stored] == expected  # type: ignore[arg-type]
+            (j.id, namespace, type_name, j.payload, "enqueued", -3, 0, policy, None) for j in jobs
+        ]
+        assert [(*row[:3], bytes(row[3]), *row[4:9]) for row in stored] == expected  # type: ignore[arg-type]
+        # Times are the database's, one per batch, the same in every column.
+        times = {(row[9], row[10], row[11], row[12]) for row in stored}
+        assert len(times) == 1
+        created, run_at, changed, history = times.pop()
+        assert created == run_at == changed
+        assert history == f"enqueued@{created};"
     finally:
         with connections[later_db.alias].cursor() as cursor:
             cursor.execute("DELETE FROM later_job")

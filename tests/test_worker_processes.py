@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,9 +114,13 @@ class Workers:
         self.started: list[WorkerProcess] = []
 
     def start(
-        self, *args: str, timings: dict[str, float] | None = None, workers: int | None = 8
+        self,
+        *args: str,
+        timings: dict[str, float] | None = None,
+        workers: int | None = 8,
+        env: dict[str, str] | None = None,
     ) -> WorkerProcess:
-        env = {**self.later_db.worker_env(), "LATER_TEST_RECORD": str(self.record)}
+        env = {**self.later_db.worker_env(), "LATER_TEST_RECORD": str(self.record), **(env or {})}
         if timings:
             env["LATER_TEST_TIMINGS"] = json.dumps(timings)
         argv = [*WORKER_ARGS, *(["--workers", str(workers)] if workers else []), *args]
@@ -164,15 +168,6 @@ class Workers:
             except subprocess.TimeoutExpired:
                 os.kill(worker.proc.pid, signal.SIGKILL)
                 worker.proc.wait(STOP_TIMEOUT)
-
-
-@pytest.fixture
-def workers(later_db: Any, tmp_path: Path) -> Iterator[Workers]:
-    pool = Workers(later_db, tmp_path)
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
 
 
 def job_row(later_db: Any, job_id: str) -> tuple[str, int, str]:

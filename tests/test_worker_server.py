@@ -161,13 +161,6 @@ def serve(
     return asyncio.run(main())
 
 
-@pytest.fixture
-def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "record.txt"
-    monkeypatch.setenv("LATER_TEST_RECORD", str(path))
-    return path
-
-
 def later_settings(settings: Any, **values: Any) -> None:
     settings.LATER = {**settings.LATER, **values}
 

@@ -14,27 +14,58 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.clock import history_entry
 from later_django.states import PARENT_FAILED, Stage
 from later_django.types import ClaimedJob, NewJob, StuckJob
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor
+    from psycopg import AsyncConnection, AsyncCursor
 
 INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
     "parent_id, created_ms, run_at_ms, changed_ms, history"
 )
-INSERT_ROW: Final = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
-# The child's stage follows its parent's, read in the same statement so a
-# parent finishing concurrently cannot miss the new child.
+# Every time written or compared below is the database's, never a host's:
+# {now} is the database clock in epoch ms, so hosts with skewed clocks agree
+# on when a lease expires or a job is due, and a stage's time is taken when
+# its write runs, not before it waited for a lock. {stamp} is the time of a
+# stage change: never before the row's previous change, so a job's history
+# never goes backwards (two writers' clocks, or a writer that waited).
+STAMP: Final = "{greatest}({now}, changed_ms)"
+
+# One ready or delayed job. The stage follows from the database's clock:
+# a run_at already past makes the job ready at once.
+JOB_INSERT_SQL: Final = f"""
+INSERT INTO later_job ({INSERT_COLUMNS})
+SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
+    t.stage || '@' || t.now || ';'
+FROM (
+    SELECT r.now, {{greatest}}(r.run_at, r.now) AS run_at,
+        CASE WHEN r.run_at > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
+    FROM (
+        SELECT n.now, COALESCE(%s, n.now + %s) AS run_at
+        FROM (SELECT {{now}} AS now) n
+    ) r
+) t
+"""
+
+# Ready jobs in bulk: the columns a batch carries, the rest is the clock.
+INSERT_MANY_COLUMNS: Final = "id, namespace, type_name, payload, priority, retry_policy"
+INSERT_MANY_ROW: Final = (
+    "(%s, %s, %s, %s, 'enqueued', %s, 0, %s, NULL, {now}, {now}, {now}, "
+    "'enqueued@' || {now} || ';')"
+)
+
+# The child's stage follows its parent's, read in the same statement without
+# a lock: a caller's transaction left open must not hold up the parent's
+# renewal or completion. A parent that finishes while the child's
+# transaction is still open is caught by job_settle_child after its commit.
 JOB_INSERT_CONTINUATION_SQL: Final = f"""
 INSERT INTO later_job ({INSERT_COLUMNS}, finished_ms, expires_ms, last_error)
-SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, %s, %s, %s,
-       p.child_stage || %s,
-       CASE WHEN p.child_stage = 'failed' THEN %s END,
-       CASE WHEN p.child_stage = 'failed' THEN %s END,
+SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, {{now}}, {{now}}, {{now}},
+       p.child_stage || '@' || {{now}} || ';',
+       CASE WHEN p.child_stage = 'failed' THEN {{now}} END,
+       CASE WHEN p.child_stage = 'failed' THEN {{now}} + %s END,
        CASE WHEN p.child_stage = 'failed' THEN '{PARENT_FAILED}' END
 FROM (
     SELECT id, namespace, CASE stage
@@ -42,70 +73,65 @@ FROM (
         WHEN 'failed' THEN 'failed'
         WHEN 'cancelled' THEN 'failed'
         ELSE 'waiting' END AS child_stage
-    FROM later_job WHERE id = %s AND namespace = %s {{lock}}
+    FROM later_job WHERE id = %s AND namespace = %s
 ) p
 RETURNING stage
 """
 
-# Fences: the worker's own finish must still hold the lease it claimed; the
-# rescuer may only act on a lease that is still expired when it writes. A
-# lease exists only while a job runs (a check constraint says so), so the
-# fence alone finds a running job, by primary key: a "stage = 'running'"
-# term would lead the planner to the small partial index of running jobs,
-# slow while it holds dead entries between vacuums.
+# Fences. A claim is (job id, attempt): every claim adds one to attempts, so
+# a write made for an earlier claim of the same job, even by the same server,
+# matches no row. The worker's own writes also name the owner; the rescuer's
+# act only on a lease still expired when they run. A lease exists only while
+# a job runs (a check constraint says so), so the fence alone finds a running
+# job, by primary key: a "stage = 'running'" term would lead the planner to
+# the small partial index of running jobs, slow while it holds dead entries
+# between vacuums.
 OWNER_FENCE: Final = "lease_owner = %s AND attempts = %s"
-EXPIRED_FENCE: Final = "lease_expires_ms < %s AND attempts = %s"
-
-JOB_COMPLETE_SQL: Final = """
-UPDATE later_job SET stage = 'success', changed_ms = %s, finished_ms = %s,
-    expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
-    history = history || %s
-WHERE id = %s AND {fence}
-"""
+EXPIRED_FENCE: Final = "lease_expires_ms < {now} - %s AND attempts = %s"
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone
 # would make SQLite scan the whole table.
 JOB_COMPLETE_MANY_SQL: Final = """
-UPDATE later_job SET stage = 'success', changed_ms = %s, finished_ms = %s,
-    expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
-    history = history || %s
+UPDATE later_job SET stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, lease_owner = NULL, lease_expires_ms = NULL,
+    history = history || 'success@' || {stamp} || ';'
 WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
 RETURNING id
 """
 
+# Waiting continuations of parents that succeeded. A statement of its own,
+# after the parents' completion: it sees every child committed before it
+# runs, including one whose transaction was still open when the parents'
+# completion began.
 JOB_RELEASE_CHILDREN_OF_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = %s, run_at_ms = %s,
-    history = history || %s
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    history = history || 'enqueued@' || {stamp} || ';'
 WHERE parent_id IN ({ids}) AND stage = 'waiting'
 """
 
 # Gives back a job that was claimed but never started (its worker went away
 # first), as if the claim had not happened.
 JOB_UNCLAIM_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = %s, attempts = attempts - 1,
-    lease_owner = NULL, lease_expires_ms = NULL, history = history || %s
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, attempts = attempts - 1,
+    lease_owner = NULL, lease_expires_ms = NULL,
+    history = history || 'enqueued@' || {stamp} || ';'
 WHERE id = %s AND attempts = %s AND lease_owner = %s
 """
 
 JOB_RETRY_SQL: Final = """
-UPDATE later_job SET stage = 'requeued', changed_ms = %s, run_at_ms = %s,
+UPDATE later_job SET stage = 'requeued', changed_ms = {stamp}, run_at_ms = {now} + %s,
     last_error = %s, retry_policy = COALESCE(%s, retry_policy),
-    lease_owner = NULL, lease_expires_ms = NULL, history = history || %s
+    lease_owner = NULL, lease_expires_ms = NULL,
+    history = history || 'requeued@' || {stamp} || ';'
 WHERE id = %s AND {fence}
 """
 
 JOB_FAIL_SQL: Final = """
-UPDATE later_job SET stage = 'failed', changed_ms = %s, finished_ms = %s,
-    expires_ms = %s, last_error = %s, lease_owner = NULL,
-    lease_expires_ms = NULL, history = history || %s
+UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, last_error = %s, lease_owner = NULL,
+    lease_expires_ms = NULL, history = history || 'failed@' || {stamp} || ';'
 WHERE id = %s AND {fence}
-"""
-
-JOB_RELEASE_CHILDREN_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = %s, run_at_ms = %s,
-    history = history || %s
-WHERE parent_id = %s AND stage = 'waiting'
 """
 
 # Continuations of continuations fail too: a chain never waits on a parent
@@ -117,29 +143,49 @@ WITH RECURSIVE d(id) AS (
     SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
     WHERE j.stage = 'waiting'
 )
-UPDATE later_job SET stage = 'failed', changed_ms = %s, finished_ms = %s,
-    expires_ms = %s, last_error = %s, history = history || %s
+UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, last_error = %s,
+    history = history || 'failed@' || {stamp} || ';'
 WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
 """
 
 JOB_CANCEL_SQL: Final = """
-UPDATE later_job SET stage = 'cancelled', changed_ms = %s, finished_ms = %s,
-    expires_ms = %s, history = history || %s
+UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
 WHERE id = %s AND namespace = %s
   AND stage IN ('enqueued', 'delayed', 'waiting', 'requeued')
 """
 
+# Fenced like every write of a claim: a renewal for attempt n never extends
+# attempt n + 1 of the same job, so a handler of a recovered attempt learns
+# that it lost its lease even when this server claimed the job again.
 JOB_RENEW_SQL: Final = """
-UPDATE later_job SET lease_expires_ms = %s
-WHERE id IN ({ids}) AND lease_owner = %s
-RETURNING id
+UPDATE later_job SET lease_expires_ms = {now} + %s
+WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
+RETURNING id, attempts
+"""
+
+JOB_PROMOTE_DUE_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE id IN (
+    SELECT id FROM later_job
+    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
+    ORDER BY run_at_ms LIMIT %s {skip_locked})
+  AND stage IN ('delayed', 'requeued')
+"""
+
+JOB_STUCK_SQL: Final = """
+SELECT id, type_name, attempts, retry_policy FROM later_job
+WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
+ORDER BY lease_expires_ms LIMIT %s
 """
 
 # Servers pruning at once skip each other's rows instead of queueing on them.
 JOB_PRUNE_SQL: Final = """
 DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= %s
+    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
     LIMIT %s {skip_locked})
 """
 
@@ -149,6 +195,27 @@ LEFT JOIN later_job p ON p.id = c.parent_id
 WHERE c.namespace = %s AND c.stage = 'waiting'
   AND (p.id IS NULL OR p.stage IN ('success', 'failed', 'cancelled'))
 LIMIT %s
+"""
+
+# A continuation's parent, read after the continuation committed. The share
+# lock (held for this one statement only) waits for a finish of the parent
+# that is under way, so one of the two always sees the other.
+JOB_PARENT_STAGE_SQL: Final = """
+SELECT p.stage FROM later_job c JOIN later_job p ON p.id = c.parent_id
+WHERE c.id = %s AND c.stage = 'waiting' {share_lock}
+"""
+
+JOB_RELEASE_ONE_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE id = %s AND stage = 'waiting'
+"""
+
+JOB_FAIL_WAITING_SQL: Final = """
+UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, last_error = %s,
+    history = history || 'failed@' || {stamp} || ';'
+WHERE id = %s AND stage = 'waiting'
 """
 
 JOB_READY_EXISTS_SQL: Final = """
@@ -161,15 +228,19 @@ SELECT stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY stage
 
 SERVER_HEARTBEAT_SQL: Final = """
 INSERT INTO later_server (id, namespace, hostname, pid, workers, started_ms, heartbeat_ms)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, {now}, {now})
 ON CONFLICT (id) DO UPDATE SET workers = excluded.workers,
     heartbeat_ms = excluded.heartbeat_ms
 """
 
+SERVER_PRUNE_SQL: Final = """
+DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {now} - %s
+"""
+
 MAINTENANCE_CLAIM_SQL: Final = """
-INSERT INTO later_maintenance (namespace, step, last_run_ms) VALUES (%s, %s, %s)
+INSERT INTO later_maintenance (namespace, step, last_run_ms) VALUES (%s, %s, {now})
 ON CONFLICT (namespace, step) DO UPDATE SET last_run_ms = excluded.last_run_ms
-WHERE later_maintenance.last_run_ms <= %s
+WHERE later_maintenance.last_run_ms <= {now} - %s
 RETURNING 1
 """
 
@@ -178,24 +249,65 @@ class Dialect:
     """SQL operations on later's tables for one database vendor."""
 
     vendor: ClassVar[str]
-    # Can a claim skip rows another worker holds, instead of waiting on them?
-    supports_skip_locked: ClassVar[bool] = False
     # Can a worker be woken by the database, or must it poll?
     supports_listen: ClassVar[bool] = False
     # Can the worker's claims and completions run on an asyncio connection of
     # its own, in the event loop (ajob_claim, ajob_complete_many)? Else they
-    # hop to a thread holding a Django connection.
+    # run inline on a connection that never waits for a lock (SQLite).
     supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes through
     # one connection: two of its own would only wait on each other's lock.
     single_writer: ClassVar[bool] = False
-    # Does job_complete_many run as one statement (no transaction needed)?
-    atomic_complete_many: ClassVar[bool] = False
     # How many rows one multi-row INSERT carries.
     insert_batch_size: ClassVar[int] = 500
+    # The database's clock as epoch milliseconds, an SQL expression.
+    now_sql: ClassVar[str]
+    # The larger of two values (GREATEST, or SQLite's two-argument MAX).
+    greatest_sql: ClassVar[str] = "GREATEST"
     # Appended to SELECTs that pick rows to change, where the vendor locks rows.
     skip_locked: ClassVar[str] = ""
-    parent_lock: ClassVar[str] = ""
+    # Appended to a read that must wait for a concurrent write of the row.
+    share_lock: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        # Statements with the vendor's clock filled in, once per dialect.
+        self.insert_sql = self.render(JOB_INSERT_SQL)
+        self.insert_many_row = self.render(INSERT_MANY_ROW)
+        self.insert_continuation_sql = self.render(JOB_INSERT_CONTINUATION_SQL)
+        self.complete_many_sql = self.render(JOB_COMPLETE_MANY_SQL)
+        self.release_children_of_sql = self.render(JOB_RELEASE_CHILDREN_OF_SQL)
+        self.unclaim_sql = self.render(JOB_UNCLAIM_SQL)
+        self.fail_descendants_sql = self.render(JOB_FAIL_DESCENDANTS_SQL)
+        self.cancel_sql = self.render(JOB_CANCEL_SQL)
+        self.renew_sql = self.render(JOB_RENEW_SQL)
+        self.promote_due_sql = self.render(JOB_PROMOTE_DUE_SQL)
+        self.stuck_sql = self.render(JOB_STUCK_SQL)
+        self.prune_sql = self.render(JOB_PRUNE_SQL)
+        self.parent_stage_sql = self.render(JOB_PARENT_STAGE_SQL)
+        self.release_one_sql = self.render(JOB_RELEASE_ONE_SQL)
+        self.fail_waiting_sql = self.render(JOB_FAIL_WAITING_SQL)
+        self.heartbeat_sql = self.render(SERVER_HEARTBEAT_SQL)
+        self.server_prune_sql = self.render(SERVER_PRUNE_SQL)
+        self.maintenance_claim_sql = self.render(MAINTENANCE_CLAIM_SQL)
+        self.retry_sql = {
+            fenced_by: self.render(JOB_RETRY_SQL.replace("{fence}", fence))
+            for fenced_by, fence in (("owner", OWNER_FENCE), ("expiry", EXPIRED_FENCE))
+        }
+        self.fail_sql = {
+            fenced_by: self.render(JOB_FAIL_SQL.replace("{fence}", fence))
+            for fenced_by, fence in (("owner", OWNER_FENCE), ("expiry", EXPIRED_FENCE))
+        }
+
+    def render(self, template: str) -> str:
+        """``template`` with this vendor's clock and locking clauses filled in;
+        per-call parts ({ids}, {pairs}) are left for the caller."""
+        return (
+            template.replace("{stamp}", STAMP)
+            .replace("{greatest}", self.greatest_sql)
+            .replace("{now}", self.now_sql)
+            .replace("{skip_locked}", self.skip_locked)
+            .replace("{share_lock}", self.share_lock)
+        )
 
     # -- schema ---------------------------------------------------------------
     # The triggers ``install`` creates.
@@ -210,12 +322,16 @@ class Dialect:
         raise NotImplementedError
 
     # -- jobs -----------------------------------------------------------------
-    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> None:
-        """Insert ``job`` through the Django connection ``db`` (in its transaction)."""
-        self.job_insert_many(db, [job])
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+        """Insert a ready or delayed ``job`` through the Django connection
+        ``db`` (in its transaction); return its stage."""
+        with db.cursor() as cursor:
+            cursor.execute(self.insert_sql + " RETURNING stage", insert_one_params(job))
+            return str(cursor.fetchone()[0])
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
-        """Insert ``jobs`` through ``db``, in as few statements as the database allows.
+        """Insert ready ``jobs`` through ``db``, in as few statements as the
+        database allows.
 
         ``jobs`` may be built while it is consumed: an exception from it
         propagates, and the caller's transaction rolls the rows back."""
@@ -224,30 +340,31 @@ class Dialect:
             while batch := list(itertools.islice(remaining, self.insert_batch_size)):
                 params: list[Any] = []
                 for job in batch:
-                    params += insert_row(job)
-                values = ", ".join([INSERT_ROW] * len(batch))
+                    params += (
+                        job.id,
+                        job.namespace,
+                        job.type_name,
+                        job.payload,
+                        job.priority,
+                        job.retry_policy,
+                    )
+                values = ", ".join([self.insert_many_row] * len(batch))
                 cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
 
     def job_insert_continuation(
-        self, cursor: CursorWrapper, job: NewJob, expires_ms: int
+        self, cursor: CursorWrapper, job: NewJob, retention_ms: int
     ) -> str | None:
         """Insert ``job`` as a child of ``job.parent_id``; return its stage,
         or None when the parent does not exist in the namespace."""
-        now = job.created_ms
         cursor.execute(
-            JOB_INSERT_CONTINUATION_SQL.format(lock=self.parent_lock),
+            self.insert_continuation_sql,
             [
                 job.id,
                 job.type_name,
                 job.payload,
                 job.priority,
                 job.retry_policy,
-                now,
-                now,
-                now,
-                f"@{now};",
-                now,
-                expires_ms,
+                retention_ms,
                 job.parent_id,
                 job.namespace,
             ],
@@ -255,39 +372,40 @@ class Dialect:
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
+    def job_settle_child(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> str:
+        """Release or fail the waiting continuation ``job_id`` if its parent
+        has finished; return what happened ("released", "failed" or "waiting").
+
+        Run after the continuation's transaction committed, in a transaction
+        of its own: a parent that finished while that transaction was open
+        could not see the child."""
+        cursor.execute(self.parent_stage_sql, [job_id])
+        row = cursor.fetchone()
+        if row is None or row[0] not in (Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED):
+            return "waiting"
+        self.job_resolve_orphan(
+            cursor, job_id=job_id, parent_stage=str(row[0]), retention_ms=retention_ms
+        )
+        return "released" if row[0] == Stage.SUCCESS else "failed"
+
     def job_claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        owner: str,
-        limit: int,
-        now_ms: int,
-        lease_until_ms: int,
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
         raise NotImplementedError
 
     async def ajob_claim(
-        self,
-        cursor: AsyncCursor[Any],
-        *,
-        namespace: str,
-        owner: str,
-        limit: int,
-        now_ms: int,
-        lease_until_ms: int,
+        self, cursor: AsyncCursor[Any], *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
         """job_claim on an asyncio connection (supports_async_connection)."""
         raise NotImplementedError
 
     async def ajob_complete_many(
         self,
-        cursor: AsyncCursor[Any],
+        conn: AsyncConnection[Any],
         *,
         owner: str,
         jobs: Sequence[tuple[str, int]],
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
     ) -> tuple[list[str], int]:
         """job_complete_many on an asyncio connection (supports_async_connection)."""
         raise NotImplementedError
@@ -297,45 +415,21 @@ class Dialect:
         cursor: CursorWrapper,
         *,
         owner: str,
-        job_ids: Sequence[str],
-        lease_until_ms: int,
-    ) -> list[str]:
-        """Extend the leases ``owner`` holds on ``job_ids``; return the ids it still holds."""
-        if not job_ids:
+        jobs: Sequence[tuple[str, int]],
+        lease_ms: int,
+    ) -> list[tuple[str, int]]:
+        """Extend the leases ``owner`` holds on the claims ``jobs`` (id,
+        attempt) to the database's now plus ``lease_ms``; return the claims it
+        still holds."""
+        if not jobs:
             return []
-        ids = ", ".join(["%s"] * len(job_ids))
-        cursor.execute(JOB_RENEW_SQL.format(ids=ids), [lease_until_ms, *job_ids, owner])
-        return [str(row[0]) for row in cursor.fetchall()]
-
-    def job_complete(
-        self,
-        cursor: CursorWrapper,
-        *,
-        job_id: str,
-        owner: str,
-        attempts: int,
-        now_ms: int,
-        expires_ms: int,
-    ) -> bool:
-        cursor.execute(
-            JOB_COMPLETE_SQL.format(fence=OWNER_FENCE),
-            [
-                now_ms,
-                now_ms,
-                expires_ms,
-                history_entry(Stage.SUCCESS, now_ms),
-                job_id,
-                owner,
-                attempts,
-            ],
-        )
-        if cursor.rowcount != 1:
-            return False
-        cursor.execute(
-            JOB_RELEASE_CHILDREN_SQL,
-            [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id],
-        )
-        return True
+        ids = ", ".join(["%s"] * len(jobs))
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [lease_ms, *(job_id for job_id, _ in jobs)]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        cursor.execute(self.renew_sql.format(ids=ids, pairs=pairs), [*params, owner])
+        return [(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_complete_many(
         self,
@@ -343,38 +437,28 @@ class Dialect:
         *,
         owner: str,
         jobs: Sequence[tuple[str, int]],
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
     ) -> tuple[list[str], int]:
-        """Mark each (id, attempts) that ``owner`` still holds as succeeded and
-        release their continuations; return the completed ids and how many
-        continuations became ready."""
+        """Mark each claim (id, attempt) that ``owner`` still holds as
+        succeeded and release their continuations; return the completed ids
+        and how many continuations became ready. Run in one transaction."""
         if not jobs:
             return [], 0
         ids = ", ".join(["%s"] * len(jobs))
         pairs = ", ".join(["(%s, %s)"] * len(jobs))
-        params: list[Any] = [now_ms, now_ms, expires_ms, history_entry(Stage.SUCCESS, now_ms)]
-        params += [job_id for job_id, _ in jobs]
+        params: list[Any] = [retention_ms, *(job_id for job_id, _ in jobs)]
         for job_id, attempts in jobs:
             params += [job_id, attempts]
-        cursor.execute(JOB_COMPLETE_MANY_SQL.format(ids=ids, pairs=pairs), [*params, owner])
+        cursor.execute(self.complete_many_sql.format(ids=ids, pairs=pairs), [*params, owner])
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
             return done, 0
         ids = ", ".join(["%s"] * len(done))
-        cursor.execute(
-            JOB_RELEASE_CHILDREN_OF_SQL.format(ids=ids),
-            [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), *done],
-        )
+        cursor.execute(self.release_children_of_sql.format(ids=ids), done)
         return done, int(cursor.rowcount)
 
-    def job_unclaim(
-        self, cursor: CursorWrapper, *, job_id: str, attempts: int, owner: str, now_ms: int
-    ) -> bool:
-        cursor.execute(
-            JOB_UNCLAIM_SQL,
-            [now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id, attempts, owner],
-        )
+    def job_unclaim(self, cursor: CursorWrapper, *, job_id: str, attempts: int, owner: str) -> bool:
+        cursor.execute(self.unclaim_sql, [job_id, attempts, owner])
         return bool(cursor.rowcount == 1)
 
     def job_retry(
@@ -383,26 +467,20 @@ class Dialect:
         *,
         job_id: str,
         attempts: int,
-        now_ms: int,
-        run_at_ms: int,
+        delay_ms: int,
         error: str,
         retry_policy: str | None,
         owner: str | None = None,
-        expired_before_ms: int | None = None,
+        expired_for_ms: int | None = None,
     ) -> bool:
-        fence, fence_value = self._fence(owner, expired_before_ms)
+        """Move claim (``job_id``, ``attempts``) to requeued, due ``delay_ms``
+        from the database's now. Fenced by ``owner`` (the worker's own
+        finish) or by a lease expired at least ``expired_for_ms`` ago (the
+        rescuer); return whether the fence held."""
+        fenced_by, fence_value = _fence(owner, expired_for_ms)
         cursor.execute(
-            JOB_RETRY_SQL.format(fence=fence),
-            [
-                now_ms,
-                run_at_ms,
-                error,
-                retry_policy,
-                history_entry(Stage.REQUEUED, now_ms),
-                job_id,
-                fence_value,
-                attempts,
-            ],
+            self.retry_sql[fenced_by],
+            [delay_ms, error, retry_policy, job_id, fence_value, attempts],
         )
         return bool(cursor.rowcount == 1)
 
@@ -412,108 +490,51 @@ class Dialect:
         *,
         job_id: str,
         attempts: int,
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
         error: str,
         owner: str | None = None,
-        expired_before_ms: int | None = None,
+        expired_for_ms: int | None = None,
     ) -> bool:
-        fence, fence_value = self._fence(owner, expired_before_ms)
+        """Fail claim (``job_id``, ``attempts``) and its waiting descendants;
+        fenced as job_retry. Run in one transaction."""
+        fenced_by, fence_value = _fence(owner, expired_for_ms)
         cursor.execute(
-            JOB_FAIL_SQL.format(fence=fence),
-            [
-                now_ms,
-                now_ms,
-                expires_ms,
-                error,
-                history_entry(Stage.FAILED, now_ms),
-                job_id,
-                fence_value,
-                attempts,
-            ],
+            self.fail_sql[fenced_by], [retention_ms, error, job_id, fence_value, attempts]
         )
         if cursor.rowcount != 1:
             return False
-        self.job_fail_descendants(cursor, job_id=job_id, now_ms=now_ms, expires_ms=expires_ms)
+        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
-
-    @staticmethod
-    def _fence(owner: str | None, expired_before_ms: int | None) -> tuple[str, str | int]:
-        if owner is not None:
-            return OWNER_FENCE, owner
-        if expired_before_ms is None:
-            raise ValueError("a fenced write needs an owner or an expiry cut-off")
-        return EXPIRED_FENCE, expired_before_ms
 
     def job_fail_descendants(
         self,
         cursor: CursorWrapper,
         *,
         job_id: str,
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
         reason: str = PARENT_FAILED,
     ) -> int:
-        cursor.execute(
-            JOB_FAIL_DESCENDANTS_SQL,
-            [job_id, now_ms, now_ms, expires_ms, reason, history_entry(Stage.FAILED, now_ms)],
-        )
-        return int(cursor.rowcount)
-
-    def job_release_children(self, cursor: CursorWrapper, *, job_id: str, now_ms: int) -> int:
-        cursor.execute(
-            JOB_RELEASE_CHILDREN_SQL,
-            [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id],
-        )
+        cursor.execute(self.fail_descendants_sql, [job_id, retention_ms, reason])
         return int(cursor.rowcount)
 
     def job_cancel(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        job_id: str,
-        now_ms: int,
-        expires_ms: int,
+        self, cursor: CursorWrapper, *, namespace: str, job_id: str, retention_ms: int
     ) -> bool:
-        cursor.execute(
-            JOB_CANCEL_SQL,
-            [now_ms, now_ms, expires_ms, history_entry(Stage.CANCELLED, now_ms), job_id, namespace],
-        )
+        cursor.execute(self.cancel_sql, [retention_ms, job_id, namespace])
         if cursor.rowcount != 1:
             return False
-        self.job_fail_descendants(cursor, job_id=job_id, now_ms=now_ms, expires_ms=expires_ms)
+        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
 
-    def job_promote_due(
-        self, cursor: CursorWrapper, *, namespace: str, now_ms: int, limit: int
-    ) -> int:
-        cursor.execute(
-            f"""
-            UPDATE later_job SET stage = 'enqueued', changed_ms = %s,
-                history = history || %s
-            WHERE id IN (
-                SELECT id FROM later_job
-                WHERE namespace = %s AND stage IN ('delayed', 'requeued')
-                  AND run_at_ms <= %s
-                ORDER BY run_at_ms LIMIT %s {self.skip_locked})
-              AND stage IN ('delayed', 'requeued')
-            """,
-            [now_ms, history_entry(Stage.ENQUEUED, now_ms), namespace, now_ms, limit],
-        )
+    def job_promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
+        cursor.execute(self.promote_due_sql, [namespace, limit])
         return int(cursor.rowcount)
 
     def job_stuck(
-        self, cursor: CursorWrapper, *, namespace: str, expired_before_ms: int, limit: int
+        self, cursor: CursorWrapper, *, namespace: str, expired_for_ms: int, limit: int
     ) -> list[StuckJob]:
-        cursor.execute(
-            """
-            SELECT id, type_name, attempts, retry_policy FROM later_job
-            WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < %s
-            ORDER BY lease_expires_ms LIMIT %s
-            """,
-            [namespace, expired_before_ms, limit],
-        )
+        """Running jobs whose lease expired at least ``expired_for_ms`` ago."""
+        cursor.execute(self.stuck_sql, [namespace, expired_for_ms, limit])
         return [
             StuckJob(id=r[0], type_name=r[1], attempts=r[2], retry_policy=r[3])
             for r in cursor.fetchall()
@@ -532,34 +553,17 @@ class Dialect:
         *,
         job_id: str,
         parent_stage: str | None,
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
     ) -> None:
         if parent_stage == Stage.SUCCESS:
-            cursor.execute(
-                """
-                UPDATE later_job SET stage = 'enqueued', changed_ms = %s, run_at_ms = %s,
-                    history = history || %s
-                WHERE id = %s AND stage = 'waiting'
-                """,
-                [now_ms, now_ms, history_entry(Stage.ENQUEUED, now_ms), job_id],
-            )
+            cursor.execute(self.release_one_sql, [job_id])
             return
         reason = PARENT_FAILED if parent_stage else "parent missing"
-        cursor.execute(
-            """
-            UPDATE later_job SET stage = 'failed', changed_ms = %s, finished_ms = %s,
-                expires_ms = %s, last_error = %s, history = history || %s
-            WHERE id = %s AND stage = 'waiting'
-            """,
-            [now_ms, now_ms, expires_ms, reason, history_entry(Stage.FAILED, now_ms), job_id],
-        )
-        self.job_fail_descendants(cursor, job_id=job_id, now_ms=now_ms, expires_ms=expires_ms)
+        cursor.execute(self.fail_waiting_sql, [retention_ms, reason, job_id])
+        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
 
-    def job_prune(self, cursor: CursorWrapper, *, namespace: str, now_ms: int, limit: int) -> int:
-        cursor.execute(
-            JOB_PRUNE_SQL.format(skip_locked=self.skip_locked), [namespace, now_ms, limit]
-        )
+    def job_prune(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
+        cursor.execute(self.prune_sql, [namespace, limit])
         return int(cursor.rowcount)
 
     # -- change detection (databases that cannot notify) ----------------------
@@ -587,6 +591,12 @@ class Dialect:
         """Fold counter rows together; return how many rows were folded."""
         return 0
 
+    # -- time -------------------------------------------------------------------
+    def database_now_ms(self, cursor: CursorWrapper) -> int:
+        """The database's clock, in epoch milliseconds."""
+        cursor.execute(f"SELECT {self.now_sql}")
+        return int(cursor.fetchone()[0])
+
     # -- servers and maintenance ----------------------------------------------
     def server_heartbeat(
         self,
@@ -597,36 +607,23 @@ class Dialect:
         hostname: str,
         pid: int,
         workers: int,
-        started_ms: int,
-        now_ms: int,
     ) -> None:
-        cursor.execute(
-            SERVER_HEARTBEAT_SQL,
-            [server_id, namespace, hostname, pid, workers, started_ms, now_ms],
-        )
+        cursor.execute(self.heartbeat_sql, [server_id, namespace, hostname, pid, workers])
 
     def server_remove(self, cursor: CursorWrapper, *, server_id: str) -> None:
         cursor.execute("DELETE FROM later_server WHERE id = %s", [server_id])
 
-    def server_prune(self, cursor: CursorWrapper, *, namespace: str, before_ms: int) -> int:
-        cursor.execute(
-            "DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < %s",
-            [namespace, before_ms],
-        )
+    def server_prune(self, cursor: CursorWrapper, *, namespace: str, silent_for_ms: int) -> int:
+        """Delete servers of ``namespace`` silent for more than ``silent_for_ms``."""
+        cursor.execute(self.server_prune_sql, [namespace, silent_for_ms])
         return int(cursor.rowcount)
 
     def maintenance_claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        step: str,
-        now_ms: int,
-        interval_ms: int,
+        self, cursor: CursorWrapper, *, namespace: str, step: str, interval_ms: int
     ) -> bool:
         """Record that ``step`` runs now, unless it ran less than ``interval_ms``
         ago anywhere in the namespace; return whether this caller should run it."""
-        cursor.execute(MAINTENANCE_CLAIM_SQL, [namespace, step, now_ms, now_ms - interval_ms])
+        cursor.execute(self.maintenance_claim_sql, [namespace, step, interval_ms])
         return cursor.fetchone() is not None
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
@@ -638,23 +635,26 @@ class Dialect:
         return None
 
 
-def insert_row(job: NewJob) -> tuple[Any, ...]:
-    """The values of INSERT_COLUMNS for a new job."""
-    return (
+def _fence(owner: str | None, expired_for_ms: int | None) -> tuple[str, str | int]:
+    if owner is not None:
+        return "owner", owner
+    if expired_for_ms is None:
+        raise ValueError("a fenced write needs an owner or an expiry cut-off")
+    return "expiry", expired_for_ms
+
+
+def insert_one_params(job: NewJob) -> list[Any]:
+    """The parameters of JOB_INSERT_SQL for ``job``."""
+    return [
         job.id,
         job.namespace,
         job.type_name,
         job.payload,
-        job.stage,
         job.priority,
-        0,
         job.retry_policy,
-        job.parent_id,
-        job.created_ms,
         job.run_at_ms,
-        job.created_ms,
-        history_entry(job.stage, job.created_ms),
-    )
+        job.delay_ms,
+    ]
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
@@ -664,6 +664,7 @@ def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
 
 CLAIM_RETURNING: Final = "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms"
 CLAIM_SET: Final = """
-    stage = 'running', attempts = attempts + 1, changed_ms = %s, started_ms = %s,
-    lease_owner = %s, lease_expires_ms = %s, history = history || %s
+    stage = 'running', attempts = attempts + 1, changed_ms = {stamp}, started_ms = {stamp},
+    lease_owner = %s, lease_expires_ms = {now} + %s,
+    history = history || 'running@' || {stamp} || ';'
 """

@@ -12,21 +12,13 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.clock import history_entry
 from later_django.conf import conf
-from later_django.db.base import (
-    CLAIM_SET,
-    INSERT_COLUMNS,
-    INSERT_ROW,
-    Dialect,
-    claimed_jobs,
-    insert_row,
-)
+from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs, insert_one_params
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor
+    from psycopg import AsyncConnection, AsyncCursor
 
 NOTIFY_CHANNEL: Final = "later"
 # OPTIONS keys Django consumes itself; the rest go to psycopg as they are.
@@ -36,8 +28,11 @@ DJANGO_ONLY_OPTIONS: Final = frozenset(
 CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
 COPY_CHUNK_ROWS: Final = 200  # rows of COPY text handed to psycopg at once
 
-JOB_INSERT_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {INSERT_ROW}"
-JOB_COPY_SQL: Final = f"COPY later_job ({INSERT_COLUMNS}) FROM STDIN"
+# The columns a COPY of ready jobs carries; the times and the history entry
+# are the columns' defaults (migration 0002), the database's clock at the
+# COPY's start.
+COPY_COLUMNS: Final = "id, namespace, type_name, payload, stage, priority, attempts, retry_policy"
+JOB_COPY_SQL: Final = f"COPY later_job ({COPY_COLUMNS}) FROM STDIN"
 
 JOB_CLAIM_SQL: Final = f"""
 WITH picked AS (
@@ -116,25 +111,27 @@ TRIGGERS: Final = {
     "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_truncate()",
 }
 
-# Completion and release of continuations in one statement, so a batch of
-# successes costs one round trip in autocommit instead of a transaction's four.
-# The batch travels as two arrays, so the text is the same for every batch
-# size and the worker runs it as one prepared statement.
+# Successes in bulk: the batch travels as two arrays, so the text is the same
+# for every batch size and the worker runs it as one prepared statement.
 JOB_COMPLETE_MANY_SQL: Final = """
-WITH done AS (
-    UPDATE later_job j SET stage = 'success', changed_ms = %s, finished_ms = %s,
-        expires_ms = %s, lease_owner = NULL, lease_expires_ms = NULL,
-        history = j.history || %s
-    FROM unnest(%s::text[], %s::int[]) AS v (id, attempts)
-    WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = %s
-    RETURNING j.id
-), released AS (
-    UPDATE later_job SET stage = 'enqueued', changed_ms = %s, run_at_ms = %s,
-        history = history || %s
-    WHERE parent_id IN (SELECT id FROM done) AND stage = 'waiting'
-    RETURNING 1
-)
-SELECT id, (SELECT count(*) FROM released) FROM done
+UPDATE later_job j SET stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, lease_owner = NULL, lease_expires_ms = NULL,
+    history = j.history || 'success@' || {stamp} || ';'
+FROM unnest(%s::text[], %s::int[]) AS v (id, attempts)
+WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = %s
+RETURNING j.id
+"""
+
+# The continuations of the batch's parents, in a statement after the
+# completion's (sent in the same round trip): a statement's snapshot is
+# taken when it starts, so one statement doing both would miss a child
+# committed while the completion waited for the parent's row.
+JOB_RELEASE_CHILDREN_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE parent_id IN (
+    SELECT id FROM later_job WHERE id = ANY(%s::text[]) AND stage = 'success')
+  AND stage = 'waiting'
 """
 
 COUNTER_COMPACT_SQL: Final = """
@@ -148,13 +145,12 @@ SELECT %s, stage, SUM(n) FROM folded GROUP BY stage
 
 class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
-    supports_skip_locked: ClassVar[bool] = True
     supports_listen: ClassVar[bool] = True
-    atomic_complete_many: ClassVar[bool] = True
+    # clock_timestamp(), not now(): the time of the write itself, not of the
+    # start of the transaction or of a statement that waited for a lock.
+    now_sql: ClassVar[str] = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     skip_locked: ClassVar[str] = "FOR UPDATE SKIP LOCKED"
-    # Holds the parent row while a continuation is inserted, so the parent's
-    # finish (which releases or fails its children) waits for this insert.
-    parent_lock: ClassVar[str] = "FOR SHARE"
+    share_lock: ClassVar[str] = "FOR SHARE OF p"
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
     supports_async_connection: ClassVar[bool] = True
 
@@ -170,17 +166,26 @@ class PostgresDialect(Dialect):
         )
         return {row[0] for row in cursor.fetchall()}
 
-    # Both run straight on the psycopg connection under Django's (the same
+    def __init__(self) -> None:
+        super().__init__()
+        self.insert_one_sql = self.insert_sql + " RETURNING stage"
+        self.claim_sql = self.render(JOB_CLAIM_SQL)
+        self.pg_complete_many_sql = self.render(JOB_COMPLETE_MANY_SQL)
+        self.pg_release_children_sql = self.render(JOB_RELEASE_CHILDREN_SQL)
+
+    # Inserts run straight on the psycopg connection under Django's (the same
     # session and transaction), past Django's cursor, keeping its error
     # wrapping and query log.
-    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> None:
+
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         # Bound on the server and prepared, instead of SQL text formatted in
         # Python and planned anew for every job.
         _ready(db)
         started = time.monotonic()
         with db.wrap_database_errors:
-            _execute_prepared(db.connection, JOB_INSERT_SQL, insert_row(job))
-        _log_query(db, JOB_INSERT_SQL, started)
+            stage = _execute_prepared(db.connection, self.insert_one_sql, insert_one_params(job))
+        _log_query(db, self.insert_one_sql, started)
+        return str(stage)
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
         # One COPY streams every row, in COPY's text format.
@@ -195,73 +200,45 @@ class PostgresDialect(Dialect):
         _log_query(db, f"{JOB_COPY_SQL} -- {rows} rows", started)
 
     def job_claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        owner: str,
-        limit: int,
-        now_ms: int,
-        lease_until_ms: int,
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
-        cursor.execute(
-            JOB_CLAIM_SQL, _claim_params(namespace, owner, limit, now_ms, lease_until_ms)
-        )
+        cursor.execute(self.claim_sql, [namespace, limit, owner, lease_ms])
         return claimed_jobs(cursor.fetchall())
 
-    def job_complete_many(
-        self,
-        cursor: CursorWrapper,
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        now_ms: int,
-        expires_ms: int,
-    ) -> tuple[list[str], int]:
-        if not jobs:
-            return [], 0
-        cursor.execute(
-            JOB_COMPLETE_MANY_SQL, _complete_many_params(owner, jobs, now_ms, expires_ms)
-        )
-        return _completed(cursor.fetchall())
-
-    # -- the worker's own asyncio connection (see store.HotPath) ----------------
-    # The same statements, prepared once per connection: their text never
-    # changes, so the server plans them once instead of on every batch.
+    # -- the worker's own asyncio connection (see db/sessions.py) ---------------
+    # Statements prepared once per connection: their text never changes, so
+    # the server plans them once instead of on every batch.
     async def ajob_claim(
-        self,
-        cursor: AsyncCursor[Any],
-        *,
-        namespace: str,
-        owner: str,
-        limit: int,
-        now_ms: int,
-        lease_until_ms: int,
+        self, cursor: AsyncCursor[Any], *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
         await cursor.execute(
-            JOB_CLAIM_SQL,
-            _claim_params(namespace, owner, limit, now_ms, lease_until_ms),
-            prepare=_prepare(),
+            self.claim_sql, [namespace, limit, owner, lease_ms], prepare=_prepare()
         )
         return claimed_jobs(await cursor.fetchall())
 
     async def ajob_complete_many(
         self,
-        cursor: AsyncCursor[Any],
+        conn: AsyncConnection[Any],
         *,
         owner: str,
         jobs: Sequence[tuple[str, int]],
-        now_ms: int,
-        expires_ms: int,
+        retention_ms: int,
     ) -> tuple[list[str], int]:
         if not jobs:
             return [], 0
-        await cursor.execute(
-            JOB_COMPLETE_MANY_SQL,
-            _complete_many_params(owner, jobs, now_ms, expires_ms),
-            prepare=_prepare(),
-        )
-        return _completed(await cursor.fetchall())
+        ids = [job_id for job_id, _ in jobs]
+        prepare = _prepare()
+        # Two statements, one round trip.
+        async with conn.cursor() as done, conn.cursor() as released:
+            async with conn.pipeline():
+                await done.execute(
+                    self.pg_complete_many_sql,
+                    [retention_ms, ids, [attempts for _, attempts in jobs], owner],
+                    prepare=prepare,
+                )
+                await released.execute(self.pg_release_children_sql, [ids], prepare=prepare)
+            rows = await done.fetchall()
+            return [str(row[0]) for row in rows], max(released.rowcount, 0)
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # One folder at a time per namespace; the others skip this round.
@@ -291,11 +268,12 @@ def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, i
     shared: dict[tuple[Any, ...], tuple[str, str]] = {}
     lines: list[str] = []
     for job in jobs:
-        key = job[1:3] + job[4:]  # every field but id (0) and payload (3)
+        key = (job.namespace, job.type_name, job.priority, job.retry_policy)
         parts = shared.get(key)
         if parts is None:
-            row = [_copy_value(value) for value in insert_row(job)]
-            parts = shared[key] = ("\t".join(row[1:3]), "\t".join(row[4:]))
+            head = [_copy_value(job.namespace), _copy_value(job.type_name)]
+            tail = ["enqueued", str(job.priority), "0", _copy_value(job.retry_policy)]
+            parts = shared[key] = ("\t".join(head), "\t".join(tail))
         # ids are ULIDs and payloads hex: neither needs escaping.
         lines.append(f"{job.id}\t{parts[0]}\t\\\\x{job.payload.hex()}\t{parts[1]}\n")
         if len(lines) == chunk_rows:
@@ -324,7 +302,7 @@ def _ready(db: BaseDatabaseWrapper) -> None:
     db.validate_no_broken_transaction()
 
 
-def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> None:
+def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Any:
     """Run ``sql`` on a Django connection's psycopg connection, bound on the
     server and, when LATER["PREPARED_STATEMENTS"] allows, prepared.
 
@@ -338,6 +316,8 @@ def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[A
     try:
         with psycopg.Cursor(raw) as cursor:
             cursor.execute(sql, params, prepare=prepare)
+            row = cursor.fetchone()
+            return None if row is None else row[0]
     finally:
         raw.prepare_threshold = threshold
 
@@ -345,35 +325,6 @@ def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[A
 def _prepare() -> bool:
     """Whether later's statements are prepared (LATER["PREPARED_STATEMENTS"])."""
     return bool(conf.PREPARED_STATEMENTS)
-
-
-def _claim_params(
-    namespace: str, owner: str, limit: int, now_ms: int, lease_until_ms: int
-) -> list[Any]:
-    running = history_entry(Stage.RUNNING, now_ms)
-    return [namespace, limit, now_ms, now_ms, owner, lease_until_ms, running]
-
-
-def _complete_many_params(
-    owner: str, jobs: Sequence[tuple[str, int]], now_ms: int, expires_ms: int
-) -> list[Any]:
-    return [
-        now_ms,
-        now_ms,
-        expires_ms,
-        history_entry(Stage.SUCCESS, now_ms),
-        [job_id for job_id, _ in jobs],
-        [attempts for _, attempts in jobs],
-        owner,
-        now_ms,
-        now_ms,
-        history_entry(Stage.ENQUEUED, now_ms),
-    ]
-
-
-def _completed(rows: Sequence[Sequence[Any]]) -> tuple[list[str], int]:
-    """The completed ids and how many continuations they released."""
-    return [str(row[0]) for row in rows], int(rows[0][1]) if rows else 0
 
 
 def connect_kwargs(alias: str) -> dict[str, Any]:

@@ -6,9 +6,7 @@ from typing import ClassVar, Final
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.clock import history_entry
 from later_django.db.base import CLAIM_RETURNING, CLAIM_SET, Dialect, claimed_jobs
-from later_django.states import Stage
 from later_django.types import ClaimedJob
 
 # A write statement takes SQLite's write lock before it reads, so the
@@ -61,10 +59,18 @@ COUNTER_UNIQUE_SQL: Final = (
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
+    # julianday('now') has millisecond precision and one value per statement
+    # step; the 3.40 library here lacks unixepoch('subsec').
+    now_sql: ClassVar[str] = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    greatest_sql: ClassVar[str] = "MAX"
     supports_change_counter: ClassVar[bool] = True
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
-    # 13 parameters a row; SQLite allows 32,766 parameters a statement.
+    # 6 parameters a row; SQLite allows 32,766 parameters a statement.
     insert_batch_size: ClassVar[int] = 1000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.claim_sql = self.render(JOB_CLAIM_SQL)
 
     def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(COUNTER_UNIQUE_SQL)
@@ -78,27 +84,9 @@ class SqliteDialect(Dialect):
         return {row[0] for row in cursor.fetchall()}
 
     def job_claim(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        owner: str,
-        limit: int,
-        now_ms: int,
-        lease_until_ms: int,
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
-        cursor.execute(
-            JOB_CLAIM_SQL,
-            [
-                now_ms,
-                now_ms,
-                owner,
-                lease_until_ms,
-                history_entry(Stage.RUNNING, now_ms),
-                namespace,
-                limit,
-            ],
-        )
+        cursor.execute(self.claim_sql, [owner, lease_ms, namespace, limit])
         return claimed_jobs(cursor.fetchall())
 
     def change_counter(self, cursor: CursorWrapper) -> int:

@@ -13,7 +13,6 @@ from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
 from later_django import registry
-from later_django.clock import now_ms
 from later_django.db.base import Dialect
 from later_django.retry import RetryPolicy, default_policy
 
@@ -38,7 +37,7 @@ def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> in
     """Delayed and retry-waiting jobs whose time has come become enqueued."""
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = dialect.job_promote_due(cursor, namespace=ctx.namespace, now_ms=now_ms(), limit=BATCH)
+        n = dialect.job_promote_due(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
@@ -59,12 +58,13 @@ def _policy_for(type_name: str, stored: str | None) -> RetryPolicy:
 
 
 def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
-    """Running jobs whose lease expired (their process died) are retried or failed."""
-    now = now_ms()
-    cutoff = now - ctx.stuck_grace_ms
+    """Running jobs whose lease expired (their process died) are retried or failed.
+
+    "Expired" is judged on the database's clock, so a host whose own clock
+    runs ahead never takes a live job from its owner."""
     rescued = 0
     for job in dialect.job_stuck(
-        cursor, namespace=ctx.namespace, expired_before_ms=cutoff, limit=BATCH
+        cursor, namespace=ctx.namespace, expired_for_ms=ctx.stuck_grace_ms, limit=BATCH
     ):
         delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempts)
         with transaction.atomic(using=ctx.alias):
@@ -73,21 +73,19 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                     cursor,
                     job_id=job.id,
                     attempts=job.attempts,
-                    now_ms=now,
-                    expires_ms=now + ctx.retention_ms,
+                    retention_ms=ctx.retention_ms,
                     error=LEASE_EXPIRED,
-                    expired_before_ms=cutoff,
+                    expired_for_ms=ctx.stuck_grace_ms,
                 )
             else:
                 done = dialect.job_retry(
                     cursor,
                     job_id=job.id,
                     attempts=job.attempts,
-                    now_ms=now,
-                    run_at_ms=now + int(delay.total_seconds() * 1000),
+                    delay_ms=int(delay.total_seconds() * 1000),
                     error=LEASE_EXPIRED,
                     retry_policy=None,
-                    expired_before_ms=cutoff,
+                    expired_for_ms=ctx.stuck_grace_ms,
                 )
         if done:
             rescued += 1
@@ -105,15 +103,10 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
 def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Backstop: waiting continuations whose parent already finished are resolved."""
     orphans = dialect.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
-    now = now_ms()
     for job_id, parent_stage in orphans:
         with transaction.atomic(using=ctx.alias):
             dialect.job_resolve_orphan(
-                cursor,
-                job_id=job_id,
-                parent_stage=parent_stage,
-                now_ms=now,
-                expires_ms=now + ctx.retention_ms,
+                cursor, job_id=job_id, parent_stage=parent_stage, retention_ms=ctx.retention_ms
             )
     return len(orphans)
 
@@ -122,13 +115,11 @@ def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> 
     """Finished jobs past their retention are deleted, a small batch at a time."""
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = dialect.job_prune(cursor, namespace=ctx.namespace, now_ms=now_ms(), limit=BATCH)
+        n = dialect.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
-    total += dialect.server_prune(
-        cursor, namespace=ctx.namespace, before_ms=now_ms() - ctx.server_ttl_ms
-    )
+    total += dialect.server_prune(cursor, namespace=ctx.namespace, silent_for_ms=ctx.server_ttl_ms)
     return total
 
 
@@ -146,7 +137,6 @@ def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
         cursor,
         namespace=ctx.namespace,
         step="vacuum",
-        now_ms=now_ms(),
         interval_ms=ctx.vacuum_interval_ms,
     ):
         return 0

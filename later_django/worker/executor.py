@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from later_django import codec, registry
-from later_django.clock import now_ms
 from later_django.context import JobContext
 from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
@@ -32,7 +31,8 @@ class Outcome:
 
     kind: Literal["succeeded", "retry", "failed"]
     error: str | None = None
-    run_at_ms: int | None = None
+    # How long a retry waits, from the database's now when it is stored.
+    delay_ms: int | None = None
     # A policy resolved by a callable after the first failure, to store.
     resolved_policy: str | None = None
     # The handler's exception, for the log only (its text is in ``error``).
@@ -119,9 +119,12 @@ class Executor:
         delay = policy.next_delay(job.attempts)
         if delay is None:
             return Outcome(kind="failed", error=error, exc=exc)
-        run_at = now_ms() + int(delay.total_seconds() * 1000)
         return Outcome(
-            kind="retry", error=error, run_at_ms=run_at, resolved_policy=resolved, exc=exc
+            kind="retry",
+            error=error,
+            delay_ms=int(delay.total_seconds() * 1000),
+            resolved_policy=resolved,
+            exc=exc,
         )
 
 

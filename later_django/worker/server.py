@@ -23,8 +23,8 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from later_django.clock import now_ms
 from later_django.conf import conf
+from later_django.db.errors import is_transient
 from later_django.hotpath import HotPath
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
@@ -45,6 +45,12 @@ COMPLETE_BATCH = 256  # successes stored by one statement at most
 DB_THREADS = 16  # threads (and connections) storing failures and retries
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
+# A handler stops this long before its lease, as last confirmed, expires
+# (a tenth of the lease, at most 2 s): room for the loop to act on it.
+LEASE_MARGIN_FRACTION = 0.1
+LEASE_MARGIN_MAX = 2.0  # seconds
+
+Claim = tuple[str, int]  # (job id, attempt): what a lease fences
 
 
 @dataclass(eq=False)
@@ -56,6 +62,9 @@ class WorkerSlot:
     last_active: float = field(default_factory=time.monotonic)
     busy_since: float | None = None
     current_job: str | None = None
+    current_claim: Claim | None = None
+    # Fires when the lease of the current claim is no longer confirmed.
+    deadline: asyncio.TimerHandle | None = None
     # The running handler, cancelled if the job's lease is lost (a sync one
     # cannot be stopped: its thread goes on, the worker stops waiting for it).
     run_task: asyncio.Task[Outcome] | None = None
@@ -99,15 +108,23 @@ class Server:
         host = socket.gethostname()[:40]
         self.server_id = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
         self.lease_ms = conf.millis("LEASE_DURATION")
+        lease = self.lease_ms / 1000
+        # How long a lease stays confirmed after the statement that set it
+        # was sent: the database set its expiry no earlier than that.
+        self.confirmed_for = lease - min(lease * LEASE_MARGIN_FRACTION, LEASE_MARGIN_MAX)
         self.retention_ms = conf.millis("DASHBOARD_RETENTION")
         self.store = Store(self.alias)
         self.wake = Wakeup()
         self.slots: list[WorkerSlot] = []
         self._spares: deque[ClaimedJob] = deque()
         self._background: set[asyncio.Future[None]] = set()
-        # Jobs whose handler ended and whose outcome is being stored: still
-        # leased to this server until then, so their leases are renewed too.
-        self._unstored: dict[str, ClaimedJob] = {}
+        # Every claim this server holds a lease on (running, spare, or its
+        # outcome being stored), and until when (loop time) the lease is
+        # known to hold: renewals extend it; past it, the claim is given up.
+        self._leases: dict[Claim, float] = {}
+        # Claims whose handler ended and whose outcome is being stored.
+        self._unstored: dict[Claim, ClaimedJob] = {}
+        self._finishing: set[asyncio.Future[None]] = set()
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
             self._claim_batch, max_batch=MAX_WORKERS, on_abandoned=self._keep_spare
         )
@@ -119,7 +136,6 @@ class Server:
         self.closed = asyncio.Event()
         self._next_slot_id = 0
         self._services: dict[str, asyncio.Task[None]] = {}
-        self._started_ms = now_ms()
         # Claims and successes go through the hot path (connections of their
         # own); only failures and retries use this pool, one statement each.
         self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
@@ -243,6 +259,7 @@ class Server:
                     task.cancel()
                 await asyncio.wait(pending, timeout=1.0)
         await self._release_spares()
+        await self._end_finishing(timeout)
         for name in list(self._services):
             await self._stop_service(name)
         self.notifier.stop()
@@ -268,6 +285,28 @@ class Server:
             extra={"action": "server_stopped"},
         )
 
+    async def _end_finishing(self, timeout: float) -> None:
+        """Let outcomes still being stored finish, up to ``timeout``, then
+        abandon the rest: their leases expire and the stuck-job recovery
+        runs those jobs again. The sessions close first, so an abandoned
+        store can never reconnect and write after shutdown."""
+        pending = {future for future in self._finishing if not future.done()}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=timeout)
+        if not pending:
+            return
+        for path in (self._claim_path, self._complete_path):
+            await path.close()
+        self._claims.reset()
+        self._completions.reset()
+        for future in pending:
+            future.cancel()
+        # Stores retried after the reset fail at once on the closed sessions.
+        await asyncio.sleep(0)
+        left = {future for future in self._finishing if not future.done()}
+        if left:
+            await asyncio.wait(left, timeout=CONNECTION_CLOSE_TIMEOUT)
+
     # -- workers ----------------------------------------------------------------
     def _spawn_worker(self) -> WorkerSlot:
         slot = WorkerSlot(id=self._next_slot_id)
@@ -285,18 +324,30 @@ class Server:
         """Claim one job for the calling worker, or None when none is ready.
 
         Workers that claim at the same moment share one statement."""
-        if self._spares:
-            return self._spares.popleft()
+        while self._spares:
+            job = self._spares.popleft()
+            if self._confirmed((job.id, job.attempts)):
+                return job
         return await self._claims.submit(None)
+
+    def _confirmed(self, claim: Claim) -> bool:
+        """Is the lease of ``claim`` still known to hold?"""
+        until = self._leases.get(claim)
+        return until is not None and asyncio.get_running_loop().time() < until
 
     async def _claim_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
         # Never more than the workers asking: a claimed job must not wait idle.
         limit = len(requests)
+        sent = asyncio.get_running_loop().time()
         jobs: list[ClaimedJob | None] = list(
             await self._claim_path.claim(
                 namespace=self.namespace, owner=self.server_id, limit=limit, lease_ms=self.lease_ms
             )
         )
+        until = sent + self.confirmed_for
+        for job in jobs:
+            assert job is not None
+            self._leases[(job.id, job.attempts)] = until
         return jobs + [None] * (limit - len(jobs))
 
     async def _release_spares(self) -> None:
@@ -307,16 +358,11 @@ class Server:
                 await self.store.run(self._service_pool, functools.partial(self._unclaim, job))
             except Exception as exc:  # noqa: BLE001  its lease recovers it instead
                 logger.warning("could not give back job %s: %s", job.id, exc)
+            self._leases.pop((job.id, job.attempts), None)
 
     def _unclaim(self, job: ClaimedJob, dialect: Any, cursor: Any) -> bool:
         return bool(
-            dialect.job_unclaim(
-                cursor,
-                job_id=job.id,
-                attempts=job.attempts,
-                owner=self.server_id,
-                now_ms=now_ms(),
-            )
+            dialect.job_unclaim(cursor, job_id=job.id, attempts=job.attempts, owner=self.server_id)
         )
 
     def _keep_spare(self, job: ClaimedJob | None) -> None:
@@ -367,45 +413,106 @@ class Server:
                 # A wake-up during the claim (a commit it may have missed) claims again.
                 await self.wake.wait(self.poll_interval, since=seen)
                 continue
-            slot.current_job, slot.busy_since, slot.reported_slow = job.id, time.monotonic(), False
+            claim = (job.id, job.attempts)
+            slot.current_job, slot.current_claim = job.id, claim
+            slot.busy_since, slot.reported_slow = time.monotonic(), False
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
             slot.run_task = asyncio.create_task(self.executor.run(job))
+            self._watch_deadline(slot, claim)
             try:
                 try:
                     outcome = await slot.run_task
                 except asyncio.CancelledError:
                     if not slot.lease_lost:
                         raise  # this worker itself is being stopped
-                    continue  # another server owns the job now
+                    continue  # the lease is gone: the job is not this worker's now
                 # The worker claims its next job while this outcome is stored
                 # (claims and completions overlap), but never leaves more than
                 # one outcome of its own unstored.
                 await self._outcome_stored(slot)
                 slot.finishing = self._start_finish(job, outcome)
             finally:
-                slot.current_job, slot.busy_since, slot.run_task = None, None, None
+                if slot.deadline is not None:
+                    slot.deadline.cancel()
+                    slot.deadline = None
+                slot.current_job, slot.current_claim = None, None
+                slot.busy_since, slot.run_task = None, None
             self.processed += 1
         await self._outcome_stored(slot)
+
+    def _watch_deadline(self, slot: WorkerSlot, claim: Claim) -> None:
+        """Stop the handler of ``claim`` once its lease is no longer confirmed.
+
+        Renewals move the deadline on; when none confirmed the lease in time
+        (the database unreachable, this process frozen), the handler stops
+        before the lease expires, so it never runs beside a recovered run."""
+        loop = asyncio.get_running_loop()
+
+        def check() -> None:
+            slot.deadline = None
+            if slot.current_claim != claim or slot.run_task is None or slot.run_task.done():
+                return
+            until = self._leases.get(claim)
+            if until is not None and loop.time() < until:
+                slot.deadline = loop.call_at(until, check)
+                return
+            self._leases.pop(claim, None)
+            self._stop_handler(slot, claim, "its lease could not be renewed in time")
+
+        slot.deadline = loop.call_at(self._leases.get(claim, loop.time()), check)
+
+    def _stop_handler(self, slot: WorkerSlot, claim: Claim, why: str) -> None:
+        """Stop the handler ``slot`` runs for ``claim``; its outcome is never stored."""
+        job_id, attempt = claim
+        if slot.cancellable:
+            logger.warning(
+                "cancelled handler of job %s attempt %d: %s",
+                job_id,
+                attempt,
+                why,
+                extra={"action": "handler_cancelled", "job_id": job_id},
+            )
+        else:
+            # A thread cannot be stopped; waiting for it would let a handler
+            # that never returns hold this worker for good (docs/chaos.md).
+            logger.warning(
+                "abandoned sync handler of job %s attempt %d: %s; it goes on in its "
+                "thread, its outcome will be discarded, and worker %d moves on",
+                job_id,
+                attempt,
+                why,
+                slot.id,
+                extra={"action": "handler_abandoned", "job_id": job_id},
+            )
+        slot.lease_lost = True
+        if slot.run_task is not None:
+            slot.run_task.cancel()
 
     def _start_finish(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
         """Store ``outcome`` apart from the worker (a cancelled worker must still
         record what its job did); the future is done once it is stored."""
-        self._unstored[job.id] = job
+        claim = (job.id, job.attempts)
+        self._unstored[claim] = job
         if outcome.kind != "succeeded":
             return self._finish_in_task(job, outcome)
         # The common case costs no task: the shared completion's own future
         # says when it is stored. Only a failed store falls back to the
         # retrying task.
         finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._finishing.add(finished)
+        finished.add_done_callback(self._finishing.discard)
 
         def on_stored(stored: asyncio.Future[bool]) -> None:
             error = None if stored.cancelled() else stored.exception()
+            if finished.done():
+                return  # abandoned at shutdown
             if stored.cancelled() or error is not None:
                 self._log_finish_error(job, error or "cancelled")
                 retry = self._finish_in_task(job, outcome)
                 retry.add_done_callback(lambda _: _resolve(finished))
                 return
-            self._unstored.pop(job.id, None)
+            self._unstored.pop(claim, None)
+            self._leases.pop(claim, None)
             self._log_outcome(job, outcome, stored.result())
             _resolve(finished)
 
@@ -413,8 +520,16 @@ class Server:
         return finished
 
     def _finish_in_task(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
+        claim = (job.id, job.attempts)
         task = asyncio.ensure_future(self._finish(job, outcome))
-        task.add_done_callback(lambda _: self._unstored.pop(job.id, None))
+        self._finishing.add(task)
+
+        def done(_: object) -> None:
+            self._finishing.discard(task)
+            self._unstored.pop(claim, None)
+            self._leases.pop(claim, None)
+
+        task.add_done_callback(done)
         return task
 
     @staticmethod
@@ -425,11 +540,18 @@ class Server:
             slot.finishing = None
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """Store ``outcome``, retrying transient errors while the lease holds.
+
+        A permanent error, or a lease about to expire, ends the attempts: the
+        claim is let go, so its lease expires and the stuck-job recovery
+        retries the job (on this server or another)."""
+        claim = (job.id, job.attempts)
+        loop = asyncio.get_running_loop()
         delay = 0.05
         while True:
             try:
                 if outcome.kind == "succeeded":
-                    stored = await self._completions.submit((job.id, job.attempts))
+                    stored = await self._completions.submit(claim)
                 else:
                     stored = await self.store.run(
                         self._db_pool,
@@ -437,17 +559,38 @@ class Server:
                         atomic=True,
                     )
                 break
-            except Exception as exc:  # noqa: BLE001  e.g. the database is restarting
+            except Exception as exc:  # noqa: BLE001  sorted below
+                if not is_transient(exc):
+                    self._give_up_finish(job, exc, "the error is not transient")
+                    return
+                until = self._leases.get(claim)
+                if until is None or loop.time() + delay >= until:
+                    self._give_up_finish(job, exc, "its lease could not be renewed in time")
+                    return
                 self._log_finish_error(job, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
         self._log_outcome(job, outcome, stored)
-        if stored and outcome.kind == "retry" and outcome.run_at_ms is not None:
-            self._promote_at(outcome.run_at_ms)
+        if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
+            self._promote_after(outcome.delay_ms)
 
-    def _promote_at(self, run_at_ms: int) -> None:
+    def _give_up_finish(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
+        claim = (job.id, job.attempts)
+        self._leases.pop(claim, None)
+        self._unstored.pop(claim, None)
+        logger.error(
+            "gave up storing the outcome of job %s attempt %d (%s): %s; its lease "
+            "expires and the stuck-job recovery runs it again",
+            job.id,
+            job.attempts,
+            why,
+            exc,
+            extra={"action": "finish_abandoned", "job_id": job.id},
+        )
+
+    def _promote_after(self, delay_ms: int) -> None:
         """Promote a retry due before the next maintenance tick when it is due."""
-        delay = max(run_at_ms - now_ms(), 0) / 1000
+        delay = max(delay_ms, 0) / 1000
         if delay >= self.maintenance.interval:
             return  # the regular maintenance tick comes first anyway
         loop = asyncio.get_running_loop()
@@ -469,26 +612,26 @@ class Server:
         task.add_done_callback(self._background.discard)
 
     def _store_outcome(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
-        now = now_ms()
-        common = {"job_id": job.id, "attempts": job.attempts, "now_ms": now}
         if outcome.kind == "retry":
             return bool(
                 dialect.job_retry(
                     cursor,
+                    job_id=job.id,
+                    attempts=job.attempts,
                     owner=self.server_id,
-                    run_at_ms=outcome.run_at_ms,
+                    delay_ms=outcome.delay_ms or 0,
                     error=outcome.error,
                     retry_policy=outcome.resolved_policy,
-                    **common,
                 )
             )
         return bool(
             dialect.job_fail(
                 cursor,
+                job_id=job.id,
+                attempts=job.attempts,
                 owner=self.server_id,
-                expires_ms=now + self.retention_ms,
+                retention_ms=self.retention_ms,
                 error=outcome.error,
-                **common,
             )
         )
 
@@ -582,60 +725,46 @@ class Server:
             except Exception as exc:  # noqa: BLE001  next renewal retries
                 logger.error("could not renew leases: %s", exc, extra={"action": "renew_error"})
 
-    async def renew_leases(self) -> list[str]:
-        """Extend the lease of every job this server holds; return the ids lost.
+    async def renew_leases(self) -> list[Claim]:
+        """Extend the lease of every claim this server holds; return the claims lost.
 
-        A lost lease means another server recovered the job (this process
-        stood still past its lease): an async handler still running it is
-        cancelled, so the job does not run twice at once."""
-        held = [slot.current_job for slot in self.slots if slot.current_job]
-        held += [job.id for job in self._spares]
-        held += list(self._unstored)
+        Fenced by (job id, attempt): a claim is lost once another server
+        recovered the job, even if this server claimed it again since. A
+        handler still running a lost claim is stopped, so the job does not
+        run twice at once."""
+        held = list(self._leases)
         if not held:
             return []
-        until = now_ms() + self.lease_ms
+        sent = asyncio.get_running_loop().time()
         renewed = set(
             await self.store.run(
                 self._service_pool,
                 lambda d, c: d.job_renew(
-                    c, owner=self.server_id, job_ids=held, lease_until_ms=until
+                    c, owner=self.server_id, jobs=held, lease_ms=self.lease_ms
                 ),
             )
         )
-        lost = [job_id for job_id in held if job_id not in renewed]
-        for job_id in lost:
-            self._drop_lost_lease(job_id)
+        until = sent + self.confirmed_for
+        lost = []
+        for claim in held:
+            if claim in renewed:
+                if claim in self._leases:  # not finished meanwhile
+                    self._leases[claim] = max(self._leases[claim], until)
+            else:
+                lost.append(claim)
+                self._drop_lost_lease(claim)
         return lost
 
-    def _drop_lost_lease(self, job_id: str) -> None:
+    def _drop_lost_lease(self, claim: Claim) -> None:
+        self._leases.pop(claim, None)
         for job in list(self._spares):
-            if job.id == job_id:
+            if (job.id, job.attempts) == claim:
                 self._spares.remove(job)
         for slot in self.slots:
-            if slot.current_job == job_id and slot.run_task is not None:
+            if slot.current_claim == claim and slot.run_task is not None:
                 if slot.run_task.done():
                     continue  # finished meanwhile: the fence decides
-                if slot.cancellable:
-                    logger.warning(
-                        "lost the lease of job %s (another server recovered it); "
-                        "cancelling its handler",
-                        job_id,
-                        extra={"action": "lease_lost", "job_id": job_id},
-                    )
-                else:
-                    # A thread cannot be stopped; waiting for it would let a
-                    # handler that never returns hold this worker for good
-                    # (found by the chaos runner, docs/chaos.md).
-                    logger.warning(
-                        "lost the lease of job %s (another server recovered it); its "
-                        "sync handler goes on in its thread, its outcome will be "
-                        "discarded, and worker %d moves on",
-                        job_id,
-                        slot.id,
-                        extra={"action": "lease_lost", "job_id": job_id},
-                    )
-                slot.lease_lost = True
-                slot.run_task.cancel()
+                self._stop_handler(slot, claim, "its lease was lost (another server recovered it)")
 
     async def ready_backlog(self) -> int:
         """Jobs ready to run now in this namespace, read from the counters."""
@@ -654,8 +783,6 @@ class Server:
                 hostname=socket.gethostname()[:255],
                 pid=os.getpid(),
                 workers=self.worker_count,
-                started_ms=self._started_ms,
-                now_ms=now_ms(),
             ),
         )
 

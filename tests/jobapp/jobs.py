@@ -15,7 +15,10 @@ def _record(kind: str, ctx: JobContext, tag: str = "") -> None:
     """Append one line per handler run to a file the test reads back."""
     path = os.environ.get("LATER_TEST_RECORD")
     if path:
-        start = time.time()
+        # The real wall clock: a worker under LATER_TEST_CLOCK_SKEW has a
+        # wrong time.time() (tests/settings.py), and records of processes
+        # are compared with each other.
+        start = time.clock_gettime(time.CLOCK_REALTIME)
         with open(path, "a") as fh:
             fh.write(f"{kind} {ctx.job_id} {ctx.attempt} {os.getpid()} {start:.6f} {tag}\n")
 
@@ -64,6 +67,27 @@ async def run_async_sleep(ctx: JobContext, payload: AsyncSleep) -> None:
     _record("asleep-start", ctx, str(payload.n))
     await asyncio.sleep(payload.seconds)
     _record("asleep-end", ctx, str(payload.n))
+
+
+@dataclass
+class AsyncHold:
+    """Holds its worker ``seconds`` on its first attempt and ``then`` on later
+    ones; a cancellation is recorded."""
+
+    seconds: float
+    then: float = 0.0
+    n: int = 0
+
+
+@job(retry=RetryPolicy.fixed(5, timedelta(milliseconds=100)))
+async def run_async_hold(ctx: JobContext, payload: AsyncHold) -> None:
+    _record("hold-start", ctx, str(payload.n))
+    try:
+        await asyncio.sleep(payload.seconds if ctx.attempt == 1 else payload.then)
+    except asyncio.CancelledError:
+        _record("hold-cancelled", ctx, str(payload.n))
+        raise
+    _record("hold-end", ctx, str(payload.n))
 
 
 @dataclass
