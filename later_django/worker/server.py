@@ -328,6 +328,8 @@ class Server:
             job = self._spares.popleft()
             if self._confirmed((job.id, job.attempts)):
                 return job
+            # Kept aside past its lease's deadline: no longer safe to start.
+            self._leases.pop((job.id, job.attempts), None)
         return await self._claims.submit(None)
 
     def _confirmed(self, claim: Claim) -> bool:
