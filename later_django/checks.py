@@ -193,10 +193,12 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
         )
     policy = merged["DEFAULT_RETRY_POLICY"]
     if policy is not None and not isinstance(policy, RetryPolicy):
+        kind = type(policy).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
         messages.append(
             _error(
                 "E012",
-                f"LATER['DEFAULT_RETRY_POLICY'] is a {type(policy).__name__}; it must "
+                f"LATER['DEFAULT_RETRY_POLICY'] is {article} {kind}; it must "
                 "be a RetryPolicy or None.",
                 "Use RetryPolicy.fixed(3, timedelta(seconds=5)).",
             )
