@@ -312,3 +312,27 @@ def test_a_cancelled_run_is_not_a_recorded_failure(tmp_path):
     # After a raise it is an ordinary retry.
     runs[0] = run(1, OLD, 10.0, 10.5, "raise", "awork")
     assert _analyse(tmp_path, runs, [])["duplicates"]["total"] == 0
+
+
+def test_a_run_stopped_at_its_deadline_during_a_database_fault_is_explained(tmp_path):
+    # The database took no writes from 11 s to 14 s: the worker stopped the
+    # run at its lease deadline, and the job ran again after the fault.
+    runs = [
+        run(1, OLD, 10.0, 12.8, "cancelled", "awork"),
+        run(2, NEW, 16.0, 16.5, kind="awork"),
+        run(1, OLD, 17.0, 17.1, job_id=OTHER),  # both processes ran jobs after the fault
+    ]
+    lock = FaultEvent(1, "sqlite_lock", 11.0, 14.0, None, "BEGIN IMMEDIATE held 3.0s")
+    stopped = log_line(
+        f"cancelled handler of job {JOB} attempt 1: its lease could not be renewed in time"
+    )
+    result = _analyse(tmp_path, runs, [lock], stopped)
+    dups = result["duplicates"]
+    assert (dups["explained_by_deadline_stop"], dups["unexplained"]) == (1, 0)
+    assert result["passed"], result["violations"]
+    # Without the worker's log line the same runs are not explained.
+    result = _analyse(tmp_path, runs, [lock])
+    assert result["duplicates"]["unexplained"] == 1 and not result["passed"]
+    # Nor is a deadline stop with no database fault around it.
+    result = _analyse(tmp_path, runs, [], stopped)
+    assert result["duplicates"]["unexplained"] == 1
