@@ -24,6 +24,16 @@ _last_ms = -1
 _last_random = 0
 
 
+def _forget_after_fork() -> None:
+    """A forked child starts afresh: two children continuing their parent's
+    last id in the same millisecond would make the same ids."""
+    global _lock, _last_ms
+    _lock, _last_ms = threading.Lock(), -1
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class JobId(str):
     """A job's id: a 26-character lowercase ULID; sorts by creation time."""
 

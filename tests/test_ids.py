@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,3 +51,33 @@ def test_single_ids_of_one_millisecond_increase_and_a_later_millisecond_sorts_af
     later = ids.new_job_id(1_001)
     assert first < second < later
     assert all(len(i) == 26 and set(i) <= set(ALPHABET) for i in (first, second, later))
+
+
+FORK_SCRIPT = """
+import os
+from later_django import ids
+
+ids.new_job_ids(1)
+parent_ms = ids._last_ms
+made = []
+for _ in range(2):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child makes an id in the parent's last millisecond
+        os.write(write, ids.new_job_ids(1, parent_ms)[0].encode())
+        os._exit(0)
+    os.close(write)
+    made.append(os.read(read, 64).decode())
+    os.waitpid(pid, 0)
+print(made[0], made[1])
+"""
+
+
+def test_forked_processes_never_continue_the_parents_ids():
+    """Children forked after the parent made an id draw fresh random parts,
+    so two of them making ids in the same millisecond cannot collide."""
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(out) == 2 and len(out[0]) == 26
+    assert out[0] != out[1]
