@@ -77,9 +77,11 @@ DEADLINE_LINE = re.compile(
 # paused process held SQLite's write lock).
 DATABASE_FAULTS = {"pg_restart", "pg_terminate", "sqlite_lock"}
 # The worker log line of a worker that stopped waiting for a handler whose
-# lease was lost (its job was recovered elsewhere).
+# lease was lost or could not be confirmed in time (its job is recovered
+# elsewhere): the worker is free again.
 RELEASE_LINE = re.compile(
-    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*?lost the lease of job (\w{26})",
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*?"
+    r"(?:lost the lease of job|abandoned sync handler of job|cancelled handler of job) (\w{26})",
     re.MULTILINE,
 )
 LOG_PATTERNS = {
@@ -88,7 +90,7 @@ LOG_PATTERNS = {
     "hung handlers reported": "its handler may be hung",
     "sync handlers abandoned": "abandoned sync handler of job",
     "async handlers cancelled": "cancelled handler of job",
-    "workers given back after a lost lease": "lost the lease of job",
+    "handlers stopped after a lost lease": "its lease was lost",
     "hung workers replaced": "looks hung",
     "claim errors": "could not claim",
     "finish errors": "could not store the outcome",
