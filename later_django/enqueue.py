@@ -17,7 +17,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import codec, registry, wakeup
+from later_django import codec, registry, schema, wakeup
 from later_django.clock import from_datetime, now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -146,7 +146,11 @@ def _wake_on_commit(alias: str) -> None:
 
 def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
-    stage = dialect_for(alias).job_insert_one(connections[alias], job)
+    try:
+        stage = dialect_for(alias).job_insert_one(connections[alias], job)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     return JobId(job.id)
@@ -193,8 +197,12 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
     )
     alias = conf.database
     db = connections[alias]
-    with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
-        dialect_for(alias).job_insert_many(db, jobs)
+    try:
+        with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
+            dialect_for(alias).job_insert_many(db, jobs)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     _wake_on_commit(alias)
     return ids
 
@@ -236,8 +244,12 @@ def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobI
     alias = conf.database
     dialect = dialect_for(alias)
     retention = conf.millis("DASHBOARD_RETENTION")
-    with connections[alias].cursor() as cursor:
-        stage = dialect.job_insert_continuation(cursor, job, retention)
+    try:
+        with connections[alias].cursor() as cursor:
+            stage = dialect.job_insert_continuation(cursor, job, retention)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     if stage is None:
         raise JobNotFound(
             f"parent job {parent_id} does not exist in namespace "
@@ -286,10 +298,17 @@ def cancel(job_id: str) -> bool:
     job_id = as_job_id(job_id)
     alias = conf.database
     retention = conf.millis("DASHBOARD_RETENTION")
-    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
-        return dialect_for(alias).job_cancel(
-            cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
-        )
+    try:
+        with (
+            transaction.atomic(using=alias, savepoint=False),
+            connections[alias].cursor() as cursor,
+        ):
+            return dialect_for(alias).job_cancel(
+                cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
+            )
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
 
 
 aenqueue = sync_to_async(enqueue)
