@@ -116,3 +116,7 @@ if os.environ.get("LATER_TEST_TIMINGS"):
 # LATER_TEST_DB_OVERRIDE='{"NAME": "/tmp/x.sqlite3"}' is merged into it.
 if os.environ.get("LATER_TEST_DB_OVERRIDE"):
     DATABASES[str(LATER["DATABASE"])].update(json.loads(os.environ["LATER_TEST_DB_OVERRIDE"]))
+
+# LATER_TEST_SETTINGS='{"CONTEXT": "x.y"}' is merged into LATER as it is.
+if os.environ.get("LATER_TEST_SETTINGS"):
+    LATER.update(json.loads(os.environ["LATER_TEST_SETTINGS"]))
