@@ -176,6 +176,32 @@ def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
     return enqueue(payload, priority=priority)
 
 
+async def aenqueue_in(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue like :func:`enqueue_in`, from async code.
+
+    Async code cannot open ``transaction.atomic()``, so this raises
+    TransactionRequired unless the sync thread its database work runs in
+    holds an atomic block: only when the coroutine runs under
+    ``async_to_sync`` called inside one. Otherwise call ``enqueue_in`` in a
+    sync function run with ``sync_to_async``, or use ``aenqueue``.
+    """
+    return await _aenqueue_in(payload, priority)
+
+
+@sync_to_async
+def _aenqueue_in(payload: object, priority: int) -> JobId:
+    alias = conf.database
+    if not connections[alias].in_atomic_block:
+        raise TransactionRequired(
+            f"aenqueue_in() found no open transaction.atomic(using={alias!r}) block, and "
+            "async code cannot hold one: Django's atomic blocks are sync only. Put your "
+            "writes and enqueue_in() in one sync function and await it with "
+            "sync_to_async(), or use aenqueue() when the job need not commit with "
+            "other writes"
+        )
+    return enqueue(payload, priority=priority)
+
+
 def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId]:
     """Enqueue every payload, all or none; one round trip per batch of rows.
 
@@ -312,7 +338,6 @@ def cancel(job_id: str) -> bool:
 
 
 aenqueue = sync_to_async(enqueue)
-aenqueue_in = sync_to_async(enqueue_in)
 aenqueue_many = sync_to_async(enqueue_many)
 aenqueue_delayed = sync_to_async(enqueue_delayed)
 aenqueue_delayed_at = sync_to_async(enqueue_delayed_at)

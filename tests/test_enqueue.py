@@ -507,6 +507,69 @@ def test_async_twins_enqueue_read_and_cancel(later_db):
     assert later_db.job_count() == 6
 
 
+def test_aenqueue_in_from_async_code_raises_transaction_required_naming_itself(later_db):
+    """Async code holds no atomic block: the error names aenqueue_in, says why,
+    and points to enqueue_in under sync_to_async or to aenqueue."""
+
+    async def scenario() -> None:
+        try:
+            await later.aenqueue_in(Noop(n=1))
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    with pytest.raises(later.TransactionRequired) as raised:
+        asyncio.run(scenario())
+    message = str(raised.value)
+    assert message.startswith("aenqueue_in() found no open transaction.atomic(")
+    assert "async code cannot hold one" in message
+    assert "enqueue_in() in one sync function" in message
+    assert "sync_to_async()" in message
+    assert "aenqueue()" in message
+    assert later_db.job_count() == 0
+
+
+def test_enqueue_in_through_sync_to_async_commits_with_the_writes_around_it(later_db):
+    """The way docs/enqueue.md gives async code: one sync function holds the
+    block, enqueue_in inside it, awaited through sync_to_async."""
+
+    def place(n: int, fail: bool) -> str:
+        with transaction.atomic(using=later_db.alias):
+            job_id = later.enqueue_in(Noop(n=n))
+            if fail:
+                raise Rollback
+        return job_id
+
+    async def scenario() -> str:
+        try:
+            with pytest.raises(Rollback):
+                await sync_to_async(place)(1, True)
+            return await sync_to_async(place)(2, False)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    kept = asyncio.run(scenario())
+    assert [row[0] for row in later_db.rows("SELECT id FROM later_job")] == [kept]
+
+
+def test_aenqueue_in_under_async_to_sync_joins_the_callers_block(later_db):
+    """aenqueue_in runs on the calling sync thread when a coroutine is driven by
+    async_to_sync inside an atomic block, so it joins that block."""
+    from asgiref.sync import async_to_sync
+
+    async def enqueue_from_async(n: int) -> str:
+        return await later.aenqueue_in(Noop(n=n))
+
+    with pytest.raises(Rollback):
+        with transaction.atomic(using=later_db.alias):
+            async_to_sync(enqueue_from_async)(1)
+            assert later_db.job_count() == 1
+            raise Rollback
+    assert later_db.job_count() == 0
+    with transaction.atomic(using=later_db.alias):
+        kept = async_to_sync(enqueue_from_async)(2)
+    assert [row[0] for row in later_db.rows("SELECT id FROM later_job")] == [kept]
+
+
 # -- 10. get_job -----------------------------------------------------------------
 
 
