@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -205,22 +205,20 @@ def _aenqueue_in(payload: object, priority: int) -> JobId:
 def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId]:
     """Enqueue every payload, all or none; one round trip per batch of rows.
 
-    Returns the ids in the order of ``payloads``.
+    Returns the ids in the order of ``payloads``. A bad payload raises the
+    error ``enqueue`` would, its message prefixed with ``payloads[<index>]: ``,
+    and nothing is written.
     """
     _check_priority(priority)
     payloads = list(payloads)
     if not payloads:
         return []
-    builder = _Builder()
     ids = new_job_ids(len(payloads))
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
     # below, which rolls back to where it began: nothing is written, and an
     # enclosing atomic block stays usable (a savepoint guards it).
-    jobs = (
-        builder.build(payload, job_id=job_id, priority=priority)
-        for payload, job_id in zip(payloads, ids, strict=True)
-    )
+    jobs = _build_many(payloads, ids, priority)
     alias = conf.database
     db = connections[alias]
     try:
@@ -231,6 +229,18 @@ def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId
         raise
     _wake_on_commit(alias)
     return ids
+
+
+def _build_many(payloads: list[object], ids: list[JobId], priority: int) -> Iterator[NewJob]:
+    builder = _Builder()
+    for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
+        try:
+            job = builder.build(payload, job_id=job_id, priority=priority)
+        except (TypeError, ValueError) as exc:
+            # The same error, of the same class, saying which item it is about.
+            exc.args = (f"payloads[{index}]: {exc}",)
+            raise
+        yield job
 
 
 def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:

@@ -288,6 +288,42 @@ def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, 
     assert later.stage_counts()["enqueued"] == 0
 
 
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (Order(id=1, note={1, 2}), TypeError, "payload.note"),
+        (Order(id=1, note="x" * 500), later.PayloadTooLarge, "MAX_PAYLOAD_BYTES"),
+        (Order(id="one"), TypeError, "Order"),  # type: ignore[arg-type]
+        ("not a dataclass", TypeError, "payload must be a dataclass instance, got str"),
+        (Item(name="unregistered", qty=1), later.NotRegistered, "has no @job handler"),
+    ],
+    ids=["unsupported-value", "too-large", "wrong-type", "str", "unregistered"],
+)
+def test_enqueue_many_error_names_the_index_of_the_bad_payload(
+    later_db, settings, bad, error, message
+):
+    """The error of a bad item in the middle says which one (payloads[3]), keeps
+    its class and its own message; nothing is written, and the caller's atomic
+    block stays usable."""
+    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    with pytest.raises(error) as alone:
+        later.enqueue(bad)
+    payloads = [Noop(n=0), Order(id=1), Noop(n=2), bad, Noop(n=4), Noop(n=5)]
+    with transaction.atomic(using=later_db.alias):
+        kept = later.enqueue(Noop(n=-1))
+        with pytest.raises(error) as raised:
+            later.enqueue_many(payloads)
+        after = later.enqueue(Noop(n=-2))
+    assert type(raised.value) is type(alone.value)
+    assert str(raised.value) == f"payloads[3]: {alone.value}"
+    assert message in str(raised.value)
+    assert {row[0] for row in later_db.rows("SELECT id FROM later_job")} == {kept, after}
+    with pytest.raises(error, match=r"^payloads\[3\]: "):
+        later.enqueue_many(payloads)
+    assert later_db.job_count() == 2
+    assert later.stage_counts()["enqueued"] == 2
+
+
 def test_enqueue_many_failing_late_in_a_big_batch_leaves_the_callers_transaction_usable(
     later_db,
 ):
