@@ -26,6 +26,7 @@ from later_django.exceptions import (
     LaterBusy,
     LaterError,
     LeaseLost,
+    NotMigrated,
     NotRegistered,
     TransactionRequired,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "LaterBusy",
     "LaterError",
     "LeaseLost",
+    "NotMigrated",
     "NotRegistered",
     "PayloadTooLarge",
     "RetryPolicy",

@@ -13,13 +13,15 @@ class LaterDjangoConfig(AppConfig):
 
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
-        from django.utils.module_loading import autodiscover_modules
 
         from later_django import checks  # noqa: F401  (registers the checks)
         from later_django.conf import conf
+        from later_django.registry import autodiscover, is_module_name
         from later_django.signals import reinstall_triggers
 
         post_migrate.connect(reinstall_triggers, sender=self)
 
-        # Like admin.py: every installed app's jobs module registers its handlers.
-        autodiscover_modules(str(conf.JOBS_MODULE))
+        # Like admin.py: every installed app's jobs module registers its
+        # handlers. A value that is no module name is left to later.E019.
+        if is_module_name(conf.JOBS_MODULE):
+            autodiscover(conf.JOBS_MODULE)

@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
+from django.utils.module_loading import import_string, module_has_submodule
 
 from later_django.conf import DEFAULTS, TIMING_KEYS, conf
+from later_django.registry import is_module_name
 from later_django.retry import RetryPolicy
 
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
@@ -42,6 +45,8 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     messages += _check_database(merged)
     messages += _check_topics(merged["TOPICS"])
     messages += _check_values(merged)
+    messages += _check_context(merged["CONTEXT"])
+    messages += _check_jobs_module(merged["JOBS_MODULE"], explicit="JOBS_MODULE" in raw)
     return messages
 
 
@@ -235,6 +240,70 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def _check_context(path: object) -> list[CheckMessage]:
+    hint = (
+        "Set LATER['CONTEXT'] to the dotted path of a function that takes no "
+        "arguments, e.g. 'shop.context.build', or None."
+    )
+    if path is None:
+        return []
+    if not isinstance(path, str):
+        if callable(path):
+            return []
+        return [_error("E018", f"LATER['CONTEXT'] is {path!r}; it must be a dotted path.", hint)]
+    try:
+        factory = import_string(path)
+    except Exception as exc:  # noqa: BLE001  any error of the user's module is reported
+        return [
+            _error(
+                "E017",
+                f"LATER['CONTEXT'] is {path!r}, which does not import: "
+                f"{type(exc).__name__}: {exc}.",
+                hint,
+            )
+        ]
+    if not callable(factory):
+        return [
+            _error(
+                "E018",
+                f"LATER['CONTEXT'] is {path!r}, which is a {type(factory).__name__}, "
+                "not a callable.",
+                hint,
+            )
+        ]
+    return []
+
+
+def _check_jobs_module(name: object, *, explicit: bool) -> list[CheckMessage]:
+    if not is_module_name(name):
+        return [
+            _error(
+                "E019",
+                f"LATER['JOBS_MODULE'] is {name!r}; it must be a module name such as 'jobs'.",
+                "Set it to the name of the module later imports from every installed "
+                "app: 'jobs' for shop/jobs.py.",
+            )
+        ]
+    # An app without the module is fine (like admin.py), but a name that no
+    # app has, set on purpose, is a mistake: no handler is registered by it.
+    # Importing a module that exists already happened in AppConfig.ready(),
+    # and an error there stopped Django's start-up with its traceback.
+    if not explicit or any(
+        module_has_submodule(app.module, name) for app in apps.get_app_configs()
+    ):
+        return []
+    return [
+        Warning(
+            f"LATER['JOBS_MODULE'] is {name!r}, but no installed app has a module of "
+            "that name, so no handler is registered from it.",
+            hint="Give the module's name inside each app ('jobs' for shop/jobs.py), "
+            "not a file name or a dotted path from the project; or remove the key "
+            "to use 'jobs'.",
+            id="later.W004",
+        )
+    ]
 
 
 @register(Tags.database)

@@ -11,13 +11,13 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import codec, registry, wakeup
+from later_django import codec, registry, schema, wakeup
 from later_django.clock import from_datetime, now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -146,7 +146,11 @@ def _wake_on_commit(alias: str) -> None:
 
 def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
-    stage = dialect_for(alias).job_insert_one(connections[alias], job)
+    try:
+        stage = dialect_for(alias).job_insert_one(connections[alias], job)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     return JobId(job.id)
@@ -172,31 +176,71 @@ def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
     return enqueue(payload, priority=priority)
 
 
+async def aenqueue_in(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue like :func:`enqueue_in`, from async code.
+
+    Async code cannot open ``transaction.atomic()``, so this raises
+    TransactionRequired unless the sync thread its database work runs in
+    holds an atomic block: only when the coroutine runs under
+    ``async_to_sync`` called inside one. Otherwise call ``enqueue_in`` in a
+    sync function run with ``sync_to_async``, or use ``aenqueue``.
+    """
+    return await _aenqueue_in(payload, priority)
+
+
+@sync_to_async
+def _aenqueue_in(payload: object, priority: int) -> JobId:
+    alias = conf.database
+    if not connections[alias].in_atomic_block:
+        raise TransactionRequired(
+            f"aenqueue_in() found no open transaction.atomic(using={alias!r}) block, and "
+            "async code cannot hold one: Django's atomic blocks are sync only. Put your "
+            "writes and enqueue_in() in one sync function and await it with "
+            "sync_to_async(), or use aenqueue() when the job need not commit with "
+            "other writes"
+        )
+    return enqueue(payload, priority=priority)
+
+
 def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId]:
     """Enqueue every payload, all or none; one round trip per batch of rows.
 
-    Returns the ids in the order of ``payloads``.
+    Returns the ids in the order of ``payloads``. A bad payload raises the
+    error ``enqueue`` would, its message prefixed with ``payloads[<index>]: ``,
+    and nothing is written.
     """
     _check_priority(priority)
     payloads = list(payloads)
     if not payloads:
         return []
-    builder = _Builder()
     ids = new_job_ids(len(payloads))
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
     # below, which rolls back to where it began: nothing is written, and an
     # enclosing atomic block stays usable (a savepoint guards it).
-    jobs = (
-        builder.build(payload, job_id=job_id, priority=priority)
-        for payload, job_id in zip(payloads, ids, strict=True)
-    )
+    jobs = _build_many(payloads, ids, priority)
     alias = conf.database
     db = connections[alias]
-    with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
-        dialect_for(alias).job_insert_many(db, jobs)
+    try:
+        with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
+            dialect_for(alias).job_insert_many(db, jobs)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     _wake_on_commit(alias)
     return ids
+
+
+def _build_many(payloads: list[object], ids: list[JobId], priority: int) -> Iterator[NewJob]:
+    builder = _Builder()
+    for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
+        try:
+            job = builder.build(payload, job_id=job_id, priority=priority)
+        except (TypeError, ValueError) as exc:
+            # The same error, of the same class, saying which item it is about.
+            exc.args = (f"payloads[{index}]: {exc}",)
+            raise
+        yield job
 
 
 def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
@@ -236,8 +280,12 @@ def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobI
     alias = conf.database
     dialect = dialect_for(alias)
     retention = conf.millis("DASHBOARD_RETENTION")
-    with connections[alias].cursor() as cursor:
-        stage = dialect.job_insert_continuation(cursor, job, retention)
+    try:
+        with connections[alias].cursor() as cursor:
+            stage = dialect.job_insert_continuation(cursor, job, retention)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     if stage is None:
         raise JobNotFound(
             f"parent job {parent_id} does not exist in namespace "
@@ -286,14 +334,20 @@ def cancel(job_id: str) -> bool:
     job_id = as_job_id(job_id)
     alias = conf.database
     retention = conf.millis("DASHBOARD_RETENTION")
-    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as cursor:
-        return dialect_for(alias).job_cancel(
-            cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
-        )
+    try:
+        with (
+            transaction.atomic(using=alias, savepoint=False),
+            connections[alias].cursor() as cursor,
+        ):
+            return dialect_for(alias).job_cancel(
+                cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
+            )
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
 
 
 aenqueue = sync_to_async(enqueue)
-aenqueue_in = sync_to_async(enqueue_in)
 aenqueue_many = sync_to_async(enqueue_many)
 aenqueue_delayed = sync_to_async(enqueue_delayed)
 aenqueue_delayed_at = sync_to_async(enqueue_delayed_at)

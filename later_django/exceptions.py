@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 
 class LaterError(Exception):
@@ -23,6 +24,10 @@ class LeaseLost(LaterError):
 
 class LaterBusy(LaterError):
     """The database was busy (locked or serialization failure); try again."""
+
+
+class NotMigrated(LaterError, DatabaseError):
+    """later's tables do not exist on LATER["DATABASE"]; run manage.py later_migrate."""
 
 
 class NotRegistered(LaterError, TypeError):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
-from django.db import connections
+from django.db import DatabaseError, connections
 
+from later_django import schema
 from later_django.clock import to_datetime
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -30,12 +31,17 @@ def get_job(job_id: str) -> JobInfo | None:
     from later_django.models import Job  # models load after the app registry
 
     job_id = as_job_id(job_id)
-    row = (
-        Job.objects.using(conf.database)
-        .filter(namespace=conf.namespace, id=job_id)
-        .defer("payload")
-        .first()
-    )
+    alias = conf.database
+    try:
+        row = (
+            Job.objects.using(alias)
+            .filter(namespace=conf.namespace, id=job_id)
+            .defer("payload")
+            .first()
+        )
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
     if row is None:
         return None
     return JobInfo(
@@ -62,8 +68,12 @@ def stage_counts() -> dict[str, int]:
     cost does not grow with the number of jobs.
     """
     alias = conf.database
-    with connections[alias].cursor() as cursor:
-        return dialect_for(alias).stage_counts(cursor, namespace=conf.namespace)
+    try:
+        with connections[alias].cursor() as cursor:
+            return dialect_for(alias).stage_counts(cursor, namespace=conf.namespace)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
 
 
 aget_job = sync_to_async(get_job)

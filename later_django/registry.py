@@ -7,7 +7,7 @@ import inspect
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
 from later_django.retry import RetryPolicy
@@ -129,6 +129,23 @@ def handler_for_payload(payload: object) -> Handler:
 
 def handler_by_name(name: str) -> Handler | None:
     return _by_name.get(name)
+
+
+def is_module_name(value: object) -> TypeGuard[str]:
+    """Is ``value`` a module name such as ``"jobs"`` or ``"tasks.handlers"``?"""
+    return isinstance(value, str) and all(part.isidentifier() for part in value.split("."))
+
+
+def autodiscover(module_name: str) -> None:
+    """Import ``module_name`` from every installed app, as the admin does with admin.py.
+
+    An app without that module is skipped. An error raised while importing
+    a module that exists propagates, so a broken jobs module stops Django's
+    start-up with its traceback instead of leaving its handlers out.
+    """
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules(module_name)
 
 
 def unregister(payload_type: type[Any]) -> None:

@@ -111,3 +111,12 @@ if os.environ.get("LATER_TEST_TIMINGS"):
             for key, value in json.loads(os.environ["LATER_TEST_TIMINGS"]).items()
         }
     )
+
+# A worker process started by a test may point LATER's database elsewhere:
+# LATER_TEST_DB_OVERRIDE='{"NAME": "/tmp/x.sqlite3"}' is merged into it.
+if os.environ.get("LATER_TEST_DB_OVERRIDE"):
+    DATABASES[str(LATER["DATABASE"])].update(json.loads(os.environ["LATER_TEST_DB_OVERRIDE"]))
+
+# LATER_TEST_SETTINGS='{"CONTEXT": "x.y"}' is merged into LATER as it is.
+if os.environ.get("LATER_TEST_SETTINGS"):
+    LATER.update(json.loads(os.environ["LATER_TEST_SETTINGS"]))

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.checks import Error, Warning, run_checks
@@ -80,6 +85,14 @@ BAD_SETTINGS = [
         "LATER['RECURRING_SEQUENTIAL_PARTITIONS']",
     ),
     ({"PREPARED_STATEMENTS": "yes"}, "later.E016", "LATER['PREPARED_STATEMENTS']"),
+    ({"CONTEXT": "tests.jobapp.nowhere.build"}, "later.E017", "LATER['CONTEXT']"),
+    ({"CONTEXT": "tests.jobapp.context.nothing"}, "later.E017", "LATER['CONTEXT']"),
+    ({"CONTEXT": "build"}, "later.E017", "LATER['CONTEXT']"),
+    ({"CONTEXT": "tests.jobapp.context.NOT_CALLABLE"}, "later.E018", "LATER['CONTEXT']"),
+    ({"CONTEXT": 5}, "later.E018", "LATER['CONTEXT']"),
+    ({"JOBS_MODULE": "shop/jobs"}, "later.E019", "LATER['JOBS_MODULE']"),
+    ({"JOBS_MODULE": ""}, "later.E019", "LATER['JOBS_MODULE']"),
+    ({"JOBS_MODULE": None}, "later.E019", "LATER['JOBS_MODULE']"),
 ]
 
 
@@ -148,3 +161,82 @@ def test_checks_fail_manage_py_check_on_bad_settings(settings):
     with_later(settings, WORKERS=0)
     with pytest.raises(SystemCheckError, match=r"later\.E002"):
         call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_checks_accept_a_context_factory_by_path_or_as_a_callable(settings):
+    """A dotted path to a callable, or the callable itself, is accepted."""
+    from tests.jobapp.context import build
+
+    for value in ("tests.jobapp.context.build", build, None):
+        with_later(settings, CONTEXT=value)
+        assert later_messages() == [], value
+
+
+def test_checks_context_messages_name_the_value_and_the_cause(settings):
+    """E017 names the path and the import error; E018 what the path points at."""
+    with_later(settings, CONTEXT="tests.jobapp.nowhere.build")
+    (message,) = later_messages()
+    assert message.msg == (
+        "LATER['CONTEXT'] is 'tests.jobapp.nowhere.build', which does not import: "
+        "ModuleNotFoundError: No module named 'tests.jobapp.nowhere'."
+    )
+    assert "zero" in message.hint or "no arguments" in message.hint
+    with_later(settings, CONTEXT="tests.jobapp.context.NOT_CALLABLE")
+    (message,) = later_messages()
+    assert message.msg == (
+        "LATER['CONTEXT'] is 'tests.jobapp.context.NOT_CALLABLE', which is a dict, not a callable."
+    )
+
+
+def test_checks_report_an_import_error_inside_the_context_module(settings):
+    """A module that exists but fails to import is reported with its own error,
+    not as a missing module of the CONTEXT path."""
+    with_later(settings, CONTEXT="tests.jobapp.broken_jobs.build")
+    (message,) = later_messages()
+    assert message.id == "later.E017"
+    assert "No module named 'tests.jobapp.no_such_module'" in message.msg
+
+
+def test_checks_warn_when_no_installed_app_has_the_jobs_module(settings):
+    """A JOBS_MODULE set to a name no app has is a warning (later.W004); the
+    default, or a name some app has, is not."""
+    for name in ("job", "jobs.py", "jobapp.jobs", "tests.jobapp.jobs"):
+        with_later(settings, JOBS_MODULE=name)
+        messages = later_messages()
+        assert [m.id for m in messages] == ["later.W004"], name
+        assert isinstance(messages[0], Warning)
+        assert f"LATER['JOBS_MODULE'] is {name!r}" in messages[0].msg
+    with_later(settings, JOBS_MODULE="jobs")
+    assert later_messages() == []
+
+
+def test_checks_fail_manage_py_check_on_a_bad_context(settings):
+    """manage.py check stops on a CONTEXT that does not import."""
+    with_later(settings, CONTEXT="tests.jobapp.nowhere.build")
+    with pytest.raises(SystemCheckError, match=r"later\.E017"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_checks_stop_later_worker_on_a_bad_context(tmp_path: Path):
+    """later_worker stops at the check, before it touches the database, instead
+    of crashing with a bare ModuleNotFoundError."""
+    never = tmp_path / "never.sqlite3"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "LATER_TEST_SETTINGS": json.dumps({"CONTEXT": "tests.jobapp.nowhere.build"}),
+        "LATER_TEST_DB_OVERRIDE": json.dumps({"NAME": str(never)}),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "later_worker"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "later.E017" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not never.exists()

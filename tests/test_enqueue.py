@@ -288,6 +288,42 @@ def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, 
     assert later.stage_counts()["enqueued"] == 0
 
 
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (Order(id=1, note={1, 2}), TypeError, "payload.note"),
+        (Order(id=1, note="x" * 500), later.PayloadTooLarge, "MAX_PAYLOAD_BYTES"),
+        (Order(id="one"), TypeError, "Order"),  # type: ignore[arg-type]
+        ("not a dataclass", TypeError, "payload must be a dataclass instance, got str"),
+        (Item(name="unregistered", qty=1), later.NotRegistered, "has no @job handler"),
+    ],
+    ids=["unsupported-value", "too-large", "wrong-type", "str", "unregistered"],
+)
+def test_enqueue_many_error_names_the_index_of_the_bad_payload(
+    later_db, settings, bad, error, message
+):
+    """The error of a bad item in the middle says which one (payloads[3]), keeps
+    its class and its own message; nothing is written, and the caller's atomic
+    block stays usable."""
+    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    with pytest.raises(error) as alone:
+        later.enqueue(bad)
+    payloads = [Noop(n=0), Order(id=1), Noop(n=2), bad, Noop(n=4), Noop(n=5)]
+    with transaction.atomic(using=later_db.alias):
+        kept = later.enqueue(Noop(n=-1))
+        with pytest.raises(error) as raised:
+            later.enqueue_many(payloads)
+        after = later.enqueue(Noop(n=-2))
+    assert type(raised.value) is type(alone.value)
+    assert str(raised.value) == f"payloads[3]: {alone.value}"
+    assert message in str(raised.value)
+    assert {row[0] for row in later_db.rows("SELECT id FROM later_job")} == {kept, after}
+    with pytest.raises(error, match=r"^payloads\[3\]: "):
+        later.enqueue_many(payloads)
+    assert later_db.job_count() == 2
+    assert later.stage_counts()["enqueued"] == 2
+
+
 def test_enqueue_many_failing_late_in_a_big_batch_leaves_the_callers_transaction_usable(
     later_db,
 ):
@@ -505,6 +541,69 @@ def test_async_twins_enqueue_read_and_cancel(later_db):
     assert seen["child"].stage == "failed" and seen["child"].last_error == "parent failed"
     assert later_db.stage_of(seen["at"]) == "delayed"
     assert later_db.job_count() == 6
+
+
+def test_aenqueue_in_from_async_code_raises_transaction_required_naming_itself(later_db):
+    """Async code holds no atomic block: the error names aenqueue_in, says why,
+    and points to enqueue_in under sync_to_async or to aenqueue."""
+
+    async def scenario() -> None:
+        try:
+            await later.aenqueue_in(Noop(n=1))
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    with pytest.raises(later.TransactionRequired) as raised:
+        asyncio.run(scenario())
+    message = str(raised.value)
+    assert message.startswith("aenqueue_in() found no open transaction.atomic(")
+    assert "async code cannot hold one" in message
+    assert "enqueue_in() in one sync function" in message
+    assert "sync_to_async()" in message
+    assert "aenqueue()" in message
+    assert later_db.job_count() == 0
+
+
+def test_enqueue_in_through_sync_to_async_commits_with_the_writes_around_it(later_db):
+    """The way docs/enqueue.md gives async code: one sync function holds the
+    block, enqueue_in inside it, awaited through sync_to_async."""
+
+    def place(n: int, fail: bool) -> str:
+        with transaction.atomic(using=later_db.alias):
+            job_id = later.enqueue_in(Noop(n=n))
+            if fail:
+                raise Rollback
+        return job_id
+
+    async def scenario() -> str:
+        try:
+            with pytest.raises(Rollback):
+                await sync_to_async(place)(1, True)
+            return await sync_to_async(place)(2, False)
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    kept = asyncio.run(scenario())
+    assert [row[0] for row in later_db.rows("SELECT id FROM later_job")] == [kept]
+
+
+def test_aenqueue_in_under_async_to_sync_joins_the_callers_block(later_db):
+    """aenqueue_in runs on the calling sync thread when a coroutine is driven by
+    async_to_sync inside an atomic block, so it joins that block."""
+    from asgiref.sync import async_to_sync
+
+    async def enqueue_from_async(n: int) -> str:
+        return await later.aenqueue_in(Noop(n=n))
+
+    with pytest.raises(Rollback):
+        with transaction.atomic(using=later_db.alias):
+            async_to_sync(enqueue_from_async)(1)
+            assert later_db.job_count() == 1
+            raise Rollback
+    assert later_db.job_count() == 0
+    with transaction.atomic(using=later_db.alias):
+        kept = async_to_sync(enqueue_from_async)(2)
+    assert [row[0] for row in later_db.rows("SELECT id FROM later_job")] == [kept]
 
 
 # -- 10. get_job -----------------------------------------------------------------

@@ -214,3 +214,25 @@ def test_job_re_registering_a_handler_under_a_taken_name_raises_already_register
         later.job(name="shared.name")(part)
     assert registry.handler_by_name("shared.name").func is greet
     assert registry.handler_for_payload(Farewell(name="x")).func is part
+
+
+def test_registry_autodiscover_skips_apps_without_the_module():
+    """A module name that no app has imports nothing and raises nothing."""
+    registry.autodiscover("no_such_jobs_module")
+
+
+def test_registry_autodiscover_raises_the_error_inside_an_existing_module():
+    """A jobs module that exists but fails to import is not mistaken for a
+    missing one: its own error propagates."""
+    with pytest.raises(ModuleNotFoundError, match="tests.jobapp.no_such_module"):
+        registry.autodiscover("broken_jobs")
+
+
+@pytest.mark.parametrize("name", ["jobs", "tasks.handlers", "_private"])
+def test_registry_is_module_name_accepts_dotted_identifiers(name):
+    assert registry.is_module_name(name)
+
+
+@pytest.mark.parametrize("name", ["", "shop/jobs", ".jobs", "jobs.", "1jobs", None, 5])
+def test_registry_is_module_name_refuses_anything_else(name):
+    assert not registry.is_module_name(name)

@@ -20,6 +20,15 @@ from later_django.types import ClaimedJob, NewJob, StuckJob
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
 
+# later's tables, as its migrations create them.
+TABLES: Final = (
+    "later_job",
+    "later_stage_count",
+    "later_server",
+    "later_maintenance",
+    "later_topic",
+)
+
 INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
     "parent_id, created_ms, run_at_ms, changed_ms, history"
@@ -319,6 +328,20 @@ class Dialect:
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         """Names of the triggers this dialect installs that exist now."""
+        raise NotImplementedError
+
+    def database_exists(self, db: BaseDatabaseWrapper) -> bool:
+        """Does the database of ``db`` exist? Answered without connecting where
+        connecting would create it."""
+        return True
+
+    def missing_tables(self, cursor: CursorWrapper) -> list[str]:
+        """The tables of TABLES that do not exist, in that order."""
+        raise NotImplementedError
+
+    def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
+        """Did ``exc``, raised by a statement on ``db``, fail because one of
+        later's tables does not exist?"""
         raise NotImplementedError
 
     # -- jobs -----------------------------------------------------------------

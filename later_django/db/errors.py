@@ -28,6 +28,10 @@ TRANSIENT_SQLSTATES: Final = frozenset(
         "25P04",  # transaction_timeout
     }
 )
+# A table named in the statement does not exist.
+UNDEFINED_TABLE: Final = "42P01"
+# SQLite's generic error code: "no such table" among many others.
+SQLITE_ERROR: Final = 1
 # SQLite primary result codes worth retrying.
 SQLITE_BUSY: Final = 5
 SQLITE_LOCKED: Final = 6
@@ -91,3 +95,21 @@ def is_sqlite_locked(exc: sqlite3.Error) -> bool:
         SQLITE_BUSY,
         SQLITE_LOCKED,
     )
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """PostgreSQL's SQLSTATE of ``exc`` or of the error it wraps."""
+    for err in _causes(exc):
+        state = getattr(err, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
+def sqlite_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of ``exc`` or of the error it wraps."""
+    for err in _causes(exc):
+        code = getattr(err, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF
+    return None

@@ -13,7 +13,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.conf import conf
-from later_django.db.base import CLAIM_SET, Dialect, claimed_jobs, insert_one_params
+from later_django.db.base import CLAIM_SET, TABLES, Dialect, claimed_jobs, insert_one_params
+from later_django.db.errors import UNDEFINED_TABLE, sqlstate
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
@@ -143,6 +144,14 @@ SELECT %s, stage, SUM(n) FROM folded GROUP BY stage
 """
 
 
+# to_regclass follows the search_path, as the unqualified names of every
+# other statement do; NULL is a table it cannot find.
+MISSING_TABLES_SQL: Final = """
+SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, n)
+WHERE to_regclass(t.name) IS NULL ORDER BY t.n
+"""
+
+
 class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
     supports_listen: ClassVar[bool] = True
@@ -165,6 +174,14 @@ class PostgresDialect(Dialect):
             "AND NOT tgisinternal"
         )
         return {row[0] for row in cursor.fetchall()}
+
+    def missing_tables(self, cursor: CursorWrapper) -> list[str]:
+        cursor.execute(MISSING_TABLES_SQL, [list(TABLES)])
+        return [row[0] for row in cursor.fetchall()]
+
+    def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
+        # Said by the error itself: after it, a transaction takes no query.
+        return sqlstate(exc) == UNDEFINED_TABLE
 
     def __init__(self) -> None:
         super().__init__()

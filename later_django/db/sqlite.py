@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from typing import ClassVar, Final
+from urllib.parse import unquote, urlsplit
 
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.base import CLAIM_RETURNING, CLAIM_SET, Dialect, claimed_jobs
+from later_django.db.base import CLAIM_RETURNING, CLAIM_SET, TABLES, Dialect, claimed_jobs
+from later_django.db.errors import SQLITE_ERROR, sqlite_code
 from later_django.types import ClaimedJob
 
 # A write statement takes SQLite's write lock before it reads, so the
@@ -51,6 +56,11 @@ TRIGGERS: Final = {
         END""",
 }
 
+TABLES_FOUND_SQL: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' "
+    f"AND name IN ({', '.join(['%s'] * len(TABLES))})"
+)
+
 COUNTER_UNIQUE_SQL: Final = (
     "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row ON later_stage_count (namespace, stage)"
 )
@@ -82,6 +92,37 @@ class SqliteDialect(Dialect):
             "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'later_job'"
         )
         return {row[0] for row in cursor.fetchall()}
+
+    def database_exists(self, db: BaseDatabaseWrapper) -> bool:
+        # Opening a missing file creates it, empty: look before connecting.
+        name = str(db.settings_dict["NAME"] or "")
+        if name.startswith("file:"):  # a URI: Django opens every NAME with uri=True
+            parts = urlsplit(name)
+            if "mode=memory" in parts.query:
+                return True
+            name = unquote(parts.path)
+        if not name or name == ":memory:":
+            return True  # nothing on disk to create; Django reports an empty NAME
+        return os.path.exists(name)
+
+    def missing_tables(self, cursor: CursorWrapper) -> list[str]:
+        cursor.execute(TABLES_FOUND_SQL, list(TABLES))
+        found = {row[0] for row in cursor.fetchall()}
+        return [table for table in TABLES if table not in found]
+
+    def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
+        # "no such table" has only SQLite's generic code, so ask the schema.
+        # A failed statement leaves SQLite's transaction usable for this
+        # read, even where Django refuses queries until the atomic block
+        # ends: hence the driver's connection.
+        raw = db.connection
+        if sqlite_code(exc) != SQLITE_ERROR or raw is None:
+            return False
+        try:
+            found = {row[0] for row in raw.execute(TABLES_FOUND_SQL.replace("%s", "?"), TABLES)}
+        except sqlite3.Error:
+            return False
+        return not found.issuperset(TABLES)
 
     def job_claim(
         self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int

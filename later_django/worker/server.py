@@ -34,6 +34,7 @@ from later_django.worker import supervisor
 from later_django.worker.batching import Coalescer
 from later_django.worker.executor import Executor, Outcome
 from later_django.worker.notifier import Notifier, Wakeup
+from later_django.worker.status import OutcomeCounts, StatusReporter
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +133,9 @@ class Server:
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
         self.processed = 0
+        # Outcomes stored since the last status line.
+        self.outcomes = OutcomeCounts()
+        self.status = StatusReporter(self.outcomes, self.ready_backlog, lambda: self.worker_count)
         self.stopping = False
         self.closed = asyncio.Event()
         self._next_slot_id = 0
@@ -195,6 +199,7 @@ class Server:
         self._start_service("heartbeat", self._heartbeat_loop)
         self._start_service("maintenance", self.maintenance.run)
         self._start_service("supervisor", lambda: supervisor.supervise(self))
+        self._start_service("status", self.status.run)
         if self.autoscale:
             self._start_service("autoscale", lambda: supervisor.autoscale(self))
         logger.info(
@@ -646,9 +651,10 @@ class Server:
             extra={"action": "finish_error", "job_id": job.id},
         )
 
-    @staticmethod
-    def _log_outcome(job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
+    def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
         extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
+        if stored:
+            self.outcomes.add(outcome.kind)
         if not stored:
             logger.warning(
                 "job %s (%s) finished after its lease was taken over; its outcome was discarded",

@@ -12,8 +12,10 @@ from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
 from django.core.checks import Tags
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 
+from later_django import schema
 from later_django.conf import conf
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -75,6 +77,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        _check_tables(conf.database)
         # Checks that read the database (e.g. a topic's changed partition
         # count, later.E015) must stop a worker before it claims anything.
         self.check(databases=[conf.database], tags=[Tags.database])
@@ -93,6 +96,20 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             sys.exit(code)
+
+
+def _check_tables(alias: str) -> None:
+    """Stop with one line, before anything connects, when later's tables
+    are missing or the database cannot be reached."""
+    try:
+        missing = schema.missing_tables(alias)
+    except DatabaseError as exc:
+        first_line = str(exc).strip().split("\n", 1)[0]
+        raise CommandError(
+            f"cannot reach LATER['DATABASE'] {schema.describe(alias)}: {first_line}"
+        ) from exc
+    if missing:
+        raise CommandError(schema.missing_tables_message(alias, missing))
 
 
 async def _serve(server: Server) -> int:

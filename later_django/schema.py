@@ -1,0 +1,54 @@
+"""Are later's tables on its database? The start-up check of ``later_worker``
+and the error the public API raises when they are missing.
+
+The SQL lives in the dialects; this module only words the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import connections
+
+from later_django.db import dialect_for
+from later_django.db.base import TABLES
+from later_django.exceptions import NotMigrated
+
+FIX = "run `python manage.py later_migrate` to create them"
+
+
+def missing_tables(alias: str) -> list[str]:
+    """Return later's tables that do not exist on the database ``alias``.
+
+    Never creates the database: a SQLite file that does not exist is
+    reported as missing every table, without opening it. Raises Django's
+    DatabaseError when the database cannot be reached.
+    """
+    dialect = dialect_for(alias)
+    db = connections[alias]
+    if not dialect.database_exists(db):
+        return list(TABLES)
+    with db.cursor() as cursor:
+        return dialect.missing_tables(cursor)
+
+
+def describe(alias: str) -> str:
+    """The alias and its database name, as messages show them."""
+    return f"{alias!r} ({connections[alias].settings_dict.get('NAME')})"
+
+
+def missing_tables_message(alias: str, missing: Sequence[str]) -> str:
+    return (
+        f"later's tables are missing on LATER['DATABASE'] {describe(alias)}: "
+        f"{', '.join(missing)}; {FIX}."
+    )
+
+
+def raise_if_not_migrated(alias: str, exc: BaseException) -> None:
+    """Raise NotMigrated from ``exc`` if it failed because later's tables are missing."""
+    if dialect_for(alias).missing_table_error(connections[alias], exc):
+        first_line = str(exc).strip().split("\n", 1)[0]
+        raise NotMigrated(
+            f"later's tables are missing on LATER['DATABASE'] {describe(alias)}: "
+            f"{first_line}; {FIX}."
+        ) from exc
