@@ -157,6 +157,31 @@ class MaintenanceRun(models.Model):
         return f"{self.namespace}/{self.step}"
 
 
+class Lease(models.Model):
+    """A named lease held by one server at a time, fenced by its epoch.
+
+    Maintenance work that must run once per cluster (VACUUM today; cron
+    scheduling, samplers and partition balancing next) is led by whoever
+    holds the lease of its name. Every new holder gets a higher epoch, and
+    expiry is judged on the database's clock.
+    """
+
+    namespace = models.CharField(max_length=64)
+    name = models.CharField(max_length=100)
+    owner = models.CharField(max_length=64)
+    epoch = models.BigIntegerField()
+    expires_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_lease"
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="later_lease_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} (epoch {self.epoch}, {self.owner})"
+
+
 class Topic(models.Model):
     """A registered topic and its partition count, fixed once stored."""
 

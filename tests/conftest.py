@@ -18,6 +18,7 @@ LATER_TABLES = [
     "later_server",
     "later_maintenance",
     "later_topic",
+    "later_lease",
 ]
 
 

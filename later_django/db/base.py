@@ -27,6 +27,7 @@ TABLES: Final = (
     "later_server",
     "later_maintenance",
     "later_topic",
+    "later_lease",
 )
 
 INSERT_COLUMNS: Final = (
@@ -246,6 +247,33 @@ SERVER_PRUNE_SQL: Final = """
 DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {now} - %s
 """
 
+# A new holder (no row, or the last one expired) gets the next epoch; the
+# live holder renews and keeps its epoch; anyone else gets no row.
+LEASE_ACQUIRE_SQL: Final = """
+INSERT INTO later_lease (namespace, name, owner, epoch, expires_ms)
+VALUES (%s, %s, %s, 1, {now} + %s)
+ON CONFLICT (namespace, name) DO UPDATE SET
+    epoch = later_lease.epoch + CASE
+        WHEN later_lease.owner = excluded.owner AND later_lease.expires_ms >= {now}
+        THEN 0 ELSE 1 END,
+    owner = excluded.owner,
+    expires_ms = excluded.expires_ms
+WHERE later_lease.owner = excluded.owner OR later_lease.expires_ms < {now}
+RETURNING epoch
+"""
+
+# Only the holder of this epoch renews: nobody took the lease since.
+LEASE_RENEW_SQL: Final = """
+UPDATE later_lease SET expires_ms = {now} + %s
+WHERE namespace = %s AND name = %s AND owner = %s AND epoch = %s
+"""
+
+# Released leases expire at once; the row stays, so epochs keep growing.
+LEASE_RELEASE_SQL: Final = """
+UPDATE later_lease SET expires_ms = 0
+WHERE namespace = %s AND name = %s AND owner = %s AND epoch = %s
+"""
+
 MAINTENANCE_CLAIM_SQL: Final = """
 INSERT INTO later_maintenance (namespace, step, last_run_ms) VALUES (%s, %s, {now})
 ON CONFLICT (namespace, step) DO UPDATE SET last_run_ms = excluded.last_run_ms
@@ -269,6 +297,8 @@ class Dialect:
     single_writer: ClassVar[bool] = False
     # How many rows one multi-row INSERT carries.
     insert_batch_size: ClassVar[int] = 500
+    # Does the database file need VACUUM from time to time (VACUUM_INTERVAL)?
+    needs_vacuum: ClassVar[bool] = False
     # The database's clock as epoch milliseconds, an SQL expression.
     now_sql: ClassVar[str]
     # The larger of two values (GREATEST, or SQLite's two-argument MAX).
@@ -298,6 +328,9 @@ class Dialect:
         self.heartbeat_sql = self.render(SERVER_HEARTBEAT_SQL)
         self.server_prune_sql = self.render(SERVER_PRUNE_SQL)
         self.maintenance_claim_sql = self.render(MAINTENANCE_CLAIM_SQL)
+        self.lease_acquire_sql = self.render(LEASE_ACQUIRE_SQL)
+        self.lease_renew_sql = self.render(LEASE_RENEW_SQL)
+        self.lease_release_sql = self.render(LEASE_RELEASE_SQL)
         self.retry_sql = {
             fenced_by: self.render(JOB_RETRY_SQL.replace("{fence}", fence))
             for fenced_by, fence in (("owner", OWNER_FENCE), ("expiry", EXPIRED_FENCE))
@@ -648,6 +681,38 @@ class Dialect:
         ago anywhere in the namespace; return whether this caller should run it."""
         cursor.execute(self.maintenance_claim_sql, [namespace, step, interval_ms])
         return cursor.fetchone() is not None
+
+    # -- leases -----------------------------------------------------------------
+    def lease_acquire(
+        self, cursor: CursorWrapper, *, namespace: str, name: str, owner: str, ttl_ms: int
+    ) -> int | None:
+        """Take or renew the lease ``name`` for ``owner`` until the database's
+        now plus ``ttl_ms``; return its epoch, or None while another owner
+        holds it. A new holder gets a higher epoch than any before it."""
+        cursor.execute(self.lease_acquire_sql, [namespace, name, owner, ttl_ms])
+        row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    def lease_renew(
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        name: str,
+        owner: str,
+        epoch: int,
+        ttl_ms: int,
+    ) -> bool:
+        """Extend the lease held as (``owner``, ``epoch``); False if it was taken."""
+        cursor.execute(self.lease_renew_sql, [ttl_ms, namespace, name, owner, epoch])
+        return bool(cursor.rowcount == 1)
+
+    def lease_release(
+        self, cursor: CursorWrapper, *, namespace: str, name: str, owner: str, epoch: int
+    ) -> bool:
+        """Let the lease go now, if it is still held as (``owner``, ``epoch``)."""
+        cursor.execute(self.lease_release_sql, [namespace, name, owner, epoch])
+        return bool(cursor.rowcount == 1)
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
         """Compact the database file where that is a separate step."""

@@ -73,6 +73,7 @@ class SqliteDialect(Dialect):
     # step; the 3.40 library here lacks unixepoch('subsec').
     now_sql: ClassVar[str] = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
     greatest_sql: ClassVar[str] = "MAX"
+    needs_vacuum: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
     trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
     # 6 parameters a row; SQLite allows 32,766 parameters a statement.

@@ -14,6 +14,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django import registry
 from later_django.db.base import Dialect
+from later_django.leases import Leader
 from later_django.retry import RetryPolicy, default_policy
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ class StepContext:
     stuck_grace_ms: int
     server_ttl_ms: int
     vacuum_interval_ms: int | None
+    # Leads the steps that run once per cluster.
+    leader: Leader
 
 
 def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
@@ -130,8 +133,10 @@ def compact_counters(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) 
 
 
 def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
-    """SQLite VACUUM, at most once per VACUUM_INTERVAL across all servers."""
-    if ctx.vacuum_interval_ms is None or dialect.vendor != "sqlite":
+    """SQLite VACUUM, by the leading server, at most once per VACUUM_INTERVAL."""
+    if ctx.vacuum_interval_ms is None or not dialect.needs_vacuum:
+        return 0
+    if ctx.leader.lead(dialect, cursor, "vacuum") is None:
         return 0
     if not dialect.maintenance_claim(
         cursor,

@@ -26,6 +26,7 @@ from django.utils.module_loading import import_string
 from later_django.conf import conf
 from later_django.db.errors import is_transient
 from later_django.hotpath import HotPath
+from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
 from later_django.store import Store, new_pool
@@ -158,6 +159,7 @@ class Server:
             watch=self.store.dialect.supports_change_counter,
         )
         vacuum = conf.VACUUM_INTERVAL
+        self.leader = Leader(namespace=self.namespace, owner=self.server_id, ttl_ms=self.lease_ms)
         self.maintenance = Maintenance(
             self.store,
             new_pool("maintenance", 2),
@@ -168,6 +170,7 @@ class Server:
                 stuck_grace_ms=conf.millis("STUCK_JOB_GRACE"),
                 server_ttl_ms=max(4 * conf.millis("PARTITION_HEARTBEAT_TTL"), 60_000),
                 vacuum_interval_ms=int(vacuum.total_seconds() * 1000) if vacuum else None,
+                leader=self.leader,
             ),
             conf.seconds("MAINTENANCE_INTERVAL"),
             lease=self.lease_ms / 1000,
@@ -269,10 +272,8 @@ class Server:
             await self._stop_service(name)
         self.notifier.stop()
         try:
-            await self.store.run(
-                self._service_pool, lambda d, c: d.server_remove(c, server_id=self.server_id)
-            )
-        except Exception as exc:  # noqa: BLE001  best effort: the row expires anyway
+            await self.store.run(self._service_pool, self._deregister)
+        except Exception as exc:  # noqa: BLE001  best effort: the rows expire anyway
             logger.warning("could not deregister server %s: %s", self.server_id, exc)
         for pool in (self._db_pool, self._service_pool, self._handler_pool, self.maintenance.pool):
             pool.shutdown(wait=False, cancel_futures=True)
@@ -311,6 +312,11 @@ class Server:
         left = {future for future in self._finishing if not future.done()}
         if left:
             await asyncio.wait(left, timeout=CONNECTION_CLOSE_TIMEOUT)
+
+    def _deregister(self, dialect: Any, cursor: Any) -> None:
+        """Leave the cluster: another server leads at its next tick."""
+        self.leader.release_all(dialect, cursor)
+        dialect.server_remove(cursor, server_id=self.server_id)
 
     # -- workers ----------------------------------------------------------------
     def _spawn_worker(self) -> WorkerSlot:
