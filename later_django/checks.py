@@ -14,6 +14,7 @@ from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string, module_has_submodule
 
 from later_django.conf import DEFAULTS, TIMING_KEYS, conf
+from later_django.db import dialect_for
 from later_django.registry import is_module_name
 from later_django.retry import RetryPolicy
 
@@ -330,8 +331,7 @@ def stored_topic_conflicts(alias: str, topics: dict[str, Any]) -> list[tuple[str
     """(name, configured, stored) for every topic whose count changed."""
     try:
         with connections[alias].cursor() as cursor:
-            cursor.execute("SELECT name, partitions FROM later_topic")
-            stored = dict(cursor.fetchall())
+            stored = dialect_for(alias).topic_partitions(cursor)
     except DatabaseError:
         return []  # not migrated yet: later_migrate registers the topics
     return [

@@ -5,7 +5,7 @@ per thread), heals a connection broken by a database restart, and turns
 "database is locked" and serialization failures into LaterBusy.
 
 The statements every job goes through (claim, completion) take a shorter
-road: later_django.hotpath.
+road: later_django.db.sessions.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
-from later_django.hotpath import HotPath
+from later_django.db.sessions import HotPath
 from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep
 from tests.test_worker_processes import job_row, wait_until
 from tests.test_worker_server import (

@@ -682,6 +682,26 @@ class Dialect:
         cursor.execute(self.maintenance_claim_sql, [namespace, step, interval_ms])
         return cursor.fetchone() is not None
 
+    # -- topics and files ---------------------------------------------------------
+    def topic_partitions(self, cursor: CursorWrapper) -> dict[str, int]:
+        """Every registered topic and its partition count."""
+        cursor.execute("SELECT name, partitions FROM later_topic")
+        return {str(name): int(count) for name, count in cursor.fetchall()}
+
+    def topic_register(self, cursor: CursorWrapper, *, name: str, partitions: int) -> bool:
+        """Register a topic unless it exists; return whether it was new."""
+        cursor.execute(
+            "INSERT INTO later_topic (name, partitions) VALUES (%s, %s) "
+            "ON CONFLICT (name) DO NOTHING",
+            [name, partitions],
+        )
+        return bool(cursor.rowcount == 1)
+
+    def journal_wal(self, cursor: CursorWrapper) -> bool:
+        """Switch the database to write-ahead logging where that is a
+        setting of the file; return whether it changed."""
+        return False
+
     # -- leases -----------------------------------------------------------------
     def lease_acquire(
         self, cursor: CursorWrapper, *, namespace: str, name: str, owner: str, ttl_ms: int

@@ -112,28 +112,47 @@ TRIGGERS: Final = {
     "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_truncate()",
 }
 
-# Successes in bulk: the batch travels as two arrays, so the text is the same
-# for every batch size and the worker runs it as one prepared statement.
-JOB_COMPLETE_MANY_SQL: Final = """
-UPDATE later_job j SET stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, lease_owner = NULL, lease_expires_ms = NULL,
-    history = j.history || 'success@' || {stamp} || ';'
-FROM unnest(%s::text[], %s::int[]) AS v (id, attempts)
-WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = %s
-RETURNING j.id
+# Successes in bulk, then the release of their waiting continuations, in one
+# function: one statement and one round trip for the worker (the batch
+# travels as two arrays, so the call's text never changes and is prepared
+# once). Each statement inside a plpgsql function takes a snapshot of its
+# own, so the look for children, after the parents' update, sees every
+# child committed until then, including one whose transaction was still open
+# when the completion began; a single SQL statement would miss it. Most
+# batches have no waiting child: the look is a read, and the UPDATE (and its
+# statement-level counter trigger) runs only when one exists.
+COMPLETE_MANY_FUNCTION_SQL: Final = """
+CREATE OR REPLACE FUNCTION later_complete_many(
+    p_ids text[], p_attempts int[], p_owner text, p_retention_ms bigint,
+    OUT done_ids text[], OUT released bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    WITH done AS (
+        UPDATE later_job j SET stage = 'success',
+            changed_ms = GREATEST({now}, j.changed_ms),
+            finished_ms = GREATEST({now}, j.changed_ms),
+            expires_ms = {now} + p_retention_ms, lease_owner = NULL,
+            lease_expires_ms = NULL,
+            history = j.history || 'success@' || GREATEST({now}, j.changed_ms) || ';'
+        FROM unnest(p_ids, p_attempts) AS v (id, attempts)
+        WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = p_owner
+        RETURNING j.id
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO done_ids FROM done;
+    released := 0;
+    IF cardinality(done_ids) > 0 AND EXISTS (
+        SELECT 1 FROM later_job WHERE parent_id = ANY(done_ids) AND stage = 'waiting'
+    ) THEN
+        UPDATE later_job SET stage = 'enqueued',
+            changed_ms = GREATEST({now}, changed_ms), run_at_ms = {now},
+            history = history || 'enqueued@' || GREATEST({now}, changed_ms) || ';'
+        WHERE parent_id = ANY(done_ids) AND stage = 'waiting';
+        GET DIAGNOSTICS released = ROW_COUNT;
+    END IF;
+END $$;
 """
 
-# The continuations of the batch's parents, in a statement after the
-# completion's (sent in the same round trip): a statement's snapshot is
-# taken when it starts, so one statement doing both would miss a child
-# committed while the completion waited for the parent's row.
-JOB_RELEASE_CHILDREN_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE parent_id IN (
-    SELECT id FROM later_job WHERE id = ANY(%s::text[]) AND stage = 'success')
-  AND stage = 'waiting'
-"""
+JOB_COMPLETE_MANY_SQL: Final = "SELECT done_ids, released FROM later_complete_many(%s, %s, %s, %s)"
 
 COUNTER_COMPACT_SQL: Final = """
 WITH folded AS (
@@ -160,18 +179,20 @@ class PostgresDialect(Dialect):
     now_sql: ClassVar[str] = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
     skip_locked: ClassVar[str] = "FOR UPDATE SKIP LOCKED"
     share_lock: ClassVar[str] = "FOR SHARE OF p"
-    trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
+    trigger_names: ClassVar[frozenset[str]] = frozenset({*TRIGGERS, "later_complete_many"})
     supports_async_connection: ClassVar[bool] = True
 
     def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(TRIGGER_FUNCTIONS_SQL)
+        cursor.execute(self.complete_many_function_sql)
         for name, body in TRIGGERS.items():
             cursor.execute(f"CREATE OR REPLACE TRIGGER {name} {body}")
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = 'later_job'::regclass "
-            "AND NOT tgisinternal"
+            "AND NOT tgisinternal "
+            "UNION ALL SELECT proname FROM pg_proc WHERE proname = 'later_complete_many'"
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -187,8 +208,7 @@ class PostgresDialect(Dialect):
         super().__init__()
         self.insert_one_sql = self.insert_sql + " RETURNING stage"
         self.claim_sql = self.render(JOB_CLAIM_SQL)
-        self.pg_complete_many_sql = self.render(JOB_COMPLETE_MANY_SQL)
-        self.pg_release_children_sql = self.render(JOB_RELEASE_CHILDREN_SQL)
+        self.complete_many_function_sql = self.render(COMPLETE_MANY_FUNCTION_SQL)
 
     # Inserts run straight on the psycopg connection under Django's (the same
     # session and transaction), past Django's cursor, keeping its error
@@ -243,19 +263,20 @@ class PostgresDialect(Dialect):
     ) -> tuple[list[str], int]:
         if not jobs:
             return [], 0
-        ids = [job_id for job_id, _ in jobs]
-        prepare = _prepare()
-        # Two statements, one round trip.
-        async with conn.cursor() as done, conn.cursor() as released:
-            async with conn.pipeline():
-                await done.execute(
-                    self.pg_complete_many_sql,
-                    [retention_ms, ids, [attempts for _, attempts in jobs], owner],
-                    prepare=prepare,
-                )
-                await released.execute(self.pg_release_children_sql, [ids], prepare=prepare)
-            rows = await done.fetchall()
-            return [str(row[0]) for row in rows], max(released.rowcount, 0)
+        async with conn.cursor() as cursor:
+            await cursor.execute(
+                JOB_COMPLETE_MANY_SQL,
+                [
+                    [job_id for job_id, _ in jobs],
+                    [attempts for _, attempts in jobs],
+                    owner,
+                    retention_ms,
+                ],
+                prepare=_prepare(),
+            )
+            row = await cursor.fetchone()
+        assert row is not None
+        return [str(job_id) for job_id in row[0]], int(row[1])
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # One folder at a time per namespace; the others skip this round.

@@ -136,6 +136,14 @@ class SqliteDialect(Dialect):
         cursor.execute("PRAGMA data_version")
         return int(cursor.fetchone()[0])
 
+    def journal_wal(self, cursor: CursorWrapper) -> bool:
+        # WAL lets readers run while a worker writes; it persists in the file.
+        cursor.execute("PRAGMA journal_mode")
+        if str(cursor.fetchone()[0]).lower() == "wal":
+            return False
+        cursor.execute("PRAGMA journal_mode=WAL")
+        return True
+
     def vacuum(self, cursor: CursorWrapper) -> bool:
         cursor.execute("VACUUM")
         return True

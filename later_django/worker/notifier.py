@@ -13,7 +13,7 @@ import logging
 
 from later_django import wakeup
 from later_django.db import dialect_for
-from later_django.hotpath import SqliteSession
+from later_django.db.sessions import SqliteSession
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from django.utils.module_loading import import_string
 
 from later_django.conf import conf
 from later_django.db.errors import is_transient
-from later_django.hotpath import HotPath
+from later_django.db.sessions import HotPath
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext

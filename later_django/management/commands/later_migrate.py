@@ -40,13 +40,9 @@ class Command(BaseCommand):
         ]
         actions += [line.removesuffix("... OK").strip() for line in applied]
 
-        if connection.vendor == "sqlite":
-            with connection.cursor() as cursor:
-                cursor.execute("PRAGMA journal_mode")
-                if str(cursor.fetchone()[0]).lower() != "wal":
-                    # WAL lets readers run while a worker writes; it persists in the file.
-                    cursor.execute("PRAGMA journal_mode=WAL")
-                    actions.append("switched SQLite to WAL journal mode")
+        with connection.cursor() as cursor:
+            if dialect.journal_wal(cursor):
+                actions.append("switched SQLite to WAL journal mode")
 
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             dialect.install(cursor)
@@ -63,12 +59,7 @@ class Command(BaseCommand):
             )
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for name, count in sorted(topics.items()):
-                cursor.execute(
-                    "INSERT INTO later_topic (name, partitions) VALUES (%s, %s) "
-                    "ON CONFLICT (name) DO NOTHING",
-                    [name, count],
-                )
-                if cursor.rowcount == 1:
+                if dialect.topic_register(cursor, name=name, partitions=count):
                     actions.append(f"registered topic {name} with {count} partitions")
 
         if options["verbosity"] < 1:

@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 
 import later_django as later
-from later_django.hotpath import HotPath
+from later_django.db.sessions import HotPath
 from tests.jobapp.jobs import Noop
 
 OWNER = "test-owner"

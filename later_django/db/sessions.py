@@ -1,4 +1,4 @@
-"""The statements every job goes through: claims and completions, on connections of their own.
+"""The worker's own database sessions: claims and completions on connections of their own.
 
 A worker server runs them from its event loop without a thread hop:
 PostgreSQL on an asyncio psycopg connection with prepared statements,
