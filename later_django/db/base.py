@@ -36,7 +36,8 @@ INSERT_COLUMNS: Final = (
 )
 
 # Every time written or compared below is the database's, never a host's:
-# {now} is the database clock in epoch ms, so hosts with skewed clocks agree
+# {now} is the database clock in epoch ms ({cutoff} the same, fixed for the
+# statement, where it bounds an index search), so hosts with skewed clocks agree
 # on when a lease expires or a job is due, and a stage's time is taken when
 # its write runs, not before it waited for a lock. {stamp} is the time of a
 # stage change: never before the row's previous change, so a job's history
@@ -97,7 +98,7 @@ RETURNING stage
 # the small partial index of running jobs, slow while it holds dead entries
 # between vacuums.
 OWNER_FENCE: Final = "lease_owner = %s AND attempts = %s"
-EXPIRED_FENCE: Final = "lease_expires_ms < {now} - %s AND attempts = %s"
+EXPIRED_FENCE: Final = "lease_expires_ms < {cutoff} - %s AND attempts = %s"
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone
@@ -180,14 +181,14 @@ UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
     history = history || 'enqueued@' || {stamp} || ';'
 WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
+    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {cutoff}
     ORDER BY run_at_ms LIMIT %s {skip_locked})
   AND stage IN ('delayed', 'requeued')
 """
 
 JOB_STUCK_SQL: Final = """
 SELECT id, type_name, attempts, retry_policy FROM later_job
-WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
+WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {cutoff} - %s
 ORDER BY lease_expires_ms LIMIT %s
 """
 
@@ -195,7 +196,7 @@ ORDER BY lease_expires_ms LIMIT %s
 JOB_PRUNE_SQL: Final = """
 DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
+    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {cutoff}
     LIMIT %s {skip_locked})
 """
 
@@ -244,7 +245,7 @@ ON CONFLICT (id) DO UPDATE SET workers = excluded.workers,
 """
 
 SERVER_PRUNE_SQL: Final = """
-DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {now} - %s
+DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {cutoff} - %s
 """
 
 # A new holder (no row, or the last one expired) gets the next epoch; the
@@ -301,6 +302,9 @@ class Dialect:
     needs_vacuum: ClassVar[bool] = False
     # The database's clock as epoch milliseconds, an SQL expression.
     now_sql: ClassVar[str]
+    # The same clock as a bound a WHERE clause can search an index with: fixed
+    # for the whole statement (a volatile now_sql is not an index bound).
+    cutoff_sql: ClassVar[str]
     # The larger of two values (GREATEST, or SQLite's two-argument MAX).
     greatest_sql: ClassVar[str] = "GREATEST"
     # Appended to SELECTs that pick rows to change, where the vendor locks rows.
@@ -347,6 +351,7 @@ class Dialect:
             template.replace("{stamp}", STAMP)
             .replace("{greatest}", self.greatest_sql)
             .replace("{now}", self.now_sql)
+            .replace("{cutoff}", self.cutoff_sql)
             .replace("{skip_locked}", self.skip_locked)
             .replace("{share_lock}", self.share_lock)
         )

@@ -177,6 +177,8 @@ class PostgresDialect(Dialect):
     # clock_timestamp(), not now(): the time of the write itself, not of the
     # start of the transaction or of a statement that waited for a lock.
     now_sql: ClassVar[str] = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    # statement_timestamp() is stable: the planner can search an index with it.
+    cutoff_sql: ClassVar[str] = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
     skip_locked: ClassVar[str] = "FOR UPDATE SKIP LOCKED"
     share_lock: ClassVar[str] = "FOR SHARE OF p"
     trigger_names: ClassVar[frozenset[str]] = frozenset({*TRIGGERS, "later_complete_many"})

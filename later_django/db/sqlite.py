@@ -72,6 +72,7 @@ class SqliteDialect(Dialect):
     # julianday('now') has millisecond precision and one value per statement
     # step; the 3.40 library here lacks unixepoch('subsec').
     now_sql: ClassVar[str] = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+    cutoff_sql: ClassVar[str] = now_sql
     greatest_sql: ClassVar[str] = "MAX"
     needs_vacuum: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
