@@ -8,7 +8,7 @@ inserts compute the same values in the statement and needs no default.
 
 from django.db import migrations
 
-NOW_MS = "(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
+NOW_MS = "(date_part('epoch', statement_timestamp()) * 1000)::bigint"
 
 SET_DEFAULTS = f"""
 ALTER TABLE later_job

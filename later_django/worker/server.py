@@ -307,11 +307,18 @@ class Server:
         self._completions.reset()
         for future in pending:
             future.cancel()
-        # Stores retried after the reset fail at once on the closed sessions.
-        await asyncio.sleep(0)
-        left = {future for future in self._finishing if not future.done()}
-        if left:
-            await asyncio.wait(left, timeout=CONNECTION_CLOSE_TIMEOUT)
+        # Stores retried after the reset fail at once on the closed sessions;
+        # whatever still runs after a grace period is cancelled, so no store
+        # outlives shutdown.
+        deadline = asyncio.get_running_loop().time() + CONNECTION_CLOSE_TIMEOUT
+        while left := {future for future in self._finishing if not future.done()}:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                for future in left:
+                    future.cancel()
+                await asyncio.wait(left, timeout=1.0)
+                return
+            await asyncio.wait(left, timeout=min(remaining, 0.1))
 
     def _deregister(self, dialect: Any, cursor: Any) -> None:
         """Leave the cluster: another server leads at its next tick."""
