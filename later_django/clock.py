@@ -24,7 +24,3 @@ def from_datetime(value: dt.datetime, *, argument: str = "when") -> int:
             "(e.g. django.utils.timezone.now() + timedelta(...))"
         )
     return int(value.timestamp() * 1000)
-
-
-def history_entry(stage: str, at_ms: int) -> str:
-    return f"{stage}@{at_ms};"

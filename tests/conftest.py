@@ -11,15 +11,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connections
 
+from later_django.db.base import TABLES
+
 ALIASES = {"sqlite": "default", "postgresql": "pg"}
-LATER_TABLES = [
-    "later_job",
-    "later_stage_count",
-    "later_server",
-    "later_maintenance",
-    "later_topic",
-    "later_lease",
-]
+LATER_TABLES = TABLES  # later_job first: deleting jobs fires the counter triggers
 
 
 @dataclass

@@ -60,8 +60,8 @@ FROM (
 ) t
 """
 
-# Ready jobs in bulk: the columns a batch carries, the rest is the clock.
-INSERT_MANY_COLUMNS: Final = "id, namespace, type_name, payload, priority, retry_policy"
+# Ready jobs in bulk: a row carries NewJob's first six fields (id, namespace,
+# type_name, payload, priority, retry_policy); the rest is the clock.
 INSERT_MANY_ROW: Final = (
     "(%s, %s, %s, %s, 'enqueued', %s, 0, %s, NULL, {now}, {now}, {now}, "
     "'enqueued@' || {now} || ';')"
@@ -401,14 +401,7 @@ class Dialect:
             while batch := list(itertools.islice(remaining, self.insert_batch_size)):
                 params: list[Any] = []
                 for job in batch:
-                    params += (
-                        job.id,
-                        job.namespace,
-                        job.type_name,
-                        job.payload,
-                        job.priority,
-                        job.retry_policy,
-                    )
+                    params += job[:6]  # the values of INSERT_MANY_ROW
                 values = ", ".join([self.insert_many_row] * len(batch))
                 cursor.execute(f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {values}", params)
 
@@ -758,16 +751,7 @@ def _fence(owner: str | None, expired_for_ms: int | None) -> tuple[str, str | in
 
 def insert_one_params(job: NewJob) -> list[Any]:
     """The parameters of JOB_INSERT_SQL for ``job``."""
-    return [
-        job.id,
-        job.namespace,
-        job.type_name,
-        job.payload,
-        job.priority,
-        job.retry_policy,
-        job.run_at_ms,
-        job.delay_ms,
-    ]
+    return [*job[:6], job.run_at_ms, job.delay_ms]
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
