@@ -143,3 +143,40 @@ def _terminate(alias: str, pid: int) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     connections[alias].close()
+
+
+def test_postgres_claims_are_planned_once_per_session(later_db):
+    """The claim runs its cached generic plan: planning it anew for every
+    claim cost as much as running it."""
+    if later_db.vendor != "postgresql":
+        pytest.skip("SQLite keeps no server-side plans")
+    # A backlog the size of a real one: with a handful of rows every plan is cheap.
+    later.enqueue_many([Noop(n=n) for n in range(5000)])
+    with connections[later_db.alias].cursor() as cursor:
+        cursor.execute("ANALYZE later_job")
+
+    async def scenario() -> tuple[int, int, int]:
+        path = HotPath(later_db.alias)
+        try:
+            claimed = sum([len(await _claim(path, limit=3)) for _ in range(10)], 0)
+
+            async def plans(_d: object, conn: psycopg.AsyncConnection) -> tuple[int, int]:
+                cursor = await conn.execute(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%SKIP LOCKED%'"
+                )
+                row = await cursor.fetchone()
+                assert row is not None, "the claim is a prepared statement"
+                return int(row[0]), int(row[1])
+
+            assert path.postgres is not None
+            generic, custom = await path.postgres.run(plans)
+            return claimed, generic, custom
+        finally:
+            await path.close()
+
+    claimed, generic, custom = asyncio.run(scenario())
+    assert claimed == 30
+    # The server tries custom plans for the first five runs, then keeps the
+    # generic one only if it is no dearer.
+    assert (generic, custom) == (5, 5)

@@ -47,8 +47,10 @@ COMPLETE_BATCH = 256  # successes stored by one statement at most
 DB_THREADS = 16  # threads (and connections) storing failures and retries
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
-# A handler stops this long before its lease, as last confirmed, expires
-# (a tenth of the lease, at most 2 s): room for the loop to act on it.
+# A lease counts as confirmed until this long before it expires, as last
+# confirmed (a tenth of the lease, at most 2 s); the handlers are checked
+# every half margin, so each stops at least half a margin before its lease
+# could expire.
 LEASE_MARGIN_FRACTION = 0.1
 LEASE_MARGIN_MAX = 2.0  # seconds
 
@@ -65,8 +67,6 @@ class WorkerSlot:
     busy_since: float | None = None
     current_job: str | None = None
     current_claim: Claim | None = None
-    # Fires when the lease of the current claim is no longer confirmed.
-    deadline: asyncio.TimerHandle | None = None
     # The running handler, cancelled if the job's lease is lost (a sync one
     # cannot be stopped: its thread goes on, the worker stops waiting for it).
     run_task: asyncio.Task[Outcome] | None = None
@@ -113,7 +113,9 @@ class Server:
         lease = self.lease_ms / 1000
         # How long a lease stays confirmed after the statement that set it
         # was sent: the database set its expiry no earlier than that.
-        self.confirmed_for = lease - min(lease * LEASE_MARGIN_FRACTION, LEASE_MARGIN_MAX)
+        margin = min(lease * LEASE_MARGIN_FRACTION, LEASE_MARGIN_MAX)
+        self.confirmed_for = lease - margin
+        self.deadline_check_interval = margin / 2
         self.retention_ms = conf.millis("DASHBOARD_RETENTION")
         self.store = Store(self.alias)
         self.wake = Wakeup()
@@ -199,6 +201,7 @@ class Server:
             self._spawn_worker()
         await self._heartbeat_once()
         self._start_service("renew", self._renew_loop)
+        self._start_service("deadlines", self._deadline_loop)
         self._start_service("heartbeat", self._heartbeat_loop)
         self._start_service("maintenance", self.maintenance.run)
         self._start_service("supervisor", lambda: supervisor.supervise(self))
@@ -438,7 +441,6 @@ class Server:
             slot.busy_since, slot.reported_slow = time.monotonic(), False
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
             slot.run_task = asyncio.create_task(self.executor.run(job))
-            self._watch_deadline(slot, claim)
             try:
                 try:
                     outcome = await slot.run_task
@@ -452,34 +454,33 @@ class Server:
                 await self._outcome_stored(slot)
                 slot.finishing = self._start_finish(job, outcome)
             finally:
-                if slot.deadline is not None:
-                    slot.deadline.cancel()
-                    slot.deadline = None
                 slot.current_job, slot.current_claim = None, None
                 slot.busy_since, slot.run_task = None, None
             self.processed += 1
         await self._outcome_stored(slot)
 
-    def _watch_deadline(self, slot: WorkerSlot, claim: Claim) -> None:
-        """Stop the handler of ``claim`` once its lease is no longer confirmed.
+    async def _deadline_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.deadline_check_interval)
+            self.stop_unconfirmed()
 
-        Renewals move the deadline on; when none confirmed the lease in time
-        (the database unreachable, this process frozen), the handler stops
-        before the lease expires, so it never runs beside a recovered run."""
-        loop = asyncio.get_running_loop()
+    def stop_unconfirmed(self) -> None:
+        """Stop every handler whose lease is no longer confirmed.
 
-        def check() -> None:
-            slot.deadline = None
-            if slot.current_claim != claim or slot.run_task is None or slot.run_task.done():
-                return
+        Renewals move each claim's deadline on; when none confirmed a lease in
+        time (the database unreachable, this process frozen), its handler
+        stops before the lease expires, so it never runs beside a recovered
+        run. One periodic check instead of a timer per job: a job costs no
+        timer to arm and cancel."""
+        now = asyncio.get_running_loop().time()
+        for slot in self.slots:
+            claim = slot.current_claim
+            if claim is None or slot.lease_lost or slot.run_task is None or slot.run_task.done():
+                continue
             until = self._leases.get(claim)
-            if until is not None and loop.time() < until:
-                slot.deadline = loop.call_at(until, check)
-                return
-            self._leases.pop(claim, None)
-            self._stop_handler(slot, claim, "its lease could not be renewed in time")
-
-        slot.deadline = loop.call_at(self._leases.get(claim, loop.time()), check)
+            if until is None or now >= until:
+                self._leases.pop(claim, None)
+                self._stop_handler(slot, claim, "its lease could not be renewed in time")
 
     def _stop_handler(self, slot: WorkerSlot, claim: Claim, why: str) -> None:
         """Stop the handler ``slot`` runs for ``claim``; its outcome is never stored."""
