@@ -363,7 +363,7 @@ def test_permanent_store_error_lets_the_lease_expire_and_frees_the_worker(
             # No longer renewed, the lease expired and the job was recovered.
             info = await wait_stage(flaky, "success", within=15)
             assert info.attempts == 2
-            assert not server._unstored
+            assert not server.completer.unstored
 
         serve(body, workers=1)
     finally:
@@ -402,7 +402,7 @@ def test_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, set
     server, left = asyncio.run(main())
     assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
     assert left == []
-    for path in (server._claim_path, server._complete_path):
+    for path in (server.claimer.path, server.completer.path):
         session = path.postgres or path.sqlite
         assert session is not None and session.closed
 

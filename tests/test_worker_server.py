@@ -24,8 +24,8 @@ import later_django as later
 from later_django import RetryPolicy
 from later_django.clock import now_ms
 from later_django.store import Store
-from later_django.worker import server as server_module
 from later_django.worker import supervisor
+from later_django.worker import workers as workers_module
 from later_django.worker.server import MAX_WORKERS, Server
 from tests.jobapp.jobs import (
     AsyncNoop,
@@ -378,6 +378,41 @@ def test_supervisor_replaces_exited_worker(later_db, record):
     serve(body, workers=2)
 
 
+def test_a_crashed_worker_takes_nothing_else_down_and_is_replaced(later_db, record, caplog):
+    """A worker task that raises outside any handler ends alone: the other
+    tasks of the server's group keep running, and the supervisor replaces it."""
+
+    def patch_store(server: Server) -> None:
+        original = server.completer.store_outcome
+
+        def crash_once(job: Any, outcome: Any) -> Any:
+            server.completer.store_outcome = original  # type: ignore[method-assign]
+            raise RuntimeError("worker bug")
+
+        server.completer.store_outcome = crash_once  # type: ignore[method-assign]
+
+    async def body(server: Server) -> None:
+        first = await db(later.enqueue, Noop(n=1))
+        crashed = server.slots[0]
+
+        async def ended() -> bool:
+            return crashed.task is not None and crashed.task.done()
+
+        await wait_until(ended, 10, "the worker to crash")
+        assert repr(crashed.crash) == "RuntimeError('worker bug')"
+        assert server.service_task("renew") is not None
+        assert not server.service_task("renew").done(), "the services still run"
+        actions = supervisor.check_once(server)
+        assert actions == [f"replaced exited worker {crashed.id} with {server.slots[-1].id}"]
+        assert "worker 0 crashed: RuntimeError('worker bug'); replacing it" in caplog.text
+        # The crashed worker's job was never stored: its lease recovers it.
+        assert await db(later_db.stage_of, first) == "running"
+        second = await db(later.enqueue, Noop(n=2))
+        await wait_stage(second, "success")
+
+    serve(body, workers=1, before_start=patch_store)
+
+
 def test_supervisor_replaces_hung_worker(later_db, record, settings):
     """A worker stuck outside any handler past the threshold is cancelled and replaced."""
     later_settings(
@@ -389,7 +424,7 @@ def test_supervisor_replaces_hung_worker(later_db, record, settings):
     hung: list[asyncio.Event] = []
 
     def patch_claim(server: Server) -> None:
-        original = server.claim
+        original = server.claimer.claim
         hung.append(asyncio.Event())
 
         async def claim_hangs_once() -> Any:
@@ -399,7 +434,7 @@ def test_supervisor_replaces_hung_worker(later_db, record, settings):
                 await asyncio.get_running_loop().create_future()  # never resolves
             return await original()
 
-        server.claim = claim_hangs_once  # type: ignore[method-assign]
+        server.claimer.claim = claim_hangs_once  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         await asyncio.wait_for(hung[0].wait(), 10)
@@ -453,11 +488,11 @@ def test_supervisor_reports_but_keeps_slow_handler(later_db, record, settings):
 
 def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch):
     """A failing claim backs off instead of spinning, and the worker recovers."""
-    monkeypatch.setattr(server_module, "CLAIM_ERROR_BACKOFF", 0.2)
+    monkeypatch.setattr(workers_module, "CLAIM_ERROR_BACKOFF", 0.2)
     attempts: list[float] = []
 
     def patch_claim(server: Server) -> None:
-        original = server.claim
+        original = server.claimer.claim
 
         async def claim_fails_thrice() -> Any:
             attempts.append(time.monotonic())
@@ -465,7 +500,7 @@ def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch
                 raise RuntimeError("database unavailable")
             return await original()
 
-        server.claim = claim_fails_thrice  # type: ignore[method-assign]
+        server.claimer.claim = claim_fails_thrice  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         job_id = await db(later.enqueue, Noop(n=1))
@@ -482,7 +517,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
     calls: list[int] = []
 
     def patch_completion(server: Server) -> None:
-        original = server._complete_path.complete_many
+        original = server.completer.path.complete_many
 
         async def fails_once(**kwargs: Any) -> Any:
             calls.append(len(kwargs["jobs"]))
@@ -490,7 +525,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
                 raise RuntimeError("server closed the connection unexpectedly")
             return await original(**kwargs)
 
-        server._complete_path.complete_many = fails_once  # type: ignore[method-assign]
+        server.completer.path.complete_many = fails_once  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         first = await db(later.enqueue, AsyncNoop(n=1))
@@ -499,7 +534,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
         await wait_stage(second, "success")
         assert info.attempts == 1
         assert len(calls) >= 3, calls
-        assert not server._unstored, "every outcome was stored"
+        assert not server.completer.unstored, "every outcome was stored"
 
     serve(body, workers=1, before_start=patch_completion)
     assert "could not store the outcome of job" in caplog.text
@@ -514,7 +549,7 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
     def patch(server: Server) -> None:
         # No LISTEN or commit-watching backstop either.
         server.notifier.listen = server.notifier.watch = False
-        original = server.claim
+        original = server.claimer.claim
 
         async def claim_then_enqueue() -> Any:
             job = await original()
@@ -523,7 +558,7 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
                 enqueued.append(await db(later.enqueue, Noop(n=1)))
             return job
 
-        server.claim = claim_then_enqueue  # type: ignore[method-assign]
+        server.claimer.claim = claim_then_enqueue  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         async def was_enqueued() -> bool:
@@ -581,7 +616,7 @@ def test_server_add_worker_refuses_above_limit(later_db, record):
         async def no_job() -> None:
             return None
 
-        server.claim = no_job  # type: ignore[method-assign]
+        server.claimer.claim = no_job  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         while server.worker_count < MAX_WORKERS:

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from later_django.conf import conf
-
-if TYPE_CHECKING:
-    from later_django.worker.server import Server
+from later_django.worker.workers import WorkerSlot
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +23,39 @@ SCALE_UP_FACTOR = 20  # ready backlog per worker above which one worker is added
 SCALE_DOWN_AFTER = 3  # consecutive empty readings before one worker is removed
 
 
-async def supervise(server: Server) -> None:
+class Ticking(Protocol):
+    """A periodic service whose progress is watched."""
+
+    last_tick: float  # time.monotonic() of its last completed tick
+    interval: float  # seconds between ticks
+
+
+class Supervised(Protocol):
+    """What the supervisor sees of a server."""
+
+    @property
+    def slots(self) -> list[WorkerSlot]: ...
+    @property
+    def maintenance(self) -> Ticking: ...
+    def replace_worker(self, slot: WorkerSlot) -> WorkerSlot: ...
+    def abandon_hung_calls(self, threshold: float) -> list[str]: ...
+    def service_task(self, name: str) -> asyncio.Task[None] | None: ...
+    def restart_service(self, name: str) -> None: ...
+
+
+class Scaled(Protocol):
+    """What autoscaling sees of a server."""
+
+    @property
+    def autoscale(self) -> tuple[int, int] | None: ...
+    @property
+    def worker_count(self) -> int: ...
+    async def add_worker(self) -> int: ...
+    async def remove_worker(self) -> int: ...
+    async def ready_backlog(self) -> int: ...
+
+
+async def supervise(server: Supervised) -> None:
     interval = conf.seconds("SUPERVISOR_INTERVAL")
     last = time.monotonic()
     while True:
@@ -47,14 +77,14 @@ async def supervise(server: Server) -> None:
         check_once(server)
 
 
-def forgive_stall(server: Server, now: float) -> None:
+def forgive_stall(server: Supervised, now: float) -> None:
     """Restart every progress marker from ``now`` after the process was frozen."""
     for slot in server.slots:
         slot.last_active = max(slot.last_active, now)
     server.maintenance.last_tick = max(server.maintenance.last_tick, now)
 
 
-def check_once(server: Server) -> list[str]:
+def check_once(server: Supervised) -> list[str]:
     """Replace exited and hung workers; return what was done (for tests and logs)."""
     threshold = conf.seconds("HUNG_WORKER_THRESHOLD")
     now = time.monotonic()
@@ -73,9 +103,7 @@ def check_once(server: Server) -> list[str]:
         if slot.stopping or slot.task is None:
             continue
         if slot.task.done():
-            reason = "exited"
-            if not slot.task.cancelled() and slot.task.exception() is not None:
-                reason = f"crashed: {slot.task.exception()!r}"
+            reason = "exited" if slot.crash is None else f"crashed: {slot.crash!r}"
             logger.error(
                 "worker %d %s; replacing it",
                 slot.id,
@@ -125,7 +153,7 @@ def check_once(server: Server) -> list[str]:
     return actions
 
 
-async def autoscale(server: Server) -> None:
+async def autoscale(server: Scaled) -> None:
     interval = conf.seconds("AUTOSCALE_INTERVAL")
     state = {"empty": 0}
     while True:
@@ -138,7 +166,7 @@ async def autoscale(server: Server) -> None:
         await scale_once(server, backlog, state)
 
 
-async def scale_once(server: Server, backlog: int, state: dict[str, int]) -> str | None:
+async def scale_once(server: Scaled, backlog: int, state: dict[str, int]) -> str | None:
     """Apply one autoscale reading; at most one worker changes per tick."""
     assert server.autoscale is not None
     low, high = server.autoscale

@@ -1,0 +1,301 @@
+"""Storing what each job did: successes in shared batches on a connection of
+their own, failures and retries one statement each on a thread pool.
+
+Every write is fenced by the claim (job id, attempt): an outcome whose lease
+was taken over is discarded. Only transient errors are retried, and never
+past the lease's deadline; then the claim is let go, so its lease expires and
+the stuck-job recovery runs the job again (on this server or another).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from later_django.db.errors import is_transient
+from later_django.db.sessions import HotPath
+from later_django.maintenance.runner import Maintenance
+from later_django.store import Store
+from later_django.types import ClaimedJob
+from later_django.worker.batching import Coalescer
+from later_django.worker.executor import Outcome
+from later_django.worker.lease_book import EXPIRED, Claim, LeaseBook
+from later_django.worker.notifier import Wakeup
+from later_django.worker.status import OutcomeCounts
+
+logger = logging.getLogger(__name__)
+
+COMPLETE_BATCH = 256  # successes stored by one statement at most
+FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
+CANCEL_GRACE = 2.0  # seconds stores still running after an abandon get before cancellation
+
+
+class Completer:
+    def __init__(
+        self,
+        *,
+        alias: str,
+        owner: str,
+        retention_ms: int,
+        store: Store,
+        pool: ThreadPoolExecutor,
+        leases: LeaseBook,
+        wake: Wakeup,
+        maintenance: Maintenance,
+    ) -> None:
+        self.owner = owner
+        self.retention_ms = retention_ms
+        self.store = store
+        self.pool = pool
+        self.leases = leases
+        self.wake = wake
+        self.maintenance = maintenance
+        self.path = HotPath(alias)
+        self.outcomes = OutcomeCounts()  # stored since the last status line
+        # Claims whose handler ended and whose outcome is being stored.
+        self.unstored: dict[Claim, ClaimedJob] = {}
+        self._finishing: set[asyncio.Future[None]] = set()
+        self._background: set[asyncio.Future[None]] = set()
+        self._completions: Coalescer[Claim, bool] = Coalescer(
+            self._complete_batch, max_batch=COMPLETE_BATCH
+        )
+
+    def store_outcome(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
+        """Store ``outcome`` apart from the worker (a cancelled worker must still
+        record what its job did); the future is done once it is stored."""
+        claim = (job.id, job.attempts)
+        self.unstored[claim] = job
+        if outcome.kind != "succeeded":
+            return self._finish_in_task(job, outcome)
+        # The common case costs no task: the shared completion's own future
+        # says when it is stored. Only a failed store falls back to the
+        # retrying task.
+        finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._finishing.add(finished)
+        finished.add_done_callback(self._finishing.discard)
+
+        def on_stored(stored: asyncio.Future[bool]) -> None:
+            error = None if stored.cancelled() else stored.exception()
+            if finished.done():
+                return  # abandoned at shutdown
+            if stored.cancelled() or error is not None:
+                self._log_finish_error(job, error or "cancelled")
+                retry = self._finish_in_task(job, outcome)
+                retry.add_done_callback(lambda _: _resolve(finished))
+                return
+            self.unstored.pop(claim, None)
+            self.leases.release(claim)
+            self._log_outcome(job, outcome, stored.result())
+            _resolve(finished)
+
+        self._completions.submit_nowait(claim).add_done_callback(on_stored)
+        return finished
+
+    async def _complete_batch(self, requests: list[Claim]) -> list[bool]:
+        done, released = await self.path.complete_many(
+            owner=self.owner, jobs=requests, retention_ms=self.retention_ms
+        )
+        if released:
+            # Continuations just became ready: this server's idle workers need
+            # not wait for a poll (SQLite) to find them.
+            self.wake.wake()
+        completed = set(done)
+        return [job_id in completed for job_id, _ in requests]
+
+    def _finish_in_task(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
+        claim = (job.id, job.attempts)
+        task = asyncio.ensure_future(self._finish(job, outcome))
+        self._finishing.add(task)
+
+        def done(_: object) -> None:
+            self._finishing.discard(task)
+            self.unstored.pop(claim, None)
+            self.leases.release(claim)
+
+        task.add_done_callback(done)
+        return task
+
+    async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """Store ``outcome``, retrying transient errors while the lease holds."""
+        claim = (job.id, job.attempts)
+        loop = asyncio.get_running_loop()
+        delay = 0.05
+        while True:
+            try:
+                if outcome.kind == "succeeded":
+                    stored = await self._completions.submit(claim)
+                else:
+                    stored = await self.store.run(
+                        self.pool, lambda d, c: self._store_failure(d, c, job, outcome), atomic=True
+                    )
+                break
+            except Exception as exc:  # noqa: BLE001  sorted below
+                if not is_transient(exc):
+                    self._give_up(job, exc, "the error is not transient")
+                    return
+                until = self.leases.until(claim)
+                if until is None or loop.time() + delay >= until:
+                    self._give_up(job, exc, EXPIRED)
+                    return
+                self._log_finish_error(job, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, FINISH_RETRY_MAX)
+        self._log_outcome(job, outcome, stored)
+        if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
+            self._promote_after(outcome.delay_ms)
+
+    def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
+        if outcome.kind == "retry":
+            return bool(
+                dialect.job_retry(
+                    cursor,
+                    job_id=job.id,
+                    attempts=job.attempts,
+                    owner=self.owner,
+                    delay_ms=outcome.delay_ms or 0,
+                    error=outcome.error,
+                    retry_policy=outcome.resolved_policy,
+                )
+            )
+        return bool(
+            dialect.job_fail(
+                cursor,
+                job_id=job.id,
+                attempts=job.attempts,
+                owner=self.owner,
+                retention_ms=self.retention_ms,
+                error=outcome.error,
+            )
+        )
+
+    def _give_up(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
+        claim = (job.id, job.attempts)
+        self.leases.release(claim)
+        self.unstored.pop(claim, None)
+        logger.error(
+            "gave up storing the outcome of job %s attempt %d (%s): %s; its lease "
+            "expires and the stuck-job recovery runs it again",
+            job.id,
+            job.attempts,
+            why,
+            exc,
+            extra={"action": "finish_abandoned", "job_id": job.id},
+        )
+
+    def _promote_after(self, delay_ms: int) -> None:
+        """Promote a retry due before the next maintenance tick when it is due."""
+        delay = max(delay_ms, 0) / 1000
+        if delay >= self.maintenance.interval:
+            return  # the regular maintenance tick comes first anyway
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, lambda: self._spawn_background(self._promote_now()))
+
+    async def _promote_now(self) -> None:
+        try:
+            promoted = await self.maintenance.run_step("promote_due")
+        except Exception as exc:  # noqa: BLE001  the maintenance tick promotes it
+            logger.debug("early promotion failed: %s", exc)
+            return
+        if promoted:
+            self.wake.wake()
+
+    def _spawn_background(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        # Keep a reference until done: the loop holds tasks only weakly.
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @staticmethod
+    def _log_finish_error(job: ClaimedJob, error: object) -> None:
+        logger.error(
+            "could not store the outcome of job %s: %s; retrying",
+            job.id,
+            error,
+            extra={"action": "finish_error", "job_id": job.id},
+        )
+
+    def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
+        extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
+        if not stored:
+            logger.warning(
+                "job %s (%s) finished after its lease was taken over; its outcome was discarded",
+                job.id,
+                job.type_name,
+                extra={**extra, "action": "lease_lost"},
+            )
+            return
+        self.outcomes.add(outcome.kind)
+        if outcome.kind == "failed":
+            logger.error(
+                "job %s (%s) failed on attempt %d: %s",
+                job.id,
+                job.type_name,
+                job.attempts,
+                _first_line(outcome.error),
+                extra=extra,
+                exc_info=outcome.exc,
+            )
+        elif outcome.kind == "retry":
+            logger.warning(
+                "job %s (%s) attempt %d failed, retrying: %s",
+                job.id,
+                job.type_name,
+                job.attempts,
+                _first_line(outcome.error),
+                extra=extra,
+            )
+        else:
+            logger.debug("job %s (%s) succeeded", job.id, job.type_name, extra=extra)
+
+    # -- shutdown ---------------------------------------------------------------
+    def hung_since(self) -> float | None:
+        """When the shared completion now in the database started, if one is."""
+        return self._completions.flush_started
+
+    def reset(self) -> None:
+        """Abandon a shared completion that never returned."""
+        self._completions.reset()
+
+    async def wait(self, timeout: float) -> set[asyncio.Future[None]]:
+        """Wait up to ``timeout`` for the outcomes being stored; return those left."""
+        pending = {future for future in self._finishing if not future.done()}
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=timeout)
+        return pending
+
+    async def abandon(self, pending: set[asyncio.Future[None]]) -> None:
+        """Give up the stores in ``pending``: their leases expire and the
+        stuck-job recovery runs those jobs again. The session closes first, so
+        an abandoned store can never reconnect and write after shutdown."""
+        await self.path.close()
+        self._completions.reset()
+        for future in pending:
+            future.cancel()
+        # Stores retried after the reset fail at once on the closed session;
+        # whatever still runs after a grace period is cancelled, so no store
+        # outlives shutdown.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CANCEL_GRACE
+        while left := {future for future in self._finishing if not future.done()}:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                for future in left:
+                    future.cancel()
+                await asyncio.wait(left, timeout=1.0)
+                return
+            await asyncio.wait(left, timeout=min(remaining, 0.1))
+
+    async def close(self) -> None:
+        await self.path.close()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").split("\n", 1)[0]

@@ -1,0 +1,134 @@
+"""The leases one server holds: which claims, until when each is confirmed,
+their renewal, and the local deadline past which a claim is given up.
+
+A claim is ``(job id, attempt)``: what a lease fences. "Confirmed until" is
+on the loop's monotonic clock: the moment the statement that set or renewed
+the lease was sent, plus the lease, minus a margin. The database set the
+expiry from its own clock when the statement ran, which was no earlier than
+that moment, so the lease holds at least until then (docs/design.md,
+"Leases").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from later_django.store import Store
+
+logger = logging.getLogger(__name__)
+
+Claim = tuple[str, int]  # (job id, attempt)
+
+# A lease counts as confirmed until this long before it expires, as last
+# confirmed (a tenth of the lease, at most 2 s); the deadlines are checked
+# every half margin, so a handler stops at least half a margin before its
+# lease could expire.
+LEASE_MARGIN_FRACTION = 0.1
+LEASE_MARGIN_MAX = 2.0  # seconds
+
+LOST = "its lease was lost (another server recovered it)"
+EXPIRED = "its lease could not be renewed in time"
+
+
+class LeaseBook:
+    """Every claim this server holds a lease on (running, spare, or its
+    outcome being stored), and until when each is known to hold."""
+
+    def __init__(self, *, store: Store, pool: ThreadPoolExecutor, owner: str, lease_ms: int):
+        self.store = store
+        self.pool = pool
+        self.owner = owner
+        self.lease_ms = lease_ms
+        lease = lease_ms / 1000
+        margin = min(lease * LEASE_MARGIN_FRACTION, LEASE_MARGIN_MAX)
+        self.confirmed_for = lease - margin
+        self.check_interval = margin / 2
+        self._until: dict[Claim, float] = {}
+        # Called with each claim given up and why: the server stops its
+        # handler, or drops it if it was not started yet.
+        self.on_given_up: Callable[[Claim, str], None] = lambda claim, why: None
+
+    def __contains__(self, claim: object) -> bool:
+        return claim in self._until
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def hold(self, claims: Iterable[Claim], sent: float) -> None:
+        """Claims whose lease a statement sent at ``sent`` (loop time) set."""
+        until = sent + self.confirmed_for
+        for claim in claims:
+            self._until[claim] = until
+
+    def release(self, claim: Claim) -> None:
+        """Forget ``claim``: its outcome is stored, or it was let go."""
+        self._until.pop(claim, None)
+
+    def until(self, claim: Claim) -> float | None:
+        return self._until.get(claim)
+
+    def confirmed(self, claim: Claim) -> bool:
+        """Is the lease of ``claim`` still known to hold?"""
+        until = self._until.get(claim)
+        return until is not None and asyncio.get_running_loop().time() < until
+
+    async def renew(self) -> list[Claim]:
+        """Extend the lease of every claim held; return the claims lost.
+
+        Fenced by (job id, attempt): a claim is lost once another server
+        recovered the job, even if this server claimed it again since."""
+        held = list(self._until)
+        if not held:
+            return []
+        sent = asyncio.get_running_loop().time()
+        renewed = set(
+            await self.store.run(
+                self.pool,
+                lambda d, c: d.job_renew(c, owner=self.owner, jobs=held, lease_ms=self.lease_ms),
+            )
+        )
+        until = sent + self.confirmed_for
+        lost = []
+        for claim in held:
+            if claim in renewed:
+                if claim in self._until:  # not finished meanwhile
+                    self._until[claim] = max(self._until[claim], until)
+            else:
+                lost.append(claim)
+                self._give_up(claim, LOST)
+        return lost
+
+    def give_up_expired(self) -> list[Claim]:
+        """Give up every claim whose lease is no longer confirmed; return them.
+
+        When no renewal confirmed a lease in time (the database unreachable,
+        this process frozen), its handler stops before the lease expires, so
+        it never runs beside a recovered run."""
+        now = asyncio.get_running_loop().time()
+        expired = [claim for claim, until in self._until.items() if now >= until]
+        for claim in expired:
+            self._give_up(claim, EXPIRED)
+        return expired
+
+    def _give_up(self, claim: Claim, why: str) -> None:
+        self._until.pop(claim, None)
+        self.on_given_up(claim, why)
+
+    async def run_renewals(self) -> None:
+        interval = self.lease_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew()
+            except Exception as exc:  # noqa: BLE001  next renewal retries
+                logger.error("could not renew leases: %s", exc, extra={"action": "renew_error"})
+
+    async def run_deadlines(self) -> None:
+        # One periodic check rather than a timer per job: a job costs no
+        # timer to arm and cancel.
+        while True:
+            await asyncio.sleep(self.check_interval)
+            self.give_up_expired()

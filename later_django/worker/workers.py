@@ -1,0 +1,213 @@
+"""The worker tasks: each claims one job at a time, runs it through the
+Executor, and hands its outcome to the Completer.
+
+A worker claims its next job while its last outcome is stored (claims and
+completions overlap), but never leaves more than one outcome of its own
+unstored. A handler whose claim is given up (its lease lost, or no longer
+confirmed) is stopped: an async one cancelled, a sync one abandoned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from later_django.worker.claimer import Claimer
+from later_django.worker.completer import Completer
+from later_django.worker.executor import Executor, Outcome
+from later_django.worker.lease_book import Claim
+from later_django.worker.notifier import Wakeup
+from later_django.worker.services import ServiceGroup
+
+logger = logging.getLogger(__name__)
+
+MAX_WORKERS = 255
+CLAIM_ERROR_BACKOFF = 1.0  # seconds a worker waits after a failed claim
+
+
+@dataclass(eq=False)
+class WorkerSlot:
+    """One worker task and what the supervisor watches of it."""
+
+    id: int
+    task: asyncio.Task[None] | None = None
+    last_active: float = field(default_factory=time.monotonic)
+    busy_since: float | None = None
+    current_job: str | None = None
+    current_claim: Claim | None = None
+    # The running handler, cancelled if the job's lease is lost (a sync one
+    # cannot be stopped: its thread goes on, the worker stops waiting for it).
+    run_task: asyncio.Task[Outcome] | None = None
+    # The store of this worker's last outcome, if it is still in flight.
+    finishing: asyncio.Future[None] | None = None
+    # Why the worker loop ended with an error, if it did.
+    crash: BaseException | None = None
+    cancellable: bool = False
+    lease_lost: bool = False
+    stopping: bool = False
+    reported_slow: bool = False
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        *,
+        claimer: Claimer,
+        completer: Completer,
+        executor: Executor,
+        wake: Wakeup,
+        poll_interval: float,
+        tasks: ServiceGroup,
+    ) -> None:
+        self.claimer = claimer
+        self.completer = completer
+        self.executor = executor
+        self.wake = wake
+        self.poll_interval = poll_interval
+        self.slots: list[WorkerSlot] = []
+        self.processed = 0
+        self.stopping = False
+        self.tasks = tasks  # owns every worker task
+        self._next_slot_id = 0
+
+    @property
+    def count(self) -> int:
+        return sum(1 for slot in self.slots if not slot.stopping)
+
+    def spawn(self) -> WorkerSlot:
+        slot = WorkerSlot(id=self._next_slot_id)
+        self._next_slot_id += 1
+        slot.task = self.tasks.create_task(self._run(slot), name=f"later-worker-{slot.id}")
+        self.slots.append(slot)
+        return slot
+
+    def replace(self, slot: WorkerSlot) -> WorkerSlot:
+        if slot in self.slots:
+            self.slots.remove(slot)
+        return self.spawn()
+
+    async def remove_one(self) -> None:
+        """Stop one worker after its current job, an idle one if there is one."""
+        live = [slot for slot in self.slots if not slot.stopping]
+        idle = [slot for slot in live if slot.busy_since is None]
+        slot = (idle or live)[-1]
+        slot.stopping = True
+        self.wake.wake()
+        if slot.task is not None:
+            await asyncio.wait([slot.task])
+        if slot in self.slots:
+            self.slots.remove(slot)
+
+    async def stop_all(self, timeout: float) -> int:
+        """Let every worker finish its job, up to ``timeout``; cancel the rest.
+
+        Returns how many were still running at the deadline."""
+        self.stopping = True
+        for slot in self.slots:
+            slot.stopping = True
+        self.wake.wake()
+        tasks = [slot.task for slot in self.slots if slot.task is not None]
+        if not tasks:
+            return 0
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+        return len(pending)
+
+    async def _run(self, slot: WorkerSlot) -> None:
+        try:
+            await self._loop(slot)
+        except Exception as exc:  # the supervisor replaces the worker
+            slot.crash = exc
+            logger.exception("worker %d crashed", slot.id, extra={"action": "worker_crash"})
+
+    async def _loop(self, slot: WorkerSlot) -> None:
+        while not (slot.stopping or self.stopping):
+            slot.touch()
+            seen = self.wake.generation
+            try:
+                job = await self.claimer.claim()
+            except Exception as exc:  # noqa: BLE001  back off instead of spinning
+                logger.error(
+                    "worker %d could not claim: %s; backing off",
+                    slot.id,
+                    exc,
+                    extra={"action": "claim_error"},
+                )
+                await asyncio.sleep(CLAIM_ERROR_BACKOFF * random.uniform(0.5, 1.5))  # noqa: S311
+                continue
+            slot.touch()
+            if job is None:
+                # A wake-up during the claim (a commit it may have missed) claims again.
+                await self.wake.wait(self.poll_interval, since=seen)
+                continue
+            slot.current_job, slot.current_claim = job.id, (job.id, job.attempts)
+            slot.busy_since, slot.reported_slow = time.monotonic(), False
+            slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
+            slot.run_task = asyncio.create_task(self.executor.run(job))
+            try:
+                try:
+                    outcome = await slot.run_task
+                except asyncio.CancelledError:
+                    if not slot.lease_lost:
+                        raise  # this worker itself is being stopped
+                    continue  # the lease is gone: the job is not this worker's now
+                await self._outcome_stored(slot)
+                slot.finishing = self.completer.store_outcome(job, outcome)
+            finally:
+                slot.current_job, slot.current_claim = None, None
+                slot.busy_since, slot.run_task = None, None
+            self.processed += 1
+        await self._outcome_stored(slot)
+
+    @staticmethod
+    async def _outcome_stored(slot: WorkerSlot) -> None:
+        if slot.finishing is not None:
+            if not slot.finishing.done():
+                await asyncio.shield(slot.finishing)
+            slot.finishing = None
+
+    def stop_handler_of(self, claim: Claim, why: str) -> None:
+        """Stop the handler running ``claim``, if one still runs; its outcome
+        is never stored."""
+        for slot in self.slots:
+            if slot.current_claim != claim or slot.lease_lost:
+                continue
+            if slot.run_task is None or slot.run_task.done():
+                continue  # finished meanwhile: the fence decides
+            self._stop(slot, claim, why)
+
+    @staticmethod
+    def _stop(slot: WorkerSlot, claim: Claim, why: str) -> None:
+        job_id, attempt = claim
+        if slot.cancellable:
+            logger.warning(
+                "cancelled handler of job %s attempt %d: %s",
+                job_id,
+                attempt,
+                why,
+                extra={"action": "handler_cancelled", "job_id": job_id},
+            )
+        else:
+            # A thread cannot be stopped; waiting for it would let a handler
+            # that never returns hold this worker for good (docs/chaos.md).
+            logger.warning(
+                "abandoned sync handler of job %s attempt %d: %s; it goes on in its "
+                "thread, its outcome will be discarded, and worker %d moves on",
+                job_id,
+                attempt,
+                why,
+                slot.id,
+                extra={"action": "handler_abandoned", "job_id": job_id},
+            )
+        slot.lease_lost = True
+        if slot.run_task is not None:
+            slot.run_task.cancel()
