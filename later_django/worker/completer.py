@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from later_django import events
 from later_django.db.errors import is_transient
 from later_django.db.sessions import HotPath
 from later_django.maintenance.runner import Maintenance
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 COMPLETE_BATCH = 256  # successes stored by one statement at most
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
+DISCARDED = "its outcome was discarded: another server had taken the job over"
 CANCEL_GRACE = 2.0  # seconds stores still running after an abandon get before cancellation
 
 
@@ -63,13 +65,14 @@ class Completer:
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
 
-    def store_outcome(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
-        """Store ``outcome`` apart from the worker (a cancelled worker must still
-        record what its job did); the future is done once it is stored."""
+    def store_outcome(self, job: ClaimedJob, outcome: Outcome, ran: float) -> asyncio.Future[None]:
+        """Store ``outcome`` of a handler that ran ``ran`` seconds, apart from
+        the worker (a cancelled worker must still record what its job did);
+        the future is done once it is stored."""
         claim = (job.id, job.attempts)
         self.unstored[claim] = job
         if outcome.kind != "succeeded":
-            return self._finish_in_task(job, outcome)
+            return self._finish_in_task(job, outcome, ran)
         # The common case costs no task: the shared completion's own future
         # says when it is stored. Only a failed store falls back to the
         # retrying task.
@@ -83,12 +86,12 @@ class Completer:
                 return  # abandoned at shutdown
             if stored.cancelled() or error is not None:
                 self._log_finish_error(job, error or "cancelled")
-                retry = self._finish_in_task(job, outcome)
+                retry = self._finish_in_task(job, outcome, ran)
                 retry.add_done_callback(lambda _: _resolve(finished))
                 return
             self.unstored.pop(claim, None)
             self.leases.release(claim)
-            self._log_outcome(job, outcome, stored.result())
+            self._stored(job, outcome, stored.result(), ran)
             _resolve(finished)
 
         self._completions.submit_nowait(claim).add_done_callback(on_stored)
@@ -105,9 +108,11 @@ class Completer:
         completed = set(done)
         return [job_id in completed for job_id, _ in requests]
 
-    def _finish_in_task(self, job: ClaimedJob, outcome: Outcome) -> asyncio.Future[None]:
+    def _finish_in_task(
+        self, job: ClaimedJob, outcome: Outcome, ran: float
+    ) -> asyncio.Future[None]:
         claim = (job.id, job.attempts)
-        task = asyncio.ensure_future(self._finish(job, outcome))
+        task = asyncio.ensure_future(self._finish(job, outcome, ran))
         self._finishing.add(task)
 
         def done(_: object) -> None:
@@ -118,7 +123,7 @@ class Completer:
         task.add_done_callback(done)
         return task
 
-    async def _finish(self, job: ClaimedJob, outcome: Outcome) -> None:
+    async def _finish(self, job: ClaimedJob, outcome: Outcome, ran: float) -> None:
         """Store ``outcome``, retrying transient errors while the lease holds."""
         claim = (job.id, job.attempts)
         loop = asyncio.get_running_loop()
@@ -143,7 +148,7 @@ class Completer:
                 self._log_finish_error(job, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
-        self._log_outcome(job, outcome, stored)
+        self._stored(job, outcome, stored, ran)
         if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
             self._promote_after(outcome.delay_ms)
 
@@ -216,6 +221,25 @@ class Completer:
             error,
             extra={"action": "finish_error", "job_id": job.id},
         )
+
+    def _stored(self, job: ClaimedJob, outcome: Outcome, stored: bool, ran: float) -> None:
+        """Count, log and tell subscribers what became of an outcome."""
+        self._log_outcome(job, outcome, stored)
+        if not events.active:
+            return
+        if stored:
+            events.emit(
+                events.JobFinished(
+                    job.id,
+                    job.type_name,
+                    job.attempts,
+                    outcome=outcome.kind,
+                    handler_seconds=ran,
+                    server_id=self.owner,
+                )
+            )
+        else:
+            events.emit(events.LeaseLost(job.id, job.attempts, why=DISCARDED, server_id=self.owner))
 
     def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
         extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from later_django import events
 from later_django.conf import conf
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
@@ -136,6 +137,7 @@ class Server:
             claimer=self.claimer,
             completer=self.completer,
             executor=Executor(self._handler_pool, app=self._build_app()),
+            owner=self.server_id,
             tasks=self.services,
             wake=self.wake,
             poll_interval=max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll,
@@ -214,6 +216,8 @@ class Server:
         self.services.start("status", self.status.run)
         if self.autoscale:
             self.services.start("autoscale", lambda: supervisor.autoscale(self))
+        if events.active:
+            events.emit(events.ServerStarted(self.server_id, self.namespace, self.worker_count))
         logger.info(
             "later server %s started: %d workers on %s, namespace %r",
             self.server_id,
@@ -279,6 +283,8 @@ class Server:
         await self.completer.close()
         self.closed.set()
         await self.services.close(CONNECTION_CLOSE_TIMEOUT)
+        if events.active:
+            events.emit(events.ServerStopped(self.server_id, self.namespace, self.processed))
         logger.info(
             "later server %s stopped after %d jobs",
             self.server_id,

@@ -15,6 +15,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from later_django import events
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor, Outcome
@@ -61,6 +62,7 @@ class WorkerPool:
         claimer: Claimer,
         completer: Completer,
         executor: Executor,
+        owner: str,
         wake: Wakeup,
         poll_interval: float,
         tasks: ServiceGroup,
@@ -68,6 +70,7 @@ class WorkerPool:
         self.claimer = claimer
         self.completer = completer
         self.executor = executor
+        self.owner = owner
         self.wake = wake
         self.poll_interval = poll_interval
         self.slots: list[WorkerSlot] = []
@@ -153,6 +156,17 @@ class WorkerPool:
             slot.busy_since, slot.reported_slow = time.monotonic(), False
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
             slot.run_task = asyncio.create_task(self.executor.run(job))
+            if events.active:
+                events.emit(
+                    events.JobStarted(
+                        job.id,
+                        job.type_name,
+                        job.attempts,
+                        waited=time.time() - job.run_at_ms / 1000,
+                        worker=slot.id,
+                        server_id=self.owner,
+                    )
+                )
             try:
                 try:
                     outcome = await slot.run_task
@@ -160,8 +174,9 @@ class WorkerPool:
                     if not slot.lease_lost:
                         raise  # this worker itself is being stopped
                     continue  # the lease is gone: the job is not this worker's now
+                ran = time.monotonic() - slot.busy_since
                 await self._outcome_stored(slot)
-                slot.finishing = self.completer.store_outcome(job, outcome)
+                slot.finishing = self.completer.store_outcome(job, outcome, ran)
             finally:
                 slot.current_job, slot.current_claim = None, None
                 slot.busy_since, slot.run_task = None, None
@@ -185,8 +200,7 @@ class WorkerPool:
                 continue  # finished meanwhile: the fence decides
             self._stop(slot, claim, why)
 
-    @staticmethod
-    def _stop(slot: WorkerSlot, claim: Claim, why: str) -> None:
+    def _stop(self, slot: WorkerSlot, claim: Claim, why: str) -> None:
         job_id, attempt = claim
         if slot.cancellable:
             logger.warning(
@@ -211,3 +225,5 @@ class WorkerPool:
         slot.lease_lost = True
         if slot.run_task is not None:
             slot.run_task.cancel()
+        if events.active:
+            events.emit(events.LeaseLost(job_id, attempt, why=why, server_id=self.owner))

@@ -1,0 +1,139 @@
+"""What happens to jobs and servers, told to whoever subscribes in this process.
+
+Metrics, the dashboard's samples and Django signals subscribe here instead
+of being threaded through the worker::
+
+    from later_django import events
+
+    def on_finished(event: events.JobFinished) -> None:
+        histogram.labels(event.job_type, event.outcome).observe(event.handler_seconds)
+
+    unsubscribe = events.subscribe(on_finished, events.JobFinished)
+
+Subscribers run synchronously where the event happens (the worker's event
+loop, or the thread that committed an enqueue), so they must be quick and
+must not block; one that raises is logged and the others still run. With no
+subscriber, nothing is built: every emitting site checks ``events.active``
+first, so jobs pay nothing for this hook.
+
+Times: durations are measured on the process's monotonic clock; ``waited``
+compares this host's clock with the job's due time as the database stored
+it, so it is approximate on hosts whose clock is off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every event."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnqueued(Event):
+    """A job was committed (emitted after its transaction committed)."""
+
+    job_id: str
+    job_type: str
+    stage: str  # enqueued, delayed or waiting
+    namespace: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobStarted(Event):
+    """A worker started a job's handler."""
+
+    job_id: str
+    job_type: str
+    attempt: int
+    waited: float  # seconds from the job's due time to this start
+    worker: int
+    server_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished(Event):
+    """An attempt's outcome was stored."""
+
+    job_id: str
+    job_type: str
+    attempt: int
+    outcome: Literal["succeeded", "retry", "failed"]
+    handler_seconds: float  # how long the handler ran
+    server_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseLost(Event):
+    """An attempt stopped counting: its handler was stopped because its lease
+    was lost or not confirmed in time, or its outcome was discarded because
+    another server had taken the job over."""
+
+    job_id: str
+    attempt: int
+    why: str
+    server_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStarted(Event):
+    server_id: str
+    namespace: str
+    workers: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStopped(Event):
+    server_id: str
+    namespace: str
+    processed: int
+
+
+E = TypeVar("E", bound=Event)
+Subscriber = Callable[[E], None]
+
+_subscribers: list[tuple[type[Event], Callable[[Event], None]]] = []
+# Read by every emitting site before it builds an event.
+active = False
+
+
+def subscribe(callback: Callable[[E], None], kind: type[E] = Event) -> Callable[[], None]:  # type: ignore[assignment]
+    """Call ``callback(event)`` for every event of ``kind`` (default: all).
+
+    Returns a function that unsubscribes."""
+    global active
+    checked: object = kind  # callers without type checking may pass anything
+    if not (isinstance(checked, type) and issubclass(checked, Event)):
+        raise TypeError(f"kind must be an event class from later_django.events, got {kind!r}")
+    entry = (kind, callback)
+    _subscribers.append(entry)  # type: ignore[arg-type]
+    active = True
+
+    def unsubscribe() -> None:
+        global active
+        if entry in _subscribers:
+            _subscribers.remove(entry)
+        active = bool(_subscribers)
+
+    return unsubscribe
+
+
+def emit(event: Event) -> None:
+    """Hand ``event`` to its subscribers; a failing one never stops the others."""
+    for kind, callback in tuple(_subscribers):
+        if isinstance(event, kind):
+            try:
+                callback(event)
+            except Exception:
+                logger.exception(
+                    "an events subscriber failed on %s",
+                    type(event).__name__,
+                    extra={"action": "event_subscriber_error"},
+                )

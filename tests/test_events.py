@@ -1,0 +1,145 @@
+"""The events hook: who subscribes gets what happened, and nobody pays when nobody listens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import later_django as later
+from later_django import events
+from tests.jobapp.jobs import AsyncHold, Flaky, Noop, NoRetry
+from tests.test_lease_fencing import _take_over
+from tests.test_worker_server import db, later_settings, serve, wait_record, wait_stage
+from tests.test_worker_server import wait_until as await_until
+
+
+@pytest.fixture
+def seen() -> Iterator[list[events.Event]]:
+    got: list[events.Event] = []
+    unsubscribe = events.subscribe(got.append)
+    try:
+        yield got
+    finally:
+        unsubscribe()
+    assert not events.active, "every test subscriber unsubscribed"
+
+
+# -- the hook itself (no database) ------------------------------------------------
+def test_subscribers_get_the_events_of_their_kind_only():
+    everything: list[events.Event] = []
+    finished: list[events.Event] = []
+    assert not events.active
+    stop_all = events.subscribe(everything.append)
+    stop_finished = events.subscribe(finished.append, events.JobFinished)
+    assert events.active
+    started = events.JobStarted("j1", "T", 1, waited=0.0, worker=0, server_id="s")
+    done = events.JobFinished("j1", "T", 1, outcome="succeeded", handler_seconds=0.1, server_id="s")
+    events.emit(started)
+    events.emit(done)
+    stop_finished()
+    events.emit(done)
+    stop_all()
+    assert not events.active, "no subscriber left: emitting sites build nothing"
+    events.emit(started)
+    assert everything == [started, done, done]
+    assert finished == [done]
+
+
+def test_a_failing_subscriber_does_not_stop_the_others(caplog):
+    def broken(event: events.Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    got: list[events.Event] = []
+    stops = [events.subscribe(broken), events.subscribe(got.append)]
+    event = events.ServerStarted("s", "default", 2)
+    try:
+        events.emit(event)
+    finally:
+        for stop in stops:
+            stop()
+    assert got == [event]
+    assert "an events subscriber failed on ServerStarted" in caplog.text
+
+
+def test_subscribe_refuses_what_is_not_an_event_class():
+    with pytest.raises(TypeError, match="kind must be an event class"):
+        events.subscribe(print, str)  # type: ignore[arg-type]
+    assert not events.active
+
+
+# -- from a running server ----------------------------------------------------------
+def test_a_server_reports_starts_outcomes_and_its_own_life(later_db, record, seen, settings):
+    later_settings(settings, MAINTENANCE_INTERVAL=timedelta(milliseconds=100))
+    ok = later.enqueue(Noop(n=1))
+    flaky = later.enqueue(Flaky(succeed_on=2))
+    refused = later.enqueue(NoRetry())
+
+    async def body(server: Any) -> str:
+        for job_id in (ok, flaky):
+            await wait_stage(job_id, "success")
+        await wait_stage(refused, "failed")
+        return str(server.server_id)
+
+    server_id = serve(body, workers=2)
+    kinds = [type(event).__name__ for event in seen]
+    assert kinds[0] == "ServerStarted" and kinds[-1] == "ServerStopped"
+    started = [e for e in seen if isinstance(e, events.JobStarted)]
+    finished = [e for e in seen if isinstance(e, events.JobFinished)]
+    assert sorted((e.job_id, e.attempt) for e in started) == sorted(
+        [(ok, 1), (flaky, 1), (flaky, 2), (refused, 1)]
+    )
+    assert sorted((e.job_id, e.attempt, e.outcome) for e in finished) == sorted(
+        [(ok, 1, "succeeded"), (flaky, 1, "retry"), (flaky, 2, "succeeded"), (refused, 1, "failed")]
+    )
+    assert all(e.server_id == server_id for e in started + finished)
+    assert all(e.job_type.startswith("tests.jobapp.jobs.") for e in started + finished)
+    assert all(e.handler_seconds >= 0 for e in finished)
+    # Each attempt starts before its outcome is stored.
+    for event in finished:
+        start = next(e for e in started if (e.job_id, e.attempt) == (event.job_id, event.attempt))
+        assert seen.index(start) < seen.index(event)
+    stopped = seen[-1]
+    assert isinstance(stopped, events.ServerStopped) and stopped.processed == 4
+
+
+def test_a_lost_lease_is_reported(later_db, record, seen, settings):
+    later_settings(settings, LEASE_DURATION=timedelta(seconds=90))
+    job_id = later.enqueue(AsyncHold(seconds=60, then=60))
+
+    async def body(server: Any) -> None:
+        await wait_record(record, "hold-start", job_id)
+        await db(_take_over, later_db.alias, job_id, 1)
+        assert await server.renew_leases() == [(job_id, 1)]
+
+        async def reported() -> bool:
+            return any(isinstance(e, events.LeaseLost) for e in seen)
+
+        await await_until(reported, 10, "the lost lease to be reported")
+
+    serve(body, workers=1)
+    lost = [e for e in seen if isinstance(e, events.LeaseLost)]
+    assert (lost[0].job_id, lost[0].attempt) == (job_id, 1)
+    assert "another server recovered it" in lost[0].why
+
+
+def test_nothing_is_built_when_nobody_listens(later_db, record, monkeypatch):
+    """With no subscriber, no event object is even constructed."""
+    built: list[str] = []
+    for name in ("JobStarted", "JobFinished", "ServerStarted", "ServerStopped"):
+        original = getattr(events, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
+            built.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(events, name, spy)
+    job_id = later.enqueue(Noop(n=1))
+
+    async def body(server: Any) -> None:
+        await wait_stage(job_id, "success")
+
+    serve(body, workers=1)
+    assert built == []
