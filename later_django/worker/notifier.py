@@ -91,23 +91,17 @@ class Notifier:
             loop.call_soon_threadsafe(self.wake.wake)
 
     async def _listen_forever(self) -> None:
-        import psycopg
-
-        from later_django.db.postgresql import NOTIFY_CHANNEL, connect_kwargs
+        from later_django.db.listen import notifications  # PostgreSQL only: needs psycopg
 
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    autocommit=True, **connect_kwargs(self.alias)
-                )
-                async with conn:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self.connected.set()
-                    # Anything committed while we were not listening is found now.
-                    self.wake.wake()
-                    async for note in conn.notifies():
-                        if note.payload == self.namespace:
-                            self.wake.wake()
+                async for namespace in notifications(self.alias):
+                    if namespace is None:
+                        self.connected.set()
+                        # Anything committed while we were not listening is found now.
+                        self.wake.wake()
+                    elif namespace == self.namespace:
+                        self.wake.wake()
             except Exception as exc:  # noqa: BLE001  the database may be restarting
                 self.connected.clear()
                 logger.warning(

@@ -1,0 +1,54 @@
+"""PostgreSQL LISTEN: idle workers wake on commits, also after the connection is lost."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+
+import later_django as later
+from later_django import wakeup
+from later_django.db import dialect_for
+from tests.jobapp.jobs import Noop
+from tests.test_worker_server import db, later_settings, serve, wait_stage
+
+
+def _terminate_listeners(alias: str) -> int:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_idle_workers_wake_on_notify_after_the_listener_was_cut(
+    later_db, record, settings, monkeypatch
+):
+    if not dialect_for(later_db.alias).supports_listen:
+        pytest.skip("SQLite cannot notify: its workers watch the commit counter")
+    # Polling alone would take a minute: only a notification can start the
+    # jobs within the deadlines below.
+    later_settings(settings, POLL_INTERVAL=timedelta(seconds=60))
+    monkeypatch.setattr(wakeup, "_listeners", set())  # no in-process wake-ups either
+    monkeypatch.setattr(wakeup, "add_listener", lambda listener: None)
+
+    async def body(server: Any) -> None:
+        await asyncio.wait_for(server.notifier.connected.wait(), 10)
+        first = await db(later.enqueue, Noop(n=1))
+        await wait_stage(first, "success", within=5)
+        assert await db(_terminate_listeners, later_db.alias) == 1
+
+        async def reconnected() -> None:
+            while server.notifier.connected.is_set():
+                await asyncio.sleep(0.01)
+            await server.notifier.connected.wait()
+
+        await asyncio.wait_for(reconnected(), 10)
+        second = await db(later.enqueue, Noop(n=2))
+        await wait_stage(second, "success", within=5)
+
+    serve(body, workers=1)
