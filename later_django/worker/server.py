@@ -41,7 +41,12 @@ __all__ = ["MAX_WORKERS", "Server", "WorkerSlot"]
 
 logger = logging.getLogger(__name__)
 
-DB_THREADS = 16  # threads (and connections) storing failures and retries
+# Thread pools, each thread with its own connection (opened when first
+# used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
+# connections (docs/operations.md, "Connections").
+DB_THREADS = 4  # storing failures and retries: a statement each, about a millisecond
+SERVICE_THREADS = 4  # renewals, heartbeat, backlog readings, giving back claims
+MAINTENANCE_THREADS = 2
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
 CONNECTION_CLOSE_TIMEOUT = 2.0  # seconds shutdown waits for pool threads to release connections
 
@@ -84,13 +89,13 @@ class Server:
         # Claims and successes go through connections of their own; only
         # failures and retries use this pool, one statement each.
         self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
-        self._service_pool = new_pool("service", 4)
+        self._service_pool = new_pool("service", SERVICE_THREADS)
         self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
         self.leader = Leader(namespace=self.namespace, owner=self.server_id, ttl_ms=lease_ms)
         vacuum = conf.VACUUM_INTERVAL
         self.maintenance = Maintenance(
             self.store,
-            new_pool("maintenance", 2),
+            new_pool("maintenance", MAINTENANCE_THREADS),
             StepContext(
                 alias=self.alias,
                 namespace=self.namespace,
