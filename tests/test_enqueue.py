@@ -21,6 +21,7 @@ from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.ids import new_job_id
 from later_django.types import NewJob
+from tests.helpers import set_later
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
 ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
@@ -167,7 +168,7 @@ def test_enqueue_unsupported_value_raises_type_error_and_writes_nothing(
 
 def test_enqueue_oversize_payload_raises_payload_too_large(later_db, settings):
     """A payload above MAX_PAYLOAD_BYTES is refused, naming the limit; nothing is written."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 100}
+    set_later(settings, MAX_PAYLOAD_BYTES=100)
     later.enqueue(Order(id=1, note="x" * 50))  # under the limit
     with pytest.raises(later.PayloadTooLarge) as info:
         later.enqueue(Order(id=2, note="x" * 200))
@@ -201,9 +202,9 @@ def test_enqueue_continue_unknown_parent_raises_job_not_found(later_db):
 
 def test_enqueue_continue_parent_of_another_namespace_raises_job_not_found(later_db, settings):
     """A parent in another namespace is unknown to this one."""
-    settings.LATER = {**settings.LATER, "NAMESPACE": "elsewhere"}
+    set_later(settings, NAMESPACE="elsewhere")
     parent = later.enqueue(Noop())
-    settings.LATER = {**settings.LATER, "NAMESPACE": "default"}
+    set_later(settings, NAMESPACE="default")
     with pytest.raises(later.JobNotFound):
         later.enqueue_continue(parent, Noop(n=1))
     assert later_db.job_count() == 1
@@ -280,7 +281,7 @@ def test_enqueue_delayed_zero_delay_and_past_time_are_ready_at_once(later_db):
 )
 def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, error, message):
     """One bad payload among good ones refuses the whole batch."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    set_later(settings, MAX_PAYLOAD_BYTES=200)
     payloads = [Noop(n=1), Order(id=2), bad, Noop(n=4)]
     with pytest.raises(error, match=message):
         later.enqueue_many(payloads)
@@ -305,7 +306,7 @@ def test_enqueue_many_error_names_the_index_of_the_bad_payload(
     """The error of a bad item in the middle says which one (payloads[3]), keeps
     its class and its own message; nothing is written, and the caller's atomic
     block stays usable."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    set_later(settings, MAX_PAYLOAD_BYTES=200)
     with pytest.raises(error) as alone:
         later.enqueue(bad)
     payloads = [Noop(n=0), Order(id=1), Noop(n=2), bad, Noop(n=4), Noop(n=5)]
@@ -691,7 +692,7 @@ def test_stage_counts_lists_every_stage(later_db):
 def test_prepared_statements_follow_the_setting(later_db, settings, prepared):
     """PostgreSQL prepares the enqueue INSERT on the caller's connection only
     when LATER['PREPARED_STATEMENTS'] allows it (a pooler may not keep them)."""
-    settings.LATER = {**settings.LATER, "PREPARED_STATEMENTS": prepared}
+    set_later(settings, PREPARED_STATEMENTS=prepared)
     connections[later_db.alias].close()  # a fresh session: nothing prepared yet
     job_id = later.enqueue(Noop(n=1))
     assert later_db.stage_of(job_id) == "enqueued"

@@ -15,14 +15,11 @@ import asyncio
 import contextlib
 import os
 import signal
-import sqlite3
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,17 +28,21 @@ from django.db import connections, transaction
 import later_django as later
 from later_django.db import dialect_for
 from later_django.db.sessions import HotPath
-from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep
-from tests.test_worker_processes import job_row, wait_until
-from tests.test_worker_server import (
-    db,
-    later_settings,
+from tests.helpers import (
+    await_record,
+    await_stage,
+    await_until,
+    history_times_ms,
+    in_thread,
+    job_row_locked,
+    overlapping_runs,
     read_records,
     serve,
-    wait_record,
-    wait_stage,
+    set_later,
+    sqlite_write_lock,
+    wait_until,
 )
-from tests.test_worker_server import wait_until as await_until
+from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep
 
 SHORT = {"LEASE_DURATION": 2, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 0.2}
 
@@ -61,49 +62,18 @@ def _take_over(alias: str, job_id: str, attempts: int) -> None:
         assert cursor.rowcount == 1
 
 
-def _history_ms(history: str) -> list[int]:
-    return [int(entry.partition("@")[2]) for entry in history.split(";") if entry]
-
-
-def _runs(record_path: Path) -> dict[str, list[tuple[int, float, float]]]:
-    """Handler runs per job: (attempt, start, end) from start/end records;
-    a run without an end record lasts to +infinity."""
-    starts: dict[tuple[str, int], float] = {}
-    ends: dict[tuple[str, int], float] = {}
-    for rec in read_records(record_path):
-        kind = rec.kind.rsplit("-", 1)[-1] if "-" in rec.kind else "start"
-        if kind == "start" or rec.kind in ("noop", "chain", "flaky"):
-            starts.setdefault((rec.job_id, rec.attempt), rec.start)
-        if kind in ("end", "cancelled") or rec.kind in ("noop", "chain", "flaky"):
-            ends[(rec.job_id, rec.attempt)] = rec.start
-    runs: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
-    for (job_id, attempt), start in starts.items():
-        runs[job_id].append((attempt, start, ends.get((job_id, attempt), float("inf"))))
-    return runs
-
-
-def _overlaps(record_path: Path) -> list[str]:
-    found = []
-    for job_id, runs in _runs(record_path).items():
-        runs.sort()
-        for (a1, s1, e1), (a2, s2, e2) in zip(runs, runs[1:], strict=False):
-            if max(s1, s2) < min(e1, e2):
-                found.append(f"{job_id}: attempt {a1} {s1:.3f}-{e1:.3f}, {a2} {s2:.3f}-{e2:.3f}")
-    return found
-
-
 # -- 1. renewal fenced by (job id, attempt) ------------------------------------
 def test_renewal_of_an_earlier_attempt_stops_its_handler(later_db, record, settings):
     """A server that stood still past its lease and then claimed the same job
     again holds only the new attempt: renewing finds the old one lost and
     cancels its handler, while the new attempt runs on."""
     # A lease long enough that no renewal runs before the one the test makes.
-    later_settings(settings, LEASE_DURATION=timedelta(seconds=90))
+    set_later(settings, LEASE_DURATION=timedelta(seconds=90))
     job_id = later.enqueue(AsyncHold(seconds=60, then=60))
 
     async def body(server: Any) -> list[Any]:
-        await wait_record(record, "hold-start", job_id)
-        await db(_take_over, later_db.alias, job_id, 1)
+        await await_record(record, "hold-start", job_id)
+        await in_thread(_take_over, later_db.alias, job_id, 1)
         server.wake.wake()
 
         async def second_attempt() -> bool:
@@ -111,7 +81,7 @@ def test_renewal_of_an_earlier_attempt_stops_its_handler(later_db, record, setti
 
         await await_until(second_attempt, 10, "attempt 2 started on the same server")
         lost = await server.renew_leases()
-        await wait_record(record, "hold-cancelled", job_id)
+        await await_record(record, "hold-cancelled", job_id)
         return lost
 
     lost = serve(body, workers=2)
@@ -147,14 +117,8 @@ def _database_frozen(later_db: Any) -> Iterator[None]:
     """Nobody can write: SQLite's write lock held by another connection;
     every PostgreSQL process stopped with SIGSTOP."""
     if later_db.vendor == "sqlite":
-        holder = sqlite3.connect(connections[later_db.alias].settings_dict["NAME"])
-        holder.isolation_level = None
-        holder.execute("BEGIN IMMEDIATE")
-        try:
+        with sqlite_write_lock(later_db):
             yield
-        finally:
-            holder.execute("COMMIT")
-            holder.close()
         return
     postmaster = _postmaster(later_db.alias)
     connections[later_db.alias].close()
@@ -182,7 +146,7 @@ def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, w
     workers.wait_registered(proc)
     jobs = [later.enqueue(AsyncHold(seconds=60, then=0.1, n=n)) for n in range(4)]
     wait_until(
-        lambda: len(_started(workers.record, 1)) == len(jobs),
+        lambda: {r.job_id for r in read_records(workers.record, "hold-start")} == set(jobs),
         20,
         message=lambda: f"4 handlers running\n{workers.logs()}",
     )
@@ -214,14 +178,6 @@ def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, w
     assert "cancelled handler of job" in proc.output()
 
 
-def _started(record_path: Path, attempt: int) -> set[str]:
-    return {
-        r.job_id
-        for r in read_records(record_path)
-        if r.kind == "hold-start" and r.attempt == attempt
-    }
-
-
 # -- 3. the database's clock, not the host's -----------------------------------
 SKEW = 600.0  # seconds
 
@@ -249,10 +205,10 @@ def test_workers_with_skewed_clocks_never_take_live_jobs(later_db, workers):
     logs = workers.logs()
     assert "recovered stuck job" not in logs
     assert "handler of job" not in logs  # no handler stopped or abandoned
-    assert _overlaps(workers.record) == []
+    assert overlapping_runs(workers.record) == []
     rows = later_db.rows("SELECT id, history, last_error FROM later_job")
     for job_id, history, last_error in rows:
-        stamps = _history_ms(str(history))
+        stamps = history_times_ms(str(history))
         assert stamps == sorted(stamps), (job_id, history)
         assert "lease expired" not in str(last_error or ""), (job_id, last_error)
     # Every process took part: each claimed jobs while skewed.
@@ -273,7 +229,7 @@ def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
             connections.close_all()
 
     writer = threading.Thread(target=cancel)
-    with _row_locked(later_db, job_id) as write:
+    with job_row_locked(later_db, job_id) as write:
         writer.start()
         time.sleep(0.5)  # the cancel waits for the lock meanwhile
         other_ms = int(time.time() * 1000)
@@ -283,38 +239,13 @@ def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
         )
     writer.join(10)
     assert result == {"cancelled": True}
-    stage, _, history = job_row(later_db, job_id)
+    stage, _, history = later_db.job_row(job_id)
     assert stage == "cancelled"
-    stamps = _history_ms(history)
+    stamps = history_times_ms(history)
     assert stamps == sorted(stamps), history
     assert stamps[-1] >= other_ms, (
         f"the cancel was stamped {other_ms - stamps[-1]} ms before the write it waited for"
     )
-
-
-@contextmanager
-def _row_locked(later_db: Any, job_id: str) -> Iterator[Any]:
-    """Another connection holds the write lock (SQLite) or the job's row
-    (PostgreSQL) until the block ends; yields a function that writes
-    through that connection."""
-    if later_db.vendor == "sqlite":
-        holder = sqlite3.connect(connections[later_db.alias].settings_dict["NAME"])
-        holder.isolation_level = None
-        holder.execute("BEGIN IMMEDIATE")
-        try:
-            yield lambda sql, params: holder.execute(sql.replace("%s", "?"), params)
-        finally:
-            holder.execute("COMMIT")
-            holder.close()
-        return
-    import psycopg
-
-    from later_django.db.postgresql import connect_kwargs
-
-    with psycopg.connect(**connect_kwargs(later_db.alias)) as pg:
-        pg.execute("SELECT 1 FROM later_job WHERE id = %s FOR UPDATE", [job_id])
-        yield pg.execute
-        pg.commit()
 
 
 # -- 4. outcome storage: permanent errors, shutdown -----------------------------
@@ -344,7 +275,7 @@ def test_permanent_store_error_lets_the_lease_expire_and_frees_the_worker(
     """An outcome the database refuses for good is not retried forever: the
     claim is let go (no more renewals), the worker runs other jobs, and the
     stuck-job recovery runs the job again once its lease expired."""
-    later_settings(
+    set_later(
         settings,
         LEASE_DURATION=timedelta(seconds=1),
         STUCK_JOB_GRACE=timedelta(milliseconds=300),
@@ -355,13 +286,13 @@ def test_permanent_store_error_lets_the_lease_expire_and_frees_the_worker(
         flaky = later.enqueue(Flaky(succeed_on=2))
 
         async def body(server: Any) -> None:
-            await wait_record(record, "flaky", flaky)
+            await await_record(record, "flaky", flaky)
             # The only worker is free for other jobs and their outcomes.
-            other = await db(later.enqueue, Noop(n=7))
-            await wait_stage(other, "success")
-            await db(_drop_refuse, later_db)
+            other = await in_thread(later.enqueue, Noop(n=7))
+            await await_stage(other, "success")
+            await in_thread(_drop_refuse, later_db)
             # No longer renewed, the lease expired and the job was recovered.
-            info = await wait_stage(flaky, "success", within=15)
+            info = await await_stage(flaky, "success", timeout=15)
             assert info.attempts == 2
             assert not server._unstored
 
@@ -381,7 +312,7 @@ def _drop_refuse(later_db: Any) -> None:
 def test_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, settings):
     """An outcome still being stored at the shutdown deadline is abandoned
     with its session: after shutdown nothing writes for that server."""
-    later_settings(settings, LEASE_DURATION=timedelta(seconds=30))
+    set_later(settings, LEASE_DURATION=timedelta(seconds=30))
     job_id = later.enqueue(AsyncHold(seconds=0.2))
 
     async def main() -> Any:
@@ -389,9 +320,9 @@ def test_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, set
 
         server = Server(workers=1)
         await server.start()
-        await wait_record(record, "hold-start", job_id)
-        with _row_locked(later_db, job_id):
-            await wait_record(record, "hold-end", job_id)
+        await await_record(record, "hold-start", job_id)
+        with job_row_locked(later_db, job_id):
+            await await_record(record, "hold-end", job_id)
             await asyncio.sleep(0.3)  # the completion now waits for the lock
             await server.shutdown(0.5)
         # The lock is gone: a store that outlived shutdown would write now.

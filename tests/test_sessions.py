@@ -17,6 +17,7 @@ from django.db import connections
 
 import later_django as later
 from later_django.db.sessions import HotPath
+from tests.helpers import sqlite_write_lock
 from tests.jobapp.jobs import Noop
 
 OWNER = "test-owner"
@@ -85,11 +86,8 @@ def test_hot_path_survives_its_database_fault(later_db):
 
 def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
     """The claim waits for the lock with asyncio sleeps: the loop keeps running."""
-    holder = sqlite3.connect(connections[later_db.alias].settings_dict["NAME"])
-    holder.isolation_level = None
-    holder.execute("BEGIN IMMEDIATE")
 
-    async def scenario() -> tuple[list[str], int, float]:
+    async def scenario(holder: sqlite3.Connection) -> tuple[list[str], int, float]:
         path = HotPath(later_db.alias)
         ticks = 0
 
@@ -109,10 +107,8 @@ def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
             await path.close()
         return claimed, ticks, time.monotonic() - started
 
-    try:
-        claimed, ticks, waited = asyncio.run(scenario())
-    finally:
-        holder.close()
+    with sqlite_write_lock(later_db) as holder:
+        claimed, ticks, waited = asyncio.run(scenario(holder))
     assert claimed == [job_id]
     assert waited >= LOCK_HELD * 0.9, "the claim cannot have written under the other lock"
     # A loop blocked inside SQLite's busy handler would not tick at all.

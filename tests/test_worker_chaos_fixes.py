@@ -17,8 +17,11 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import later_django as later
 from later_django.worker import supervisor
-from later_django.worker.server import WorkerSlot
+from later_django.worker.server import Server, WorkerSlot
+from tests.helpers import await_stage, await_until, in_thread, set_later
+from tests.jobapp.jobs import Noop, Sleep
 
 
 class PendingTask:
@@ -61,7 +64,7 @@ def fake_server(idle_for: float) -> Any:
 
 
 def test_forgive_stall_restarts_every_marker(settings):
-    settings.LATER = {**settings.LATER, "HUNG_WORKER_THRESHOLD": timedelta(seconds=1)}
+    set_later(settings, HUNG_WORKER_THRESHOLD=timedelta(seconds=1))
     server = fake_server(idle_for=30)
     supervisor.forgive_stall(server, time.monotonic())
     assert supervisor.check_once(server) == []
@@ -69,11 +72,11 @@ def test_forgive_stall_restarts_every_marker(settings):
 
 
 def test_supervise_does_not_replace_workers_after_a_stall(settings):
-    settings.LATER = {
-        **settings.LATER,
-        "HUNG_WORKER_THRESHOLD": timedelta(milliseconds=300),
-        "SUPERVISOR_INTERVAL": timedelta(milliseconds=100),
-    }
+    set_later(
+        settings,
+        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=300),
+        SUPERVISOR_INTERVAL=timedelta(milliseconds=100),
+    )
     server = fake_server(idle_for=0)
 
     async def run() -> None:
@@ -89,75 +92,48 @@ def test_supervise_does_not_replace_workers_after_a_stall(settings):
 
 
 def test_a_worker_stuck_alone_is_still_replaced(settings):
-    settings.LATER = {**settings.LATER, "HUNG_WORKER_THRESHOLD": timedelta(milliseconds=300)}
+    set_later(settings, HUNG_WORKER_THRESHOLD=timedelta(milliseconds=300))
     server = fake_server(idle_for=5)
     actions = supervisor.check_once(server)
     assert len(actions) == 3 and all("replaced hung worker" in a for a in actions)
 
 
 # -- a handler whose lease was lost stops holding a worker ------------------------------
-def test_sync_handler_that_lost_its_lease_gives_its_worker_back(
-    later_db, settings, tmp_path, monkeypatch
-):
+def test_sync_handler_that_lost_its_lease_gives_its_worker_back(later_db, record, settings):
     """Found by the chaos runner: a process paused past its lease kept each
     hung sync handler's worker after the job was recovered elsewhere, until
     no worker was left. Now the worker stops waiting for the handler (whose
     thread goes on; its outcome is discarded) and takes other jobs."""
-    import later_django as later
-    from later_django.worker.server import Server
-    from tests.jobapp.jobs import Noop, Sleep
-
-    monkeypatch.setenv("LATER_TEST_RECORD", str(tmp_path / "record.txt"))
-    settings.LATER = {
-        **settings.LATER,
-        "LEASE_DURATION": timedelta(milliseconds=600),
-        "SUPERVISOR_INTERVAL": timedelta(hours=1),
-    }
-
-    def db(fn: Any, *args: Any) -> Any:
-        from django.db import connections
-
-        def call() -> Any:
-            try:
-                return fn(*args)
-            finally:
-                connections.close_all()
-
-        return asyncio.to_thread(call)
-
-    async def wait_for(predicate: Any, within: float = 10.0) -> None:
-        deadline = time.monotonic() + within
-        while not await predicate():
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.05)
+    set_later(
+        settings,
+        LEASE_DURATION=timedelta(milliseconds=600),
+        SUPERVISOR_INTERVAL=timedelta(hours=1),
+    )
 
     async def main() -> None:
         server = Server(workers=1)  # the only worker: it must come back
         await server.start()
         try:
-            job_id = await db(later.enqueue, Sleep(seconds=6))
+            job_id = await in_thread(later.enqueue, Sleep(seconds=6))
 
             async def running() -> bool:
                 return any(slot.current_job == job_id for slot in server.slots)
 
-            await wait_for(running)
+            await await_until(running, 10, f"job {job_id} running")
             await asyncio.sleep(0.8)  # older than the lease
             # Another server recovers the job (as maintenance would after a pause).
-            await db(
+            await in_thread(
                 later_db.rows,
                 "UPDATE later_job SET lease_owner = 'elsewhere', attempts = attempts + 1 "
                 "WHERE id = %s RETURNING id",
                 [job_id],
             )
-            other = await db(later.enqueue, Noop(n=1))
-
-            async def done() -> bool:
-                return bool(await db(later_db.stage_of, other) == "success")
-
-            await wait_for(done, within=4.0)  # long before the old handler returns
+            other = await in_thread(later.enqueue, Noop(n=1))
+            # Long before the old handler returns.
+            await await_stage(other, "success", timeout=4.0)
             assert server.worker_count == 1
             assert not any(slot.current_job == job_id for slot in server.slots)
-            assert await db(later_db.stage_of, job_id) == "running", "owned elsewhere"
+            assert await in_thread(later_db.stage_of, job_id) == "running", "owned elsewhere"
         finally:
             await server.shutdown(1)
 
