@@ -1,11 +1,13 @@
 """The enqueue and lookup API on both databases: transactions, validation, bulk,
-continuations, async twins and get_job."""
+continuations, cancel, async twins and get_job."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import re
+import threading
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -19,9 +21,10 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.sessions import HotPath
 from later_django.ids import new_job_id
 from later_django.types import NewJob
-from tests.helpers import set_later
+from tests.helpers import history_times_ms, in_thread, job_row_locked, set_later, wait_until
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
 ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
@@ -75,6 +78,13 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
             owner=owner,
         )
     assert retried
+
+
+def _renew(later_db, job_id, *, owner="worker-1"):
+    with connections[later_db.alias].cursor() as c:
+        return dialect_for(later_db.alias).job_renew(
+            c, owner=owner, jobs=[(job_id, 1)], lease_ms=30_000
+        )
 
 
 def _promote(later_db):
@@ -482,6 +492,63 @@ def test_enqueue_continue_children_fail_when_parent_fails(later_db):
     assert later.stage_counts()["failed"] == 3
 
 
+@pytest.mark.parametrize("parent_outcome", ["success", "failed"])
+def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
+    later_db, parent_outcome
+):
+    """A parent that finishes while a caller's transaction adding its
+    continuation is still open neither waits for that transaction nor
+    strands the child: once it commits, the child is ready (or failed)."""
+    if dialect_for(later_db.alias).single_writer:
+        pytest.skip("one writer at a time: the finish waits for the transaction")
+    parent = later.enqueue(Noop(n=1))
+    added, commit = threading.Event(), threading.Event()
+    child: list[str] = []
+
+    def caller() -> None:
+        try:
+            with transaction.atomic(using=later_db.alias):
+                child.append(later.enqueue_continue(parent, Noop(n=2)))
+                added.set()
+                commit.wait(10)
+        finally:
+            connections.close_all()
+
+    async def finish_parent() -> list[tuple[str, int]]:
+        path = HotPath(later_db.alias)
+        try:
+            claimed = await path.claim(namespace="default", owner="w", limit=1, lease_ms=30_000)
+            assert [job.id for job in claimed] == [parent]
+            thread.start()
+            await asyncio.to_thread(added.wait, 10)
+            renewed = await asyncio.wait_for(in_thread(_renew, later_db, parent, owner="w"), 3)
+            # Each finish fails the test if it waits for the caller (past 3 s)
+            # or does not finish the parent.
+            if parent_outcome == "success":
+                done, _ = await asyncio.wait_for(
+                    path.complete_many(owner="w", jobs=[(parent, 1)], retention_ms=60_000), 3
+                )
+                assert done == [parent]
+            else:
+                await asyncio.wait_for(in_thread(_fail, later_db, claimed[0], owner="w"), 3)
+            return renewed
+        finally:
+            await path.close()
+
+    thread = threading.Thread(target=caller)
+    renewed = asyncio.run(finish_parent())
+    assert renewed == [(parent, 1)], "renewal did not wait for the caller"
+    commit.set()
+    thread.join(10)
+    expected = "enqueued" if parent_outcome == "success" else "failed"
+    # No maintenance runs here: the child is settled by its own commit.
+    wait_until(
+        lambda: later_db.stage_of(child[0]) == expected,
+        3,
+        lambda: f"child {expected}, is {later_db.stage_of(child[0])}",
+    )
+
+
 def test_cancel_refuses_running_and_finished_jobs(later_db):
     """cancel returns False and changes nothing for running, finished or unknown jobs."""
     running = later.enqueue(Noop(), priority=100)
@@ -494,6 +561,38 @@ def test_cancel_refuses_running_and_finished_jobs(later_db):
     assert later.cancel(new_job_id()) is False
     assert later.stage_counts() == counts
     assert later_db.stage_of(running) == "running"
+
+
+def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
+    """A write that waited for another writer of the job stamps its stage
+    change no earlier than that writer's, so history stays in order."""
+    job_id = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
+    result: dict[str, object] = {}
+
+    def cancel() -> None:
+        try:
+            result["cancelled"] = later.cancel(job_id)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=cancel)
+    with job_row_locked(later_db, job_id) as write:
+        writer.start()
+        time.sleep(0.5)  # the cancel waits for the lock meanwhile
+        other_ms = int(time.time() * 1000)
+        write(
+            "UPDATE later_job SET changed_ms = %s, history = history || %s WHERE id = %s",
+            [other_ms, f"delayed@{other_ms};", job_id],
+        )
+    writer.join(10)
+    assert result == {"cancelled": True}
+    stage, _, history = later_db.job_row(job_id)
+    assert stage == "cancelled"
+    stamps = history_times_ms(history)
+    assert stamps == sorted(stamps), history
+    assert stamps[-1] >= other_ms, (
+        f"the cancel was stamped {other_ms - stamps[-1]} ms before the write it waited for"
+    )
 
 
 # -- 9. async twins --------------------------------------------------------------

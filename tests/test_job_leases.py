@@ -1,12 +1,12 @@
-"""Leases fenced end to end, on the database's clock: a job never runs twice at once.
+"""A job's lease, fenced end to end on the database's clock: a job never runs
+twice at once.
 
 Each test shows one way a job used to run twice at once, or a worker used to
-stall, and runs on SQLite and on PostgreSQL unless it names a capability:
-renewal fenced by (job id, attempt); a handler stopped when its lease can no
-longer be confirmed; times taken from the database, so a host with a wrong
-clock is harmless; outcome storage that gives up on permanent errors and
-never outlives shutdown; continuations released whatever the interleaving
-with their parent's finish, with no lock a caller's transaction can hold.
+stall, and runs on SQLite and on PostgreSQL: renewal fenced by (job id,
+attempt), and the handler of a lost lease stopped or let go; a handler
+stopped when its lease can no longer be confirmed; lease times taken from
+the database, so a host with a wrong clock is harmless; an outcome the
+database refuses for good left to the lease's expiry.
 """
 
 from __future__ import annotations
@@ -15,26 +15,22 @@ import asyncio
 import contextlib
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
-import pytest
-from django.db import connections, transaction
+from django.db import connections
 
 import later_django as later
-from later_django.db import dialect_for
-from later_django.db.sessions import HotPath
+from later_django.worker.server import Server
 from tests.helpers import (
     await_record,
     await_stage,
     await_until,
     history_times_ms,
     in_thread,
-    job_row_locked,
     overlapping_runs,
     read_records,
     serve,
@@ -90,6 +86,47 @@ def test_renewal_of_an_earlier_attempt_stops_its_handler(later_db, record, setti
     # Attempt 2 was still running when the server shut down (cancelled then),
     # but attempt 1 was cancelled first, by the lost lease.
     assert cancelled[0].attempt == 1
+
+
+def test_sync_handler_that_lost_its_lease_gives_its_worker_back(later_db, record, settings):
+    """Found by the chaos runner: a process paused past its lease kept each
+    hung sync handler's worker after the job was recovered elsewhere, until
+    no worker was left. Now the worker stops waiting for the handler (whose
+    thread goes on; its outcome is discarded) and takes other jobs."""
+    set_later(
+        settings,
+        LEASE_DURATION=timedelta(milliseconds=600),
+        SUPERVISOR_INTERVAL=timedelta(hours=1),
+    )
+
+    async def main() -> None:
+        server = Server(workers=1)  # the only worker: it must come back
+        await server.start()
+        try:
+            job_id = await in_thread(later.enqueue, Sleep(seconds=6))
+
+            async def running() -> bool:
+                return any(slot.current_job == job_id for slot in server.slots)
+
+            await await_until(running, 10, f"job {job_id} running")
+            await asyncio.sleep(0.8)  # older than the lease
+            # Another server recovers the job (as maintenance would after a pause).
+            await in_thread(
+                later_db.rows,
+                "UPDATE later_job SET lease_owner = 'elsewhere', attempts = attempts + 1 "
+                "WHERE id = %s RETURNING id",
+                [job_id],
+            )
+            other = await in_thread(later.enqueue, Noop(n=1))
+            # Long before the old handler returns.
+            await await_stage(other, "success", timeout=4.0)
+            assert server.worker_count == 1
+            assert not any(slot.current_job == job_id for slot in server.slots)
+            assert await in_thread(later_db.stage_of, job_id) == "running", "owned elsewhere"
+        finally:
+            await server.shutdown(1)
+
+    asyncio.run(main())
 
 
 # -- 2. a lease that cannot be confirmed stops its handler ---------------------
@@ -216,39 +253,7 @@ def test_workers_with_skewed_clocks_never_take_live_jobs(later_db, workers):
     assert {w.pid for w in started} <= pids, (pids, logs)
 
 
-def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
-    """A write that waited for another writer of the job stamps its stage
-    change no earlier than that writer's, so history stays in order."""
-    job_id = later.enqueue_delayed(Noop(), timedelta(hours=1))
-    result: dict[str, object] = {}
-
-    def cancel() -> None:
-        try:
-            result["cancelled"] = later.cancel(job_id)
-        finally:
-            connections.close_all()
-
-    writer = threading.Thread(target=cancel)
-    with job_row_locked(later_db, job_id) as write:
-        writer.start()
-        time.sleep(0.5)  # the cancel waits for the lock meanwhile
-        other_ms = int(time.time() * 1000)
-        write(
-            "UPDATE later_job SET changed_ms = %s, history = history || %s WHERE id = %s",
-            [other_ms, f"delayed@{other_ms};", job_id],
-        )
-    writer.join(10)
-    assert result == {"cancelled": True}
-    stage, _, history = later_db.job_row(job_id)
-    assert stage == "cancelled"
-    stamps = history_times_ms(history)
-    assert stamps == sorted(stamps), history
-    assert stamps[-1] >= other_ms, (
-        f"the cancel was stamped {other_ms - stamps[-1]} ms before the write it waited for"
-    )
-
-
-# -- 4. outcome storage: permanent errors, shutdown -----------------------------
+# -- 4. an outcome the database refuses for good ---------------------------------
 REFUSE_RETRY = {
     "sqlite": (
         "CREATE TRIGGER later_test_refuse BEFORE UPDATE OF stage ON later_job "
@@ -307,109 +312,3 @@ def _drop_refuse(later_db: Any) -> None:
             cursor.execute(DROP_REFUSE[later_db.vendor])
         except Exception:  # already dropped
             return
-
-
-def test_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, settings):
-    """An outcome still being stored at the shutdown deadline is abandoned
-    with its session: after shutdown nothing writes for that server."""
-    set_later(settings, LEASE_DURATION=timedelta(seconds=30))
-    job_id = later.enqueue(AsyncHold(seconds=0.2))
-
-    async def main() -> Any:
-        from later_django.worker.server import Server
-
-        server = Server(workers=1)
-        await server.start()
-        await await_record(record, "hold-start", job_id)
-        with job_row_locked(later_db, job_id):
-            await await_record(record, "hold-end", job_id)
-            await asyncio.sleep(0.3)  # the completion now waits for the lock
-            await server.shutdown(0.5)
-        # The lock is gone: a store that outlived shutdown would write now.
-        await asyncio.sleep(1.0)
-        current = asyncio.current_task()
-        return server, [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-
-    server, left = asyncio.run(main())
-    assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
-    assert left == []
-    for path in (server._claim_path, server._complete_path):
-        session = path.postgres or path.sqlite
-        assert session is not None and session.closed
-
-
-# -- 5. continuations and their parent's finish ---------------------------------
-@pytest.mark.parametrize("parent_outcome", ["success", "failed"])
-def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
-    later_db, parent_outcome
-):
-    """A parent that finishes while a caller's transaction adding its
-    continuation is still open neither waits for that transaction nor
-    strands the child: once it commits, the child is ready (or failed)."""
-    if dialect_for(later_db.alias).single_writer:
-        pytest.skip("one writer at a time: the finish waits for the transaction")
-    parent = later.enqueue(Noop(n=1))
-    added, commit = threading.Event(), threading.Event()
-    child: list[str] = []
-
-    def caller() -> None:
-        try:
-            with transaction.atomic(using=later_db.alias):
-                child.append(later.enqueue_continue(parent, Noop(n=2)))
-                added.set()
-                commit.wait(10)
-        finally:
-            connections.close_all()
-
-    async def finish_parent() -> tuple[list[str], list[tuple[str, int]]]:
-        path = HotPath(later_db.alias)
-        try:
-            claimed = await path.claim(namespace="default", owner="w", limit=1, lease_ms=30_000)
-            assert [job.id for job in claimed] == [parent]
-            thread.start()
-            await asyncio.to_thread(added.wait, 10)
-            renewed = await asyncio.wait_for(asyncio.to_thread(_renew, later_db, parent), 3)
-            if parent_outcome == "success":
-                done, _ = await asyncio.wait_for(
-                    path.complete_many(owner="w", jobs=[(parent, 1)], retention_ms=60_000), 3
-                )
-            else:
-                done = await asyncio.wait_for(asyncio.to_thread(_fail, later_db, parent), 3)
-            return done, renewed
-        finally:
-            await path.close()
-
-    thread = threading.Thread(target=caller)
-    done, renewed = asyncio.run(finish_parent())
-    assert done == [parent], "the parent's finish did not wait for the caller"
-    assert renewed == [(parent, 1)], "renewal did not wait for the caller"
-    commit.set()
-    thread.join(10)
-    expected = "enqueued" if parent_outcome == "success" else "failed"
-    # No maintenance runs here: the child is settled by its own commit.
-    wait_until(
-        lambda: later_db.stage_of(child[0]) == expected,
-        3,
-        message=lambda: f"child {expected}, is {later_db.stage_of(child[0])}",
-    )
-
-
-def _renew(later_db: Any, job_id: str) -> list[tuple[str, int]]:
-    try:
-        with connections[later_db.alias].cursor() as cursor:
-            return dialect_for(later_db.alias).job_renew(
-                cursor, owner="w", jobs=[(job_id, 1)], lease_ms=30_000
-            )
-    finally:
-        connections.close_all()
-
-
-def _fail(later_db: Any, job_id: str) -> list[str]:
-    try:
-        with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-            failed = dialect_for(later_db.alias).job_fail(
-                c, job_id=job_id, attempts=1, retention_ms=60_000, error="boom", owner="w"
-            )
-        return [job_id] if failed else []
-    finally:
-        connections.close_all()

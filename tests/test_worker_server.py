@@ -1,4 +1,4 @@
-"""The worker Server in this process: executor, retries, supervisor, autoscale, maintenance.
+"""The worker Server in this process: executor, retries, worker count, maintenance, shutdown.
 
 Each test drives a ``Server`` with ``asyncio.run`` on SQLite and on PostgreSQL
 (the ``later_db`` fixture). Django's ORM refuses to run on the event loop's
@@ -22,7 +22,6 @@ from later_django import RetryPolicy
 from later_django.clock import now_ms
 from later_django.store import Store
 from later_django.worker import server as server_module
-from later_django.worker import supervisor
 from later_django.worker.server import MAX_WORKERS, Server
 from tests.helpers import (
     await_record,
@@ -30,12 +29,14 @@ from tests.helpers import (
     await_until,
     in_thread,
     job_info,
+    job_row_locked,
     job_stages,
     read_records,
     serve,
     set_later,
 )
 from tests.jobapp.jobs import (
+    AsyncHold,
     AsyncNoop,
     CallablePolicy,
     DefaultPolicy,
@@ -239,101 +240,7 @@ def test_server_delayed_job_runs_after_its_time(later_db, record):
     serve(body)
 
 
-# -- supervisor -------------------------------------------------------------------
-def test_supervisor_replaces_exited_worker(later_db, record):
-    """check_once replaces a worker whose task ended with a new slot."""
-
-    async def body(server: Server) -> None:
-        assert supervisor.check_once(server) == []
-        dead = server.slots[0]
-        assert dead.task is not None
-        dead.task.cancel()
-        await asyncio.wait([dead.task])
-        actions = supervisor.check_once(server)
-        ids = [slot.id for slot in server.slots]
-        assert actions == [f"replaced exited worker {dead.id} with {ids[-1]}"]
-        assert server.worker_count == 2
-        assert dead not in server.slots
-        assert ids[-1] not in (0, 1)
-        job_id = await in_thread(later.enqueue, Noop(n=1))
-        await await_stage(job_id, "success")
-
-    serve(body, workers=2)
-
-
-def test_supervisor_replaces_hung_worker(later_db, record, settings):
-    """A worker stuck outside any handler past the threshold is cancelled and replaced."""
-    set_later(
-        settings,
-        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=500),
-        SUPERVISOR_INTERVAL=timedelta(hours=1),
-    )
-    calls = {"n": 0}
-    hung: list[asyncio.Event] = []
-
-    def patch_claim(server: Server) -> None:
-        original = server.claim
-        hung.append(asyncio.Event())
-
-        async def claim_hangs_once() -> Any:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                hung[0].set()
-                await asyncio.get_running_loop().create_future()  # never resolves
-            return await original()
-
-        server.claim = claim_hangs_once  # type: ignore[method-assign]
-
-    async def body(server: Server) -> None:
-        await asyncio.wait_for(hung[0].wait(), 10)
-        stuck = server.slots[0]
-        assert supervisor.check_once(server) == [], "not stale yet"
-        threshold = 0.5
-
-        async def stale() -> bool:
-            return time.monotonic() - stuck.last_active > threshold
-
-        await await_until(stale, 10, "the hung worker's marker to go stale")
-        actions = supervisor.check_once(server)
-        new = server.slots[-1]
-        assert actions == [f"replaced hung worker {stuck.id} with {new.id}"]
-        assert stuck.task is not None
-        await asyncio.wait([stuck.task], timeout=5)
-        assert stuck.task.cancelled()
-        assert server.worker_count == 1
-        job_id = await in_thread(later.enqueue, Noop(n=1))
-        await await_stage(job_id, "success")
-        assert calls["n"] >= 2
-
-    serve(body, workers=1, before_start=patch_claim)
-
-
-def test_supervisor_reports_but_keeps_slow_handler(later_db, record, settings):
-    """A handler running past the threshold is reported once, never replaced."""
-    set_later(
-        settings,
-        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=200),
-        SUPERVISOR_INTERVAL=timedelta(hours=1),
-    )
-
-    async def body(server: Server) -> None:
-        job_id = await in_thread(later.enqueue, Sleep(seconds=1.0))
-        await await_record(record, "sleep-start", job_id)
-        busy = next(slot for slot in server.slots if slot.current_job == job_id)
-
-        async def slow() -> bool:
-            return time.monotonic() - (busy.busy_since or time.monotonic()) > 0.2
-
-        await await_until(slow, 10, "the handler to run past the threshold")
-        assert supervisor.check_once(server) == [f"reported slow job {job_id}"]
-        assert supervisor.check_once(server) == [], "reported once"
-        assert busy in server.slots
-        info = await await_stage(job_id, "success")
-        assert info.attempts == 1
-
-    serve(body, workers=1)
-
-
+# -- claims, completions and the worker count ---------------------------------
 def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch):
     """A failing claim backs off instead of spinning, and the worker recovers."""
     monkeypatch.setattr(server_module, "CLAIM_ERROR_BACKOFF", 0.2)
@@ -490,48 +397,6 @@ def test_server_rejects_bad_worker_count(later_db, workers):
         asyncio.run(build())
 
 
-def test_autoscale_scale_once_adds_one_worker_per_tick(later_db, record, settings):
-    """A backlog above 20 x workers adds one worker per tick, never above max."""
-    set_later(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
-
-    async def body(server: Server) -> None:
-        state = {"empty": 0}
-        assert server.worker_count == 2
-        assert await supervisor.scale_once(server, 40, state) is None, "not above 20 x 2"
-        assert server.worker_count == 2
-        assert await supervisor.scale_once(server, 10_000, state) == "up"
-        assert server.worker_count == 3, "one change per tick"
-        assert await supervisor.scale_once(server, 10_000, state) == "up"
-        assert server.worker_count == 4
-        assert await supervisor.scale_once(server, 10_000, state) is None, "at max"
-        assert server.worker_count == 4
-
-    serve(body, workers=2, autoscale=(1, 4))
-
-
-def test_autoscale_scale_once_removes_after_three_empty_readings(later_db, record, settings):
-    """Three consecutive empty readings remove one worker, never below min."""
-    set_later(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
-
-    async def body(server: Server) -> None:
-        state = {"empty": 0}
-        assert server.worker_count == 3
-        readings = [0, 0, 5, 0, 0]  # a non-empty reading resets the count
-        assert [await supervisor.scale_once(server, n, state) for n in readings] == [None] * 5
-        assert server.worker_count == 3
-        assert await supervisor.scale_once(server, 0, state) == "down"
-        assert server.worker_count == 2
-        for _ in range(2):
-            assert await supervisor.scale_once(server, 0, state) is None
-        assert await supervisor.scale_once(server, 0, state) == "down"
-        assert server.worker_count == 1
-        for _ in range(4):
-            assert await supervisor.scale_once(server, 0, state) is None, "at min"
-        assert server.worker_count == 1
-
-    serve(body, workers=3, autoscale=(1, 3))
-
-
 def test_autoscale_clamps_initial_workers_to_bounds(later_db):
     """The initial worker count is clamped into the autoscale bounds."""
 
@@ -642,3 +507,30 @@ def test_server_shutdown_deregisters_and_stops_workers(later_db, record, monkeyp
         assert [c for c in used if c.connection is not None] == [], "all closed"
 
     asyncio.run(main())
+
+
+def test_server_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, settings):
+    """An outcome still being stored at the shutdown deadline is abandoned
+    with its session: after shutdown nothing writes for that server."""
+    set_later(settings, LEASE_DURATION=timedelta(seconds=30))
+    job_id = later.enqueue(AsyncHold(seconds=0.2))
+
+    async def main() -> Any:
+        server = Server(workers=1)
+        await server.start()
+        await await_record(record, "hold-start", job_id)
+        with job_row_locked(later_db, job_id):
+            await await_record(record, "hold-end", job_id)
+            await asyncio.sleep(0.3)  # the completion now waits for the lock
+            await server.shutdown(0.5)
+        # The lock is gone: a store that outlived shutdown would write now.
+        await asyncio.sleep(1.0)
+        current = asyncio.current_task()
+        return server, [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+
+    server, left = asyncio.run(main())
+    assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
+    assert left == []
+    for path in (server._claim_path, server._complete_path):
+        session = path.postgres or path.sqlite
+        assert session is not None and session.closed

@@ -1,12 +1,9 @@
-"""Worker fixes found by the chaos runner (docs/chaos.md).
+"""The worker supervisor (later_django/worker/supervisor.py): it replaces
+exited and hung workers, forgives a process that stood still, and scales the
+worker count with the backlog.
 
-- After SIGSTOP ... SIGCONT a worker process replaced every idle worker as
-  "hung" and restarted its maintenance, because every progress marker was as
-  old as the pause. A late supervisor tick now restarts the markers instead
-  of judging them.
-- A handler whose lease was lost while it ran (its job recovered elsewhere)
-  kept its worker forever; hung ones piled up until the process ran nothing.
-  The worker is now replaced.
+The tests on a fake server need no database; the others drive a Server in
+this process on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -20,10 +17,15 @@ from typing import Any
 import later_django as later
 from later_django.worker import supervisor
 from later_django.worker.server import Server, WorkerSlot
-from tests.helpers import await_stage, await_until, in_thread, set_later
+from tests.helpers import await_record, await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop, Sleep
 
 
+# -- a fake server: markers only -----------------------------------------------------
+# After SIGSTOP ... SIGCONT a worker process replaced every idle worker as
+# "hung" and restarted its maintenance, because every progress marker was as
+# old as the pause (found by the chaos runner, docs/chaos.md). A late
+# supervisor tick now restarts the markers instead of judging them.
 class PendingTask:
     """Stands in for a running worker task."""
 
@@ -64,6 +66,7 @@ def fake_server(idle_for: float) -> Any:
 
 
 def test_forgive_stall_restarts_every_marker(settings):
+    """Markers as old as a pause are not judged once forgive_stall restarted them."""
     set_later(settings, HUNG_WORKER_THRESHOLD=timedelta(seconds=1))
     server = fake_server(idle_for=30)
     supervisor.forgive_stall(server, time.monotonic())
@@ -72,6 +75,8 @@ def test_forgive_stall_restarts_every_marker(settings):
 
 
 def test_supervise_does_not_replace_workers_after_a_stall(settings):
+    """The tick that comes late because the whole process stood still restarts
+    the markers instead of replacing every worker as hung."""
     set_later(
         settings,
         HUNG_WORKER_THRESHOLD=timedelta(milliseconds=300),
@@ -92,49 +97,146 @@ def test_supervise_does_not_replace_workers_after_a_stall(settings):
 
 
 def test_a_worker_stuck_alone_is_still_replaced(settings):
+    """Without a stall, workers with no progress past the threshold are replaced."""
     set_later(settings, HUNG_WORKER_THRESHOLD=timedelta(milliseconds=300))
     server = fake_server(idle_for=5)
     actions = supervisor.check_once(server)
     assert len(actions) == 3 and all("replaced hung worker" in a for a in actions)
 
 
-# -- a handler whose lease was lost stops holding a worker ------------------------------
-def test_sync_handler_that_lost_its_lease_gives_its_worker_back(later_db, record, settings):
-    """Found by the chaos runner: a process paused past its lease kept each
-    hung sync handler's worker after the job was recovered elsewhere, until
-    no worker was left. Now the worker stops waiting for the handler (whose
-    thread goes on; its outcome is discarded) and takes other jobs."""
+# -- a Server in this process ---------------------------------------------------
+def test_supervisor_replaces_exited_worker(later_db, record):
+    """check_once replaces a worker whose task ended with a new slot."""
+
+    async def body(server: Server) -> None:
+        assert supervisor.check_once(server) == []
+        dead = server.slots[0]
+        assert dead.task is not None
+        dead.task.cancel()
+        await asyncio.wait([dead.task])
+        actions = supervisor.check_once(server)
+        ids = [slot.id for slot in server.slots]
+        assert actions == [f"replaced exited worker {dead.id} with {ids[-1]}"]
+        assert server.worker_count == 2
+        assert dead not in server.slots
+        assert ids[-1] not in (0, 1)
+        job_id = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(job_id, "success")
+
+    serve(body, workers=2)
+
+
+def test_supervisor_replaces_hung_worker(later_db, record, settings):
+    """A worker stuck outside any handler past the threshold is cancelled and replaced."""
     set_later(
         settings,
-        LEASE_DURATION=timedelta(milliseconds=600),
+        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=500),
+        SUPERVISOR_INTERVAL=timedelta(hours=1),
+    )
+    calls = {"n": 0}
+    hung: list[asyncio.Event] = []
+
+    def patch_claim(server: Server) -> None:
+        original = server.claim
+        hung.append(asyncio.Event())
+
+        async def claim_hangs_once() -> Any:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                hung[0].set()
+                await asyncio.get_running_loop().create_future()  # never resolves
+            return await original()
+
+        server.claim = claim_hangs_once  # type: ignore[method-assign]
+
+    async def body(server: Server) -> None:
+        await asyncio.wait_for(hung[0].wait(), 10)
+        stuck = server.slots[0]
+        assert supervisor.check_once(server) == [], "not stale yet"
+        threshold = 0.5
+
+        async def stale() -> bool:
+            return time.monotonic() - stuck.last_active > threshold
+
+        await await_until(stale, 10, "the hung worker's marker to go stale")
+        actions = supervisor.check_once(server)
+        new = server.slots[-1]
+        assert actions == [f"replaced hung worker {stuck.id} with {new.id}"]
+        assert stuck.task is not None
+        await asyncio.wait([stuck.task], timeout=5)
+        assert stuck.task.cancelled()
+        assert server.worker_count == 1
+        job_id = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(job_id, "success")
+        assert calls["n"] >= 2
+
+    serve(body, workers=1, before_start=patch_claim)
+
+
+def test_supervisor_reports_but_keeps_slow_handler(later_db, record, settings):
+    """A handler running past the threshold is reported once, never replaced."""
+    set_later(
+        settings,
+        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=200),
         SUPERVISOR_INTERVAL=timedelta(hours=1),
     )
 
-    async def main() -> None:
-        server = Server(workers=1)  # the only worker: it must come back
-        await server.start()
-        try:
-            job_id = await in_thread(later.enqueue, Sleep(seconds=6))
+    async def body(server: Server) -> None:
+        job_id = await in_thread(later.enqueue, Sleep(seconds=1.0))
+        await await_record(record, "sleep-start", job_id)
+        busy = next(slot for slot in server.slots if slot.current_job == job_id)
 
-            async def running() -> bool:
-                return any(slot.current_job == job_id for slot in server.slots)
+        async def slow() -> bool:
+            return time.monotonic() - (busy.busy_since or time.monotonic()) > 0.2
 
-            await await_until(running, 10, f"job {job_id} running")
-            await asyncio.sleep(0.8)  # older than the lease
-            # Another server recovers the job (as maintenance would after a pause).
-            await in_thread(
-                later_db.rows,
-                "UPDATE later_job SET lease_owner = 'elsewhere', attempts = attempts + 1 "
-                "WHERE id = %s RETURNING id",
-                [job_id],
-            )
-            other = await in_thread(later.enqueue, Noop(n=1))
-            # Long before the old handler returns.
-            await await_stage(other, "success", timeout=4.0)
-            assert server.worker_count == 1
-            assert not any(slot.current_job == job_id for slot in server.slots)
-            assert await in_thread(later_db.stage_of, job_id) == "running", "owned elsewhere"
-        finally:
-            await server.shutdown(1)
+        await await_until(slow, 10, "the handler to run past the threshold")
+        assert supervisor.check_once(server) == [f"reported slow job {job_id}"]
+        assert supervisor.check_once(server) == [], "reported once"
+        assert busy in server.slots
+        info = await await_stage(job_id, "success")
+        assert info.attempts == 1
 
-    asyncio.run(main())
+    serve(body, workers=1)
+
+
+# -- autoscale --------------------------------------------------------------------
+def test_autoscale_scale_once_adds_one_worker_per_tick(later_db, record, settings):
+    """A backlog above 20 x workers adds one worker per tick, never above max."""
+    set_later(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
+
+    async def body(server: Server) -> None:
+        state = {"empty": 0}
+        assert server.worker_count == 2
+        assert await supervisor.scale_once(server, 40, state) is None, "not above 20 x 2"
+        assert server.worker_count == 2
+        assert await supervisor.scale_once(server, 10_000, state) == "up"
+        assert server.worker_count == 3, "one change per tick"
+        assert await supervisor.scale_once(server, 10_000, state) == "up"
+        assert server.worker_count == 4
+        assert await supervisor.scale_once(server, 10_000, state) is None, "at max"
+        assert server.worker_count == 4
+
+    serve(body, workers=2, autoscale=(1, 4))
+
+
+def test_autoscale_scale_once_removes_after_three_empty_readings(later_db, record, settings):
+    """Three consecutive empty readings remove one worker, never below min."""
+    set_later(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
+
+    async def body(server: Server) -> None:
+        state = {"empty": 0}
+        assert server.worker_count == 3
+        readings = [0, 0, 5, 0, 0]  # a non-empty reading resets the count
+        assert [await supervisor.scale_once(server, n, state) for n in readings] == [None] * 5
+        assert server.worker_count == 3
+        assert await supervisor.scale_once(server, 0, state) == "down"
+        assert server.worker_count == 2
+        for _ in range(2):
+            assert await supervisor.scale_once(server, 0, state) is None
+        assert await supervisor.scale_once(server, 0, state) == "down"
+        assert server.worker_count == 1
+        for _ in range(4):
+            assert await supervisor.scale_once(server, 0, state) is None, "at min"
+        assert server.worker_count == 1
+
+    serve(body, workers=3, autoscale=(1, 3))
