@@ -262,19 +262,6 @@ def job_row_locked(later_db: LaterDb, job_id: str) -> Iterator[Callable[[str, li
         pg.commit()
 
 
-def backend_waits_for_a_lock(later_db: LaterDb, held_for_ms: int = 0) -> bool:
-    """Whether another PostgreSQL session waits for a lock, in a transaction
-    that began at least ``held_for_ms`` ago."""
-    return bool(
-        later_db.scalar(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock' "
-            "AND clock_timestamp() - xact_start >= make_interval(secs => %s)",
-            [held_for_ms / 1000],
-        )
-    )
-
-
 # -- a Server in this process ----------------------------------------------------
 async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a synchronous Django call in a thread, closing its connections after.

@@ -87,6 +87,17 @@ def _renew(later_db, job_id, *, owner="worker-1"):
         )
 
 
+def _lock_waiters(later_db, *, min_age_ms):
+    """PostgreSQL sessions waiting for a lock in a transaction at least
+    ``min_age_ms`` old."""
+    return later_db.scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' "
+        "AND clock_timestamp() - xact_start >= make_interval(secs => %s)",
+        [min_age_ms / 1000],
+    )
+
+
 def _promote(later_db):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         return dialect_for(later_db.alias).job_promote_due(c, namespace=conf.namespace, limit=100)
@@ -568,17 +579,31 @@ def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
     change no earlier than that writer's, so history stays in order."""
     job_id = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
     result: dict[str, object] = {}
+    began = threading.Event()
+
+    def note_begin(execute, sql, params, many, context):
+        began.set()
+        return execute(sql, params, many, context)
 
     def cancel() -> None:
         try:
-            result["cancelled"] = later.cancel(job_id)
+            with connections[later_db.alias].execute_wrapper(note_begin):
+                result["cancelled"] = later.cancel(job_id)
         finally:
             connections.close_all()
 
     writer = threading.Thread(target=cancel)
     with job_row_locked(later_db, job_id) as write:
         writer.start()
-        time.sleep(0.5)  # the cancel waits for the lock meanwhile
+        assert began.wait(10), "the cancel sent no statement"
+        if not dialect_for(later_db.alias).single_writer:
+            # The cancel waits for the row, in a transaction that began well
+            # before the write below (one writer at a time: it waits to begin).
+            wait_until(
+                lambda: _lock_waiters(later_db, min_age_ms=50),
+                10,
+                "the cancel to wait for the job's row",
+            )
         other_ms = int(time.time() * 1000)
         write(
             "UPDATE later_job SET changed_ms = %s, history = history || %s WHERE id = %s",

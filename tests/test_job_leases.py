@@ -109,7 +109,9 @@ def test_sync_handler_that_lost_its_lease_gives_its_worker_back(later_db, record
                 return any(slot.current_job == job_id for slot in server.slots)
 
             await await_until(running, 10, f"job {job_id} running")
-            await asyncio.sleep(0.8)  # older than the lease
+            # The scenario: the handler runs on past its lease's duration
+            # (0.6 s, renewed meanwhile), as a hung one does.
+            await asyncio.sleep(0.8)
             # Another server recovers the job (as maintenance would after a pause).
             await in_thread(
                 later_db.rows,
@@ -174,6 +176,11 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
+def _lease_expiries(later_db: Any, jobs: list[str]) -> dict[str, int]:
+    """Each job's lease expiry (ms), as stored."""
+    return {job_id: int(str(later_db.job_field(job_id, "lease_expires_ms"))) for job_id in jobs}
+
+
 def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, workers):
     """While the database takes no writes for longer than the lease, every
     async handler is cancelled before its lease can expire; afterwards each
@@ -189,9 +196,17 @@ def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, w
     )
     # A renewal is sent every lease / 3: wait for one after the claims, so the
     # lease is known to run until at most frozen_at + lease.
-    time.sleep(lease / 3 + 0.2)
+    claimed = _lease_expiries(later_db, jobs)
+    wait_until(
+        lambda: all(
+            expires > claimed[job_id] for job_id, expires in _lease_expiries(later_db, jobs).items()
+        ),
+        10,
+        lambda: f"a renewal of every lease after the claims\n{workers.logs()}",
+    )
     frozen_at = time.time()
     with _database_frozen(later_db):
+        # The scenario: the database takes no writes for twice the lease.
         time.sleep(lease * 2)
     thawed_at = time.time()
     for job_id in jobs:

@@ -92,6 +92,7 @@ def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
         ticks = 0
 
         async def tick() -> None:
+            # Counts how often the event loop runs while the claim waits.
             nonlocal ticks
             while True:
                 await asyncio.sleep(0.001)

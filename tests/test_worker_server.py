@@ -521,9 +521,15 @@ def test_server_shutdown_ends_outcome_stores_and_never_reconnects(later_db, reco
         await await_record(record, "hold-start", job_id)
         with job_row_locked(later_db, job_id):
             await await_record(record, "hold-end", job_id)
-            await asyncio.sleep(0.3)  # the completion now waits for the lock
+
+            async def storing() -> bool:
+                return server._completions.flush_started is not None
+
+            # The completion is sent; it waits for the lock.
+            await await_until(storing, 10, "the completion of the job to be sent")
             await server.shutdown(0.5)
         # The lock is gone: a store that outlived shutdown would write now.
+        # Nothing can say when it would have: watch for it for a second.
         await asyncio.sleep(1.0)
         current = asyncio.current_task()
         return server, [t for t in asyncio.all_tasks() if t is not current and not t.done()]

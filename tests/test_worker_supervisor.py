@@ -47,6 +47,11 @@ def fake_server(idle_for: float) -> Any:
         for i in range(3)
     ]
     replaced: list[WorkerSlot] = []
+    checks: list[float] = []
+
+    def abandon_hung_calls(threshold: float) -> list[str]:
+        checks.append(time.monotonic())  # check_once calls it first
+        return []
 
     def replace_worker(slot: WorkerSlot) -> WorkerSlot:
         replaced.append(slot)
@@ -57,10 +62,11 @@ def fake_server(idle_for: float) -> Any:
     server = SimpleNamespace(
         slots=slots,
         replaced=replaced,
+        checks=checks,
         replace_worker=replace_worker,
         maintenance=SimpleNamespace(last_tick=now - idle_for, interval=0.3),
         service_task=lambda name: None,
-        abandon_hung_calls=lambda threshold: [],
+        abandon_hung_calls=abandon_hung_calls,
     )
     return server
 
@@ -84,11 +90,21 @@ def test_supervise_does_not_replace_workers_after_a_stall(settings):
     )
     server = fake_server(idle_for=0)
 
+    async def checked() -> bool:
+        return bool(server.checks)
+
+    async def ticked_after(moment: float) -> bool:
+        # The late tick forgives (restarting the maintenance marker) or checks.
+        return server.maintenance.last_tick >= moment or server.checks[-1] >= moment
+
     async def run() -> None:
         task = asyncio.create_task(supervisor.supervise(server))
-        await asyncio.sleep(0.05)
-        time.sleep(1.5)  # noqa: ASYNC251  the loop (like the whole process) stands still
-        await asyncio.sleep(0.15)  # the late tick: forgiven
+        # Soon after it: the workers' markers go stale 0.3 s after they were set.
+        await await_until(checked, 5, "the supervisor's first check", interval=0.01)
+        # The scenario: the loop (like the whole process) stands still.
+        time.sleep(1.5)  # noqa: ASYNC251
+        resumed = time.monotonic()
+        await await_until(lambda: ticked_after(resumed), 5, "the supervisor's tick after the stall")
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
