@@ -14,6 +14,7 @@ from django.core.checks import Error, Warning, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from later_django.checks import check_settings
 from later_django.conf import TIMING_KEYS
 from later_django.retry import RetryPolicy
 from tests.helpers import PROJECT_DIR, WORKER_ARGS, set_later
@@ -150,6 +151,13 @@ def test_checks_unknown_database_lists_the_aliases(settings):
     (message,) = later_messages()
     assert "'nowhere'" in message.msg
     assert "default" in message.hint
+
+
+def test_checks_report_an_unhashable_database_alias(settings):
+    """A list as LATER['DATABASE'] is reported as later.E004, not a crash."""
+    set_later(settings, DATABASE=["default"])
+    ids = [message.id for message in check_settings()]
+    assert "later.E004" in ids
 
 
 def test_checks_fail_manage_py_check_on_bad_settings(settings):

@@ -799,7 +799,7 @@ def test_get_job_accepts_an_uppercase_id(later_db):
 
 
 @pytest.mark.parametrize("bad", ["", "nope", "0" * 25, "u" * 26, "0" * 27], ids=repr)
-def test_get_job_of_malformed_id_raises_value_error(later_db, bad):
+def test_get_job_of_malformed_id_raises_value_error(bad):
     """A string that cannot be a job id raises ValueError naming the argument."""
     with pytest.raises(ValueError, match="job_id=.* is not a job id"):
         later.get_job(bad)

@@ -386,18 +386,18 @@ def test_server_add_worker_refuses_above_limit(later_db, record):
     serve(body, workers=1, before_start=idle_claims)
 
 
-@pytest.mark.parametrize("workers", [0, MAX_WORKERS + 1])
-def test_server_rejects_bad_worker_count(later_db, workers):
+@pytest.mark.parametrize("count", [0, MAX_WORKERS + 1])
+def test_server_rejects_bad_worker_count(count):
     """Server refuses a worker count outside 1..255."""
 
     async def build() -> None:
-        Server(workers=workers)
+        Server(workers=count)
 
     with pytest.raises(ValueError, match="workers must be 1..255"):
         asyncio.run(build())
 
 
-def test_autoscale_clamps_initial_workers_to_bounds(later_db):
+def test_autoscale_clamps_initial_workers_to_bounds():
     """The initial worker count is clamped into the autoscale bounds."""
 
     async def build() -> tuple[int, int]:
