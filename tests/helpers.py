@@ -2,8 +2,8 @@
 test handlers append to, readers of the test database, a Server run in this
 process and ``later_worker`` processes.
 
-Nothing here is a fixture (those are in conftest.py), and nothing sleeps to
-synchronise: a wait is a poll that fails with a message at its deadline.
+Nothing here is a fixture (those are in conftest.py), and no helper waits a
+fixed time: a wait is a poll that fails with a message at its deadline.
 """
 
 from __future__ import annotations
@@ -290,8 +290,8 @@ async def await_stage(job_id: str, stage: str, timeout: float = 10.0) -> JobInfo
     last: list[JobInfo | None] = [None]
 
     async def reached() -> bool:
-        last[0] = await job_info(job_id)
-        return last[0].stage == stage
+        info = last[0] = await job_info(job_id)
+        return info.stage == stage
 
     await await_until(reached, timeout, lambda: f"job {job_id} in {stage}; it is {last[0]}")
     assert last[0] is not None

@@ -17,7 +17,7 @@ from django.db import connections
 
 import later_django as later
 from later_django.db.sessions import HotPath
-from tests.helpers import sqlite_write_lock
+from tests.helpers import in_thread, sqlite_write_lock
 from tests.jobapp.jobs import Noop
 
 OWNER = "test-owner"
@@ -126,7 +126,7 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
             assert await path.claim(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1) == []
             assert path.postgres is not None and path.postgres._conn is not None
             pid = path.postgres._conn.info.backend_pid
-            await asyncio.to_thread(_terminate, later_db.alias, pid)
+            await in_thread(_terminate, later_db.alias, pid)
             with pytest.raises(psycopg.OperationalError):
                 await _claim(path)
             return await _claim(path)
@@ -139,7 +139,6 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
 def _terminate(alias: str, pid: int) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    connections[alias].close()
 
 
 def test_postgres_claims_are_planned_once_per_session(later_db):
