@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,43 +10,10 @@ from django.conf import settings as django_settings
 from django.db import connections
 
 from later_django.db.base import TABLES
+from tests.helpers import LaterDb, Workers
 
 ALIASES = {"sqlite": "default", "postgresql": "pg"}
 LATER_TABLES = TABLES  # later_job first: deleting jobs fires the counter triggers
-
-
-@dataclass
-class LaterDb:
-    """The database a test runs on, and helpers to look at it directly."""
-
-    alias: str
-    vendor: str
-
-    def scalar(self, sql: str, params: list[object] | None = None) -> object:
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(sql, params or [])
-            row = cursor.fetchone()
-        return None if row is None else row[0]
-
-    def rows(self, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(sql, params or [])
-            return list(cursor.fetchall())
-
-    def job_count(self) -> int:
-        return int(self.scalar("SELECT COUNT(*) FROM later_job"))  # type: ignore[arg-type]
-
-    def stage_of(self, job_id: str) -> str:
-        return str(self.scalar("SELECT stage FROM later_job WHERE id = %s", [job_id]))
-
-    def worker_env(self) -> dict[str, str]:
-        """Environment for a child process that uses this test database."""
-        return {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "LATER_TEST_ALIAS": self.alias,
-            "LATER_TEST_USE_TEST_DB": "1",
-        }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -85,10 +50,8 @@ def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def workers(later_db: LaterDb, tmp_path: Path) -> Iterator[object]:
+def workers(later_db: LaterDb, tmp_path: Path) -> Iterator[Workers]:
     """Starts ``later_worker`` processes for one test and always stops them."""
-    from tests.test_worker_processes import Workers
-
     pool = Workers(later_db, tmp_path)
     try:
         yield pool

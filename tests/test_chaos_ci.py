@@ -12,11 +12,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+from tests.helpers import PROJECT_DIR
+
 CI_TIMEOUT = 300  # the profile takes about a minute; 3 minutes is its budget
 
 

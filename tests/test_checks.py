@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -15,17 +14,15 @@ from django.core.checks import Error, Warning, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from later_django.checks import check_settings
 from later_django.conf import TIMING_KEYS
 from later_django.retry import RetryPolicy
+from tests.helpers import PROJECT_DIR, WORKER_ARGS, set_later
 
 
 def later_messages():  # type: ignore[no-untyped-def]
     """The later.* messages of a full system-check run."""
     return [m for m in run_checks() if str(m.id).startswith("later.")]
-
-
-def with_later(settings, **overrides):  # type: ignore[no-untyped-def]
-    settings.LATER = {**settings.LATER, **overrides}
 
 
 def test_checks_pass_on_good_settings():
@@ -38,7 +35,7 @@ def test_checks_pass_on_good_settings():
 
 def test_checks_pass_on_a_full_valid_configuration(settings):
     """Every key set to a valid non-default value is accepted."""
-    with_later(
+    set_later(
         settings,
         NAMESPACE="shop",
         WORKERS=255,
@@ -103,7 +100,7 @@ BAD_SETTINGS = [
 )
 def test_checks_report_each_bad_setting(settings, overrides, check_id, names):
     """A bad value gives exactly its error ID, a message naming the key, and a hint."""
-    with_later(settings, **overrides)
+    set_later(settings, **overrides)
     messages = later_messages()
     assert [m.id for m in messages] == [check_id]
     assert isinstance(messages[0], Error)
@@ -115,7 +112,7 @@ def test_checks_report_each_bad_setting(settings, overrides, check_id, names):
 @pytest.mark.parametrize("value", [30, timedelta(0), timedelta(seconds=-1)], ids=repr)
 def test_checks_report_non_timedelta_timings(settings, key, value):
     """Each timing key must be a positive timedelta (later.E010, naming the key)."""
-    with_later(settings, **{key: value})
+    set_later(settings, **{key: value})
     messages = later_messages()
     assert [m.id for m in messages] == ["later.E010"]
     assert f"LATER[{key!r}]" in messages[0].msg
@@ -124,7 +121,7 @@ def test_checks_report_non_timedelta_timings(settings, key, value):
 
 def test_checks_report_each_of_several_bad_settings(settings):
     """Several bad keys give one error each, not just the first."""
-    with_later(settings, WORKERS=0, AUTOSCALE=(9, 3), TOPICS={"": 0})
+    set_later(settings, WORKERS=0, AUTOSCALE=(9, 3), TOPICS={"": 0})
     assert sorted(m.id for m in later_messages()) == [
         "later.E002",
         "later.E003",
@@ -141,7 +138,7 @@ def test_checks_refuse_a_later_setting_that_is_not_a_dict(settings):
 
 def test_checks_warn_about_unknown_keys(settings):
     """A misspelt key is a warning naming it (later.W001)."""
-    with_later(settings, WORKER=6)
+    set_later(settings, WORKER=6)
     messages = later_messages()
     assert [m.id for m in messages] == ["later.W001"]
     assert isinstance(messages[0], Warning)
@@ -150,15 +147,22 @@ def test_checks_warn_about_unknown_keys(settings):
 
 def test_checks_unknown_database_lists_the_aliases(settings):
     """The E004 hint names the aliases that do exist."""
-    with_later(settings, DATABASE="nowhere")
+    set_later(settings, DATABASE="nowhere")
     (message,) = later_messages()
     assert "'nowhere'" in message.msg
     assert "default" in message.hint
 
 
+def test_checks_report_an_unhashable_database_alias(settings):
+    """A list as LATER['DATABASE'] is reported as later.E004, not a crash."""
+    set_later(settings, DATABASE=["default"])
+    ids = [message.id for message in check_settings()]
+    assert "later.E004" in ids
+
+
 def test_checks_fail_manage_py_check_on_bad_settings(settings):
     """manage.py check stops on a bad setting and prints its ID."""
-    with_later(settings, WORKERS=0)
+    set_later(settings, WORKERS=0)
     with pytest.raises(SystemCheckError, match=r"later\.E002"):
         call_command("check", stdout=StringIO(), stderr=StringIO())
 
@@ -168,20 +172,20 @@ def test_checks_accept_a_context_factory_by_path_or_as_a_callable(settings):
     from tests.jobapp.context import build
 
     for value in ("tests.jobapp.context.build", build, None):
-        with_later(settings, CONTEXT=value)
+        set_later(settings, CONTEXT=value)
         assert later_messages() == [], value
 
 
 def test_checks_context_messages_name_the_value_and_the_cause(settings):
     """E017 names the path and the import error; E018 what the path points at."""
-    with_later(settings, CONTEXT="tests.jobapp.nowhere.build")
+    set_later(settings, CONTEXT="tests.jobapp.nowhere.build")
     (message,) = later_messages()
     assert message.msg == (
         "LATER['CONTEXT'] is 'tests.jobapp.nowhere.build', which does not import: "
         "ModuleNotFoundError: No module named 'tests.jobapp.nowhere'."
     )
     assert "zero" in message.hint or "no arguments" in message.hint
-    with_later(settings, CONTEXT="tests.jobapp.context.NOT_CALLABLE")
+    set_later(settings, CONTEXT="tests.jobapp.context.NOT_CALLABLE")
     (message,) = later_messages()
     assert message.msg == (
         "LATER['CONTEXT'] is 'tests.jobapp.context.NOT_CALLABLE', which is a dict, not a callable."
@@ -191,7 +195,7 @@ def test_checks_context_messages_name_the_value_and_the_cause(settings):
 def test_checks_report_an_import_error_inside_the_context_module(settings):
     """A module that exists but fails to import is reported with its own error,
     not as a missing module of the CONTEXT path."""
-    with_later(settings, CONTEXT="tests.jobapp.broken_jobs.build")
+    set_later(settings, CONTEXT="tests.jobapp.broken_jobs.build")
     (message,) = later_messages()
     assert message.id == "later.E017"
     assert "No module named 'tests.jobapp.no_such_module'" in message.msg
@@ -201,18 +205,18 @@ def test_checks_warn_when_no_installed_app_has_the_jobs_module(settings):
     """A JOBS_MODULE set to a name no app has is a warning (later.W004); the
     default, or a name some app has, is not."""
     for name in ("job", "jobs.py", "jobapp.jobs", "tests.jobapp.jobs"):
-        with_later(settings, JOBS_MODULE=name)
+        set_later(settings, JOBS_MODULE=name)
         messages = later_messages()
         assert [m.id for m in messages] == ["later.W004"], name
         assert isinstance(messages[0], Warning)
         assert f"LATER['JOBS_MODULE'] is {name!r}" in messages[0].msg
-    with_later(settings, JOBS_MODULE="jobs")
+    set_later(settings, JOBS_MODULE="jobs")
     assert later_messages() == []
 
 
 def test_checks_fail_manage_py_check_on_a_bad_context(settings):
     """manage.py check stops on a CONTEXT that does not import."""
-    with_later(settings, CONTEXT="tests.jobapp.nowhere.build")
+    set_later(settings, CONTEXT="tests.jobapp.nowhere.build")
     with pytest.raises(SystemCheckError, match=r"later\.E017"):
         call_command("check", stdout=StringIO(), stderr=StringIO())
 
@@ -228,8 +232,8 @@ def test_checks_stop_later_worker_on_a_bad_context(tmp_path: Path):
         "LATER_TEST_DB_OVERRIDE": json.dumps({"NAME": str(never)}),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "django", "later_worker"],
-        cwd=Path(__file__).resolve().parent.parent,
+        WORKER_ARGS,
+        cwd=PROJECT_DIR,
         env=env,
         capture_output=True,
         text=True,

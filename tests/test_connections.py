@@ -6,8 +6,8 @@ import pytest
 
 import later_django as later
 from later_django.db import dialect_for
+from tests.helpers import wait_until
 from tests.jobapp.jobs import Flaky, Noop, NoRetry
-from tests.test_worker_processes import wait_until
 
 MAX_PER_PROCESS = 13  # claims + successes + LISTEN + 4 failures + 4 services + 2 maintenance
 

@@ -1,11 +1,13 @@
 """The enqueue and lookup API on both databases: transactions, validation, bulk,
-continuations, async twins and get_job."""
+continuations, cancel, async twins and get_job."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import re
+import threading
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -19,8 +21,10 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.sessions import HotPath
 from later_django.ids import new_job_id
 from later_django.types import NewJob
+from tests.helpers import history_times_ms, in_thread, job_row_locked, set_later, wait_until
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
 ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
@@ -74,6 +78,24 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
             owner=owner,
         )
     assert retried
+
+
+def _renew(later_db, job_id, *, owner="worker-1"):
+    with connections[later_db.alias].cursor() as c:
+        return dialect_for(later_db.alias).job_renew(
+            c, owner=owner, jobs=[(job_id, 1)], lease_ms=30_000
+        )
+
+
+def _lock_waiters(later_db, *, min_age_ms):
+    """PostgreSQL sessions waiting for a lock in a transaction at least
+    ``min_age_ms`` old."""
+    return later_db.scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' "
+        "AND clock_timestamp() - xact_start >= make_interval(secs => %s)",
+        [min_age_ms / 1000],
+    )
 
 
 def _promote(later_db):
@@ -167,7 +189,7 @@ def test_enqueue_unsupported_value_raises_type_error_and_writes_nothing(
 
 def test_enqueue_oversize_payload_raises_payload_too_large(later_db, settings):
     """A payload above MAX_PAYLOAD_BYTES is refused, naming the limit; nothing is written."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 100}
+    set_later(settings, MAX_PAYLOAD_BYTES=100)
     later.enqueue(Order(id=1, note="x" * 50))  # under the limit
     with pytest.raises(later.PayloadTooLarge) as info:
         later.enqueue(Order(id=2, note="x" * 200))
@@ -201,9 +223,9 @@ def test_enqueue_continue_unknown_parent_raises_job_not_found(later_db):
 
 def test_enqueue_continue_parent_of_another_namespace_raises_job_not_found(later_db, settings):
     """A parent in another namespace is unknown to this one."""
-    settings.LATER = {**settings.LATER, "NAMESPACE": "elsewhere"}
+    set_later(settings, NAMESPACE="elsewhere")
     parent = later.enqueue(Noop())
-    settings.LATER = {**settings.LATER, "NAMESPACE": "default"}
+    set_later(settings, NAMESPACE="default")
     with pytest.raises(later.JobNotFound):
         later.enqueue_continue(parent, Noop(n=1))
     assert later_db.job_count() == 1
@@ -280,7 +302,7 @@ def test_enqueue_delayed_zero_delay_and_past_time_are_ready_at_once(later_db):
 )
 def test_enqueue_many_with_one_bad_payload_writes_none(later_db, settings, bad, error, message):
     """One bad payload among good ones refuses the whole batch."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    set_later(settings, MAX_PAYLOAD_BYTES=200)
     payloads = [Noop(n=1), Order(id=2), bad, Noop(n=4)]
     with pytest.raises(error, match=message):
         later.enqueue_many(payloads)
@@ -305,7 +327,7 @@ def test_enqueue_many_error_names_the_index_of_the_bad_payload(
     """The error of a bad item in the middle says which one (payloads[3]), keeps
     its class and its own message; nothing is written, and the caller's atomic
     block stays usable."""
-    settings.LATER = {**settings.LATER, "MAX_PAYLOAD_BYTES": 200}
+    set_later(settings, MAX_PAYLOAD_BYTES=200)
     with pytest.raises(error) as alone:
         later.enqueue(bad)
     payloads = [Noop(n=0), Order(id=1), Noop(n=2), bad, Noop(n=4), Noop(n=5)]
@@ -481,6 +503,63 @@ def test_enqueue_continue_children_fail_when_parent_fails(later_db):
     assert later.stage_counts()["failed"] == 3
 
 
+@pytest.mark.parametrize("parent_outcome", ["success", "failed"])
+def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
+    later_db, parent_outcome
+):
+    """A parent that finishes while a caller's transaction adding its
+    continuation is still open neither waits for that transaction nor
+    strands the child: once it commits, the child is ready (or failed)."""
+    if dialect_for(later_db.alias).single_writer:
+        pytest.skip("one writer at a time: the finish waits for the transaction")
+    parent = later.enqueue(Noop(n=1))
+    added, commit = threading.Event(), threading.Event()
+    child: list[str] = []
+
+    def caller() -> None:
+        try:
+            with transaction.atomic(using=later_db.alias):
+                child.append(later.enqueue_continue(parent, Noop(n=2)))
+                added.set()
+                commit.wait(10)
+        finally:
+            connections.close_all()
+
+    async def finish_parent() -> list[tuple[str, int]]:
+        path = HotPath(later_db.alias)
+        try:
+            claimed = await path.claim(namespace="default", owner="w", limit=1, lease_ms=30_000)
+            assert [job.id for job in claimed] == [parent]
+            thread.start()
+            await asyncio.to_thread(added.wait, 10)
+            renewed = await asyncio.wait_for(in_thread(_renew, later_db, parent, owner="w"), 3)
+            # Each finish fails the test if it waits for the caller (past 3 s)
+            # or does not finish the parent.
+            if parent_outcome == "success":
+                done, _ = await asyncio.wait_for(
+                    path.complete_many(owner="w", jobs=[(parent, 1)], retention_ms=60_000), 3
+                )
+                assert done == [parent]
+            else:
+                await asyncio.wait_for(in_thread(_fail, later_db, claimed[0], owner="w"), 3)
+            return renewed
+        finally:
+            await path.close()
+
+    thread = threading.Thread(target=caller)
+    renewed = asyncio.run(finish_parent())
+    assert renewed == [(parent, 1)], "renewal did not wait for the caller"
+    commit.set()
+    thread.join(10)
+    expected = "enqueued" if parent_outcome == "success" else "failed"
+    # No maintenance runs here: the child is settled by its own commit.
+    wait_until(
+        lambda: later_db.stage_of(child[0]) == expected,
+        3,
+        lambda: f"child {expected}, is {later_db.stage_of(child[0])}",
+    )
+
+
 def test_cancel_refuses_running_and_finished_jobs(later_db):
     """cancel returns False and changes nothing for running, finished or unknown jobs."""
     running = later.enqueue(Noop(), priority=100)
@@ -493,6 +572,52 @@ def test_cancel_refuses_running_and_finished_jobs(later_db):
     assert later.cancel(new_job_id()) is False
     assert later.stage_counts() == counts
     assert later_db.stage_of(running) == "running"
+
+
+def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
+    """A write that waited for another writer of the job stamps its stage
+    change no earlier than that writer's, so history stays in order."""
+    job_id = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
+    result: dict[str, object] = {}
+    began = threading.Event()
+
+    def note_begin(execute, sql, params, many, context):
+        began.set()
+        return execute(sql, params, many, context)
+
+    def cancel() -> None:
+        try:
+            with connections[later_db.alias].execute_wrapper(note_begin):
+                result["cancelled"] = later.cancel(job_id)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=cancel)
+    with job_row_locked(later_db, job_id) as write:
+        writer.start()
+        assert began.wait(10), "the cancel sent no statement"
+        if not dialect_for(later_db.alias).single_writer:
+            # The cancel waits for the row, in a transaction that began well
+            # before the write below (one writer at a time: it waits to begin).
+            wait_until(
+                lambda: _lock_waiters(later_db, min_age_ms=50),
+                10,
+                "the cancel to wait for the job's row",
+            )
+        other_ms = int(time.time() * 1000)
+        write(
+            "UPDATE later_job SET changed_ms = %s, history = history || %s WHERE id = %s",
+            [other_ms, f"delayed@{other_ms};", job_id],
+        )
+    writer.join(10)
+    assert result == {"cancelled": True}
+    stage, _, history = later_db.job_row(job_id)
+    assert stage == "cancelled"
+    stamps = history_times_ms(history)
+    assert stamps == sorted(stamps), history
+    assert stamps[-1] >= other_ms, (
+        f"the cancel was stamped {other_ms - stamps[-1]} ms before the write it waited for"
+    )
 
 
 # -- 9. async twins --------------------------------------------------------------
@@ -674,7 +799,7 @@ def test_get_job_accepts_an_uppercase_id(later_db):
 
 
 @pytest.mark.parametrize("bad", ["", "nope", "0" * 25, "u" * 26, "0" * 27], ids=repr)
-def test_get_job_of_malformed_id_raises_value_error(later_db, bad):
+def test_get_job_of_malformed_id_raises_value_error(bad):
     """A string that cannot be a job id raises ValueError naming the argument."""
     with pytest.raises(ValueError, match="job_id=.* is not a job id"):
         later.get_job(bad)
@@ -691,7 +816,7 @@ def test_stage_counts_lists_every_stage(later_db):
 def test_prepared_statements_follow_the_setting(later_db, settings, prepared):
     """PostgreSQL prepares the enqueue INSERT on the caller's connection only
     when LATER['PREPARED_STATEMENTS'] allows it (a pooler may not keep them)."""
-    settings.LATER = {**settings.LATER, "PREPARED_STATEMENTS": prepared}
+    set_later(settings, PREPARED_STATEMENTS=prepared)
     connections[later_db.alias].close()  # a fresh session: nothing prepared yet
     job_id = later.enqueue(Noop(n=1))
     assert later_db.stage_of(job_id) == "enqueued"

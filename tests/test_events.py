@@ -10,10 +10,9 @@ import pytest
 
 import later_django as later
 from later_django import events
+from tests.helpers import await_record, await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import AsyncHold, Flaky, Noop, NoRetry
-from tests.test_lease_fencing import _take_over
-from tests.test_worker_server import db, later_settings, serve, wait_record, wait_stage
-from tests.test_worker_server import wait_until as await_until
+from tests.test_job_leases import _take_over
 
 
 @pytest.fixture
@@ -72,15 +71,15 @@ def test_subscribe_refuses_what_is_not_an_event_class():
 
 # -- from a running server ----------------------------------------------------------
 def test_a_server_reports_starts_outcomes_and_its_own_life(later_db, record, seen, settings):
-    later_settings(settings, MAINTENANCE_INTERVAL=timedelta(milliseconds=100))
+    set_later(settings, MAINTENANCE_INTERVAL=timedelta(milliseconds=100))
     ok = later.enqueue(Noop(n=1))
     flaky = later.enqueue(Flaky(succeed_on=2))
     refused = later.enqueue(NoRetry())
 
     async def body(server: Any) -> str:
         for job_id in (ok, flaky):
-            await wait_stage(job_id, "success")
-        await wait_stage(refused, "failed")
+            await await_stage(job_id, "success")
+        await await_stage(refused, "failed")
         return str(server.server_id)
 
     server_id = serve(body, workers=2)
@@ -106,12 +105,12 @@ def test_a_server_reports_starts_outcomes_and_its_own_life(later_db, record, see
 
 
 def test_a_lost_lease_is_reported(later_db, record, seen, settings):
-    later_settings(settings, LEASE_DURATION=timedelta(seconds=90))
+    set_later(settings, LEASE_DURATION=timedelta(seconds=90))
     job_id = later.enqueue(AsyncHold(seconds=60, then=60))
 
     async def body(server: Any) -> None:
-        await wait_record(record, "hold-start", job_id)
-        await db(_take_over, later_db.alias, job_id, 1)
+        await await_record(record, "hold-start", job_id)
+        await in_thread(_take_over, later_db.alias, job_id, 1)
         assert await server.renew_leases() == [(job_id, 1)]
 
         async def reported() -> bool:
@@ -139,7 +138,7 @@ def test_nothing_is_built_when_nobody_listens(later_db, record, monkeypatch):
     job_id = later.enqueue(Noop(n=1))
 
     async def body(server: Any) -> None:
-        await wait_stage(job_id, "success")
+        await await_stage(job_id, "success")
 
     serve(body, workers=1)
     assert built == []

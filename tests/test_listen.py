@@ -12,8 +12,8 @@ from django.db import connections
 import later_django as later
 from later_django import wakeup
 from later_django.db import dialect_for
+from tests.helpers import await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop
-from tests.test_worker_server import db, later_settings, serve, wait_stage
 
 
 def _terminate_listeners(alias: str) -> int:
@@ -32,23 +32,22 @@ def test_idle_workers_wake_on_notify_after_the_listener_was_cut(
         pytest.skip("SQLite cannot notify: its workers watch the commit counter")
     # Polling alone would take a minute: only a notification can start the
     # jobs within the deadlines below.
-    later_settings(settings, POLL_INTERVAL=timedelta(seconds=60))
+    set_later(settings, POLL_INTERVAL=timedelta(seconds=60))
     monkeypatch.setattr(wakeup, "_listeners", set())  # no in-process wake-ups either
     monkeypatch.setattr(wakeup, "add_listener", lambda listener: None)
 
     async def body(server: Any) -> None:
         await asyncio.wait_for(server.notifier.connected.wait(), 10)
-        first = await db(later.enqueue, Noop(n=1))
-        await wait_stage(first, "success", within=5)
-        assert await db(_terminate_listeners, later_db.alias) == 1
+        first = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(first, "success", timeout=5)
+        assert await in_thread(_terminate_listeners, later_db.alias) == 1
 
-        async def reconnected() -> None:
-            while server.notifier.connected.is_set():
-                await asyncio.sleep(0.01)
-            await server.notifier.connected.wait()
+        async def cut() -> bool:
+            return not server.notifier.connected.is_set()
 
-        await asyncio.wait_for(reconnected(), 10)
-        second = await db(later.enqueue, Noop(n=2))
-        await wait_stage(second, "success", within=5)
+        await await_until(cut, 10, "the listener to see its connection cut")
+        await asyncio.wait_for(server.notifier.connected.wait(), 10)
+        second = await in_thread(later.enqueue, Noop(n=2))
+        await await_stage(second, "success", timeout=5)
 
     serve(body, workers=1)

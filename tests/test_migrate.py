@@ -12,6 +12,7 @@ from django.db import connections
 
 import later_django as later
 from later_django.db import dialect_for
+from tests.helpers import set_later
 from tests.jobapp.jobs import Noop
 
 DROP_TRIGGER = {"sqlite": "DROP TRIGGER {name}", "postgresql": "DROP TRIGGER {name} ON later_job"}
@@ -48,7 +49,7 @@ def e015(later_db) -> list[object]:
 def test_later_migrate_second_run_has_nothing_to_do(later_db, settings):
     """The first run registers the topics; the second prints 'nothing to do' and
     changes nothing."""
-    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 4, "events": 2}}
+    set_later(settings, TOPICS={"orders": 4, "events": 2})
     later.enqueue(Noop())
     first = later_migrate()
     assert "registered topic orders with 4 partitions" in first
@@ -113,9 +114,9 @@ def test_later_migrate_refuses_a_changed_partition_count(later_db, settings):
 
 def test_checks_skip_stored_topics_unless_the_database_is_checked(later_db, settings):
     """E015 needs database access, so it only runs when the LATER database is checked."""
-    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 4}}
+    set_later(settings, TOPICS={"orders": 4})
     later_migrate()
-    settings.LATER = {**settings.LATER, "TOPICS": {"orders": 5}}
+    set_later(settings, TOPICS={"orders": 5})
     assert [m.id for m in run_checks() if m.id == "later.E015"] == []
     assert len(e015(later_db)) == 1
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+from tests.helpers import PROJECT_DIR
+
+PYPROJECT = PROJECT_DIR / "pyproject.toml"
 
 
 def extra(name: str) -> list[Requirement]:

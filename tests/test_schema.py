@@ -17,8 +17,8 @@ import later_django as later
 from later_django import schema
 from later_django.db.base import TABLES
 from later_django.ids import new_job_id
+from tests.helpers import PROJECT_DIR, WORKER_ARGS
 from tests.jobapp.jobs import Noop
-from tests.test_worker_processes import PROJECT_DIR, WORKER_ARGS
 
 FIX = "python manage.py later_migrate"
 

@@ -17,6 +17,7 @@ from django.db import connections
 
 import later_django as later
 from later_django.db.sessions import HotPath
+from tests.helpers import in_thread, sqlite_write_lock
 from tests.jobapp.jobs import Noop
 
 OWNER = "test-owner"
@@ -85,15 +86,13 @@ def test_hot_path_survives_its_database_fault(later_db):
 
 def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
     """The claim waits for the lock with asyncio sleeps: the loop keeps running."""
-    holder = sqlite3.connect(connections[later_db.alias].settings_dict["NAME"])
-    holder.isolation_level = None
-    holder.execute("BEGIN IMMEDIATE")
 
-    async def scenario() -> tuple[list[str], int, float]:
+    async def scenario(holder: sqlite3.Connection) -> tuple[list[str], int, float]:
         path = HotPath(later_db.alias)
         ticks = 0
 
         async def tick() -> None:
+            # Counts how often the event loop runs while the claim waits.
             nonlocal ticks
             while True:
                 await asyncio.sleep(0.001)
@@ -109,10 +108,8 @@ def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
             await path.close()
         return claimed, ticks, time.monotonic() - started
 
-    try:
-        claimed, ticks, waited = asyncio.run(scenario())
-    finally:
-        holder.close()
+    with sqlite_write_lock(later_db) as holder:
+        claimed, ticks, waited = asyncio.run(scenario(holder))
     assert claimed == [job_id]
     assert waited >= LOCK_HELD * 0.9, "the claim cannot have written under the other lock"
     # A loop blocked inside SQLite's busy handler would not tick at all.
@@ -129,7 +126,7 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
             assert await path.claim(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1) == []
             assert path.postgres is not None and path.postgres._conn is not None
             pid = path.postgres._conn.info.backend_pid
-            await asyncio.to_thread(_terminate, later_db.alias, pid)
+            await in_thread(_terminate, later_db.alias, pid)
             with pytest.raises(psycopg.OperationalError):
                 await _claim(path)
             return await _claim(path)
@@ -142,7 +139,6 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
 def _terminate(alias: str, pid: int) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
-    connections[alias].close()
 
 
 def test_postgres_claims_are_planned_once_per_session(later_db):

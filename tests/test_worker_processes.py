@@ -7,186 +7,27 @@ handler run appends a line to the file named by ``LATER_TEST_RECORD``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 import later_django as later
+from tests.helpers import (
+    PROJECT_DIR,
+    STOP_TIMEOUT,
+    WORKER_ARGS,
+    history_stages,
+    read_records,
+    wait_until,
+)
 from tests.jobapp.jobs import AsyncSleep, Noop, Sleep
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
-WORKER_ARGS = [sys.executable, "-m", "django", "later_worker"]
 # Timings for processes that must recover a dead process's job quickly.
 SHORT_LEASE = {"LEASE_DURATION": 1, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 0.2}
-STOP_TIMEOUT = 15.0
-
-
-def wait_until(
-    predicate: Callable[[], object],
-    timeout: float,
-    interval: float = 0.05,
-    message: str | Callable[[], str] = "condition",
-) -> Any:
-    """Poll ``predicate`` until it returns a truthy value; return that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for: {text}")
-        time.sleep(interval)
-
-
-@dataclass(frozen=True)
-class Record:
-    """One line the test handlers append per run."""
-
-    kind: str
-    job_id: str
-    attempt: int
-    pid: int
-    start: float
-    tag: str
-
-
-def read_records(path: Path) -> list[Record]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        parts = line.split(" ")
-        if len(parts) < 5:
-            continue  # a line still being written
-        kind, job_id, attempt, pid, start = parts[:5]
-        tag = parts[5] if len(parts) > 5 else ""
-        records.append(Record(kind, job_id, int(attempt), int(pid), float(start), tag))
-    return records
-
-
-def records_of(path: Path, kind: str, job_id: str | None = None) -> list[Record]:
-    return [
-        r for r in read_records(path) if r.kind == kind and (job_id is None or r.job_id == job_id)
-    ]
-
-
-@dataclass
-class WorkerProcess:
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
-        """SIGTERM, then SIGKILL past ``timeout``; return the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-        return self.proc.wait(timeout)
-
-
-class Workers:
-    """Starts ``later_worker`` processes for one test and always stops them."""
-
-    def __init__(self, later_db: Any, tmp_path: Path) -> None:
-        self.later_db = later_db
-        self.tmp_path = tmp_path
-        self.record = tmp_path / "record.txt"
-        self.started: list[WorkerProcess] = []
-
-    def start(
-        self,
-        *args: str,
-        timings: dict[str, float] | None = None,
-        workers: int | None = 8,
-        env: dict[str, str] | None = None,
-    ) -> WorkerProcess:
-        env = {**self.later_db.worker_env(), "LATER_TEST_RECORD": str(self.record), **(env or {})}
-        if timings:
-            env["LATER_TEST_TIMINGS"] = json.dumps(timings)
-        argv = [*WORKER_ARGS, *(["--workers", str(workers)] if workers else []), *args]
-        log = self.tmp_path / f"worker-{len(self.started)}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                argv,
-                cwd=PROJECT_DIR,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = WorkerProcess(proc, log)
-        self.started.append(worker)
-        return worker
-
-    def registered_pids(self) -> set[int]:
-        return {int(row[0]) for row in self.later_db.rows("SELECT pid FROM later_server")}
-
-    def wait_registered(self, *workers: WorkerProcess, timeout: float = 30.0) -> None:
-        """Wait until every given process has started its server."""
-
-        def ready() -> bool:
-            for worker in workers:
-                code = worker.proc.poll()
-                if code is not None:
-                    raise AssertionError(
-                        f"worker {worker.pid} exited with {code}:\n{worker.output()}"
-                    )
-            return {w.pid for w in workers} <= self.registered_pids()
-
-        wait_until(ready, timeout, message=lambda: f"workers registered: {self.logs()}")
-
-    def logs(self) -> str:
-        return "\n".join(f"--- worker {w.pid} ---\n{w.output()}" for w in self.started)
-
-    def stop_all(self) -> None:
-        for worker in self.started:
-            if worker.proc.poll() is None:
-                worker.proc.send_signal(signal.SIGTERM)
-        for worker in self.started:
-            try:
-                worker.proc.wait(STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                os.kill(worker.proc.pid, signal.SIGKILL)
-                worker.proc.wait(STOP_TIMEOUT)
-
-
-def job_row(later_db: Any, job_id: str) -> tuple[str, int, str]:
-    row = later_db.rows("SELECT stage, attempts, history FROM later_job WHERE id = %s", [job_id])[0]
-    return str(row[0]), int(row[1]), str(row[2])  # type: ignore[call-overload]
-
-
-def stages(history: str) -> list[str]:
-    return [entry.partition("@")[0] for entry in history.split(";") if entry]
-
-
-def wait_stage(later_db: Any, job_id: str, stage: str, timeout: float, pool: Workers) -> None:
-    wait_until(
-        lambda: later_db.stage_of(job_id) == stage,
-        timeout,
-        message=lambda: (
-            f"job {job_id} to reach {stage} (now {job_row(later_db, job_id)})\n{pool.logs()}"
-        ),
-    )
 
 
 DRAIN_JOBS = 5_000
@@ -214,9 +55,9 @@ def test_worker_processes_drain_jobs_exactly_once(later_db, workers):
     assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE stage = 'success'") == DRAIN_JOBS
     assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE attempts <> 1") == 0
     histories = {str(h) for (h,) in later_db.rows("SELECT history FROM later_job")}
-    assert {tuple(stages(h)) for h in histories} == {("enqueued", "running", "success")}
+    assert {tuple(history_stages(h)) for h in histories} == {("enqueued", "running", "success")}
 
-    records = records_of(workers.record, "noop")
+    records = read_records(workers.record, "noop")
     runs = Counter(r.job_id for r in records)
     assert set(runs) == set(ids)
     assert max(runs.values()) == 1, [job for job, n in runs.items() if n > 1][:10]
@@ -240,7 +81,7 @@ def test_idle_worker_process_wakes_for_another_process_job_without_polling(later
     # The worker's first empty claims and its polls are done; it now sleeps.
     for n in range(3):
         job_id = later.enqueue(Noop(n=n))
-        wait_stage(later_db, job_id, "success", WAKE_TIMEOUT, workers)
+        workers.wait_stage(job_id, "success", WAKE_TIMEOUT)
     assert proc.stop() == 0, proc.output()
 
 
@@ -252,7 +93,7 @@ def test_worker_processes_recover_job_of_killed_process(later_db, workers):
     before = later.enqueue_many(Noop(n=i) for i in range(200))
 
     first = wait_until(
-        lambda: records_of(workers.record, "sleep-start", sleep_id),
+        lambda: read_records(workers.record, "sleep-start", sleep_id),
         30,
         message=lambda: f"the sleep job to start\n{workers.logs()}",
     )[0]
@@ -262,10 +103,10 @@ def test_worker_processes_recover_job_of_killed_process(later_db, workers):
     assert victim.proc.wait(STOP_TIMEOUT) == -signal.SIGKILL
     after = later.enqueue_many(Noop(n=i) for i in range(200, 300))
 
-    wait_stage(later_db, sleep_id, "success", 30, workers)
-    stage, attempts, history = job_row(later_db, sleep_id)
+    workers.wait_stage(sleep_id, "success", 30)
+    stage, attempts, history = later_db.job_row(sleep_id)
     assert attempts == 2
-    assert stages(history) == [
+    assert history_stages(history) == [
         "enqueued",
         "running",
         "requeued",
@@ -273,9 +114,9 @@ def test_worker_processes_recover_job_of_killed_process(later_db, workers):
         "running",
         "success",
     ]
-    starts = records_of(workers.record, "sleep-start", sleep_id)
+    starts = read_records(workers.record, "sleep-start", sleep_id)
     assert [(r.attempt, r.pid) for r in starts] == [(1, victim.pid), (2, survivor.pid)]
-    ends = records_of(workers.record, "sleep-end", sleep_id)
+    ends = read_records(workers.record, "sleep-end", sleep_id)
     assert [(r.attempt, r.pid) for r in ends] == [(2, survivor.pid)]
     # The retry started only after the first attempt's lease had expired.
     assert starts[1].start - starts[0].start >= 1.0
@@ -287,7 +128,7 @@ def test_worker_processes_recover_job_of_killed_process(later_db, workers):
         message=lambda: f"every job succeeds; counts {later.stage_counts()}",
     )
     assert later_db.job_count() == len(noops) + 1
-    assert set(Counter(r.job_id for r in records_of(workers.record, "noop"))) == set(noops)
+    assert set(Counter(r.job_id for r in read_records(workers.record, "noop"))) == set(noops)
     assert survivor.proc.poll() is None, "the surviving process keeps running"
 
 
@@ -299,8 +140,8 @@ def test_worker_process_sigterm_lets_running_handlers_commit(later_db, workers):
     async_id = later.enqueue(AsyncSleep(seconds=3))
     wait_until(
         lambda: (
-            records_of(workers.record, "sleep-start", sync_id)
-            and records_of(workers.record, "asleep-start", async_id)
+            read_records(workers.record, "sleep-start", sync_id)
+            and read_records(workers.record, "asleep-start", async_id)
         ),
         30,
         message=lambda: f"both handlers to start\n{workers.logs()}",
@@ -309,9 +150,9 @@ def test_worker_process_sigterm_lets_running_handlers_commit(later_db, workers):
     assert proc.proc.wait(STOP_TIMEOUT) == 0, proc.output()
 
     for job_id, end_kind in ((sync_id, "sleep-end"), (async_id, "asleep-end")):
-        stage, attempts, _ = job_row(later_db, job_id)
+        stage, attempts, _ = later_db.job_row(job_id)
         assert (stage, attempts) == ("success", 1), proc.output()
-        assert len(records_of(workers.record, end_kind, job_id)) == 1
+        assert len(read_records(workers.record, end_kind, job_id)) == 1
     assert proc.pid not in workers.registered_pids(), "a stopped server deregisters"
 
 
@@ -321,7 +162,7 @@ def test_worker_process_shutdown_deadline_aborts_and_lease_recovers(later_db, wo
     workers.wait_registered(first)
     job_id = later.enqueue(Sleep(seconds=3))
     start = wait_until(
-        lambda: records_of(workers.record, "sleep-start", job_id),
+        lambda: read_records(workers.record, "sleep-start", job_id),
         30,
         message=lambda: f"the handler to start\n{workers.logs()}",
     )[0]
@@ -329,17 +170,17 @@ def test_worker_process_shutdown_deadline_aborts_and_lease_recovers(later_db, wo
     assert first.proc.wait(STOP_TIMEOUT) == 0, first.output()
     exited_at = time.time()
     assert exited_at < start.start + 3, "the process exited before its handler could end"
-    assert records_of(workers.record, "sleep-end", job_id) == []
+    assert read_records(workers.record, "sleep-end", job_id) == []
     assert later_db.stage_of(job_id) == "running", "the aborted job keeps its lease"
 
     second = workers.start(timings=SHORT_LEASE)
-    wait_stage(later_db, job_id, "success", 30, workers)
-    stage, attempts, history = job_row(later_db, job_id)
+    workers.wait_stage(job_id, "success", 30)
+    stage, attempts, history = later_db.job_row(job_id)
     assert attempts == 2
-    assert "requeued" in stages(history)
-    starts = records_of(workers.record, "sleep-start", job_id)
+    assert "requeued" in history_stages(history)
+    starts = read_records(workers.record, "sleep-start", job_id)
     assert [(r.attempt, r.pid) for r in starts] == [(1, first.pid), (2, second.pid)]
-    ends = records_of(workers.record, "sleep-end", job_id)
+    ends = read_records(workers.record, "sleep-end", job_id)
     assert [(r.attempt, r.pid) for r in ends] == [(2, second.pid)]
 
 
@@ -349,7 +190,7 @@ def test_worker_process_autoscale_option_starts(later_db, workers):
     workers.wait_registered(proc)
     assert later_db.scalar("SELECT workers FROM later_server WHERE pid = %s", [proc.pid]) == 3
     job_id = later.enqueue(Noop(n=1))
-    wait_stage(later_db, job_id, "success", 30, workers)
+    workers.wait_stage(job_id, "success", 30)
     assert proc.stop() == 0, proc.output()
 
 

@@ -1,20 +1,17 @@
-"""The worker Server in this process: executor, retries, supervisor, autoscale, maintenance.
+"""The worker Server in this process: executor, retries, worker count, maintenance, shutdown.
 
 Each test drives a ``Server`` with ``asyncio.run`` on SQLite and on PostgreSQL
 (the ``later_db`` fixture). Django's ORM refuses to run on the event loop's
-thread, so every database call from the test goes through ``db()``, a worker
-thread that closes its connection afterwards.
+thread, so every database call from the test goes through ``in_thread()``, a
+worker thread that closes its connection afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgpack
 import pytest
@@ -24,10 +21,22 @@ import later_django as later
 from later_django import RetryPolicy
 from later_django.clock import now_ms
 from later_django.store import Store
-from later_django.worker import supervisor
 from later_django.worker import workers as workers_module
 from later_django.worker.server import MAX_WORKERS, Server
+from tests.helpers import (
+    await_record,
+    await_stage,
+    await_until,
+    in_thread,
+    job_info,
+    job_row_locked,
+    job_stages,
+    read_records,
+    serve,
+    set_later,
+)
 from tests.jobapp.jobs import (
+    AsyncHold,
     AsyncNoop,
     CallablePolicy,
     DefaultPolicy,
@@ -37,132 +46,7 @@ from tests.jobapp.jobs import (
     Sleep,
 )
 
-T = TypeVar("T")
 FAST_RETRY = RetryPolicy.fixed(1, timedelta(milliseconds=50))
-
-
-# -- helpers ------------------------------------------------------------------
-@dataclass(frozen=True)
-class Record:
-    """One line the test handlers append per run."""
-
-    kind: str
-    job_id: str
-    attempt: int
-    pid: int
-    start: float
-    tag: str
-
-
-def read_records(path: Path, kind: str | None = None, job_id: str | None = None) -> list[Record]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        parts = line.split(" ")
-        if len(parts) < 5:
-            continue
-        record = Record(
-            parts[0], parts[1], int(parts[2]), int(parts[3]), float(parts[4]),
-            parts[5] if len(parts) > 5 else "",
-        )  # fmt: skip
-        if (kind is None or record.kind == kind) and (job_id is None or record.job_id == job_id):
-            records.append(record)
-    return records
-
-
-async def db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a synchronous Django call in a thread, closing its connection after."""
-
-    def call() -> T:
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            connections.close_all()
-
-    return await asyncio.to_thread(call)
-
-
-async def wait_until(
-    predicate: Callable[[], Awaitable[object]],
-    within: float,
-    message: str | Callable[[], str] = "condition",
-    interval: float = 0.05,
-) -> Any:
-    """Poll the async ``predicate`` until it is truthy; return its value."""
-    deadline = time.monotonic() + within
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            text = message() if callable(message) else message
-            raise AssertionError(f"timed out after {within:.1f}s waiting for: {text}")
-        await asyncio.sleep(interval)
-
-
-async def job(job_id: str) -> Any:
-    info = await db(later.get_job, job_id)
-    assert info is not None, f"job {job_id} does not exist"
-    return info
-
-
-async def wait_stage(job_id: str, stage: str, within: float = 10.0) -> Any:
-    """Wait until the job reaches ``stage``; return its JobInfo."""
-    last: list[Any] = [None]
-
-    async def reached() -> bool:
-        last[0] = await job(job_id)
-        return bool(last[0].stage == stage)
-
-    await wait_until(reached, within, lambda: f"job {job_id} in {stage}; it is {last[0]}")
-    return last[0]
-
-
-async def wait_record(path: Path, kind: str, job_id: str, within: float = 10.0) -> Record:
-    async def found() -> list[Record]:
-        return read_records(path, kind, job_id)
-
-    records = await wait_until(found, within, f"a {kind} record of job {job_id}")
-    return records[0]
-
-
-def history(info: Any) -> list[str]:
-    return [change.stage for change in info.history]
-
-
-def column(later_db: Any, name: str, job_id: str) -> Any:
-    return later_db.scalar(f"SELECT {name} FROM later_job WHERE id = %s", [job_id])
-
-
-def serve(
-    body: Callable[[Server], Awaitable[T]],
-    *,
-    workers: int = 2,
-    before_start: Callable[[Server], object] | None = None,
-    **kwargs: Any,
-) -> T:
-    """Run ``body(server)`` on a started Server; always shut it down."""
-
-    async def main() -> T:
-        server = Server(workers=workers, **kwargs)
-        if before_start is not None:
-            before_start(server)
-        await server.start()
-        try:
-            result = await body(server)
-            assert all(not slot.task.done() for slot in server.slots if slot.task), (
-                "no worker died along the way"
-            )
-            return result
-        finally:
-            await server.shutdown(5)
-
-    return asyncio.run(main())
-
-
-def later_settings(settings: Any, **values: Any) -> None:
-    settings.LATER = {**settings.LATER, **values}
 
 
 # -- executor -----------------------------------------------------------------
@@ -170,11 +54,11 @@ def test_server_sync_handler_does_not_block_async_jobs(later_db, record):
     """A sync handler sleeping 2 s runs in a thread; an async job finishes meanwhile."""
 
     async def body(server: Server) -> None:
-        sleep_id = await db(later.enqueue, Sleep(seconds=2))
-        sleep_start = await wait_record(record, "sleep-start", sleep_id)
-        async_id = await db(later.enqueue, AsyncNoop(n=1))
-        async_info = await wait_stage(async_id, "success")
-        await wait_stage(sleep_id, "success")
+        sleep_id = await in_thread(later.enqueue, Sleep(seconds=2))
+        sleep_start = await await_record(record, "sleep-start", sleep_id)
+        async_id = await in_thread(later.enqueue, AsyncNoop(n=1))
+        async_info = await await_stage(async_id, "success")
+        await await_stage(sleep_id, "success")
         sleep_end = read_records(record, "sleep-end", sleep_id)[0]
         finished = async_info.finished_at.timestamp()
         assert sleep_start.start <= finished < sleep_end.start - 1.0, (
@@ -188,10 +72,10 @@ def test_server_flaky_job_succeeds_on_second_attempt(later_db, record):
     """A job failing once is requeued, promoted and succeeds on attempt 2."""
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, Flaky(succeed_on=2))
-        info = await wait_stage(job_id, "success")
+        job_id = await in_thread(later.enqueue, Flaky(succeed_on=2))
+        info = await await_stage(job_id, "success")
         assert info.attempts == 2
-        assert history(info) == [
+        assert job_stages(info) == [
             "enqueued", "running", "requeued", "enqueued", "running", "success",
         ]  # fmt: skip
         assert [r.attempt for r in read_records(record, "flaky", job_id)] == [1, 2]
@@ -203,10 +87,10 @@ def test_server_no_retry_policy_fails_after_one_attempt(later_db, record):
     """A per-type no-retry policy fails the job at once and stores the error."""
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, NoRetry())
-        info = await wait_stage(job_id, "failed")
+        job_id = await in_thread(later.enqueue, NoRetry())
+        info = await await_stage(job_id, "failed")
         assert info.attempts == 1
-        assert history(info) == ["enqueued", "running", "failed"]
+        assert job_stages(info) == ["enqueued", "running", "failed"]
         assert "ValueError: refused once and for all" in info.last_error
         assert len(read_records(record, "noretry", job_id)) == 1
 
@@ -218,15 +102,15 @@ def test_server_callable_policy_is_resolved_once_and_stored(later_db, record):
     expected = RetryPolicy.fixed(1, timedelta(milliseconds=50)).to_json()
 
     job_id = later.enqueue(CallablePolicy(retries=1))
-    assert column(later_db, "retry_policy", job_id) is None, "unknown until the first failure"
+    assert later_db.job_field(job_id, "retry_policy") is None, "unknown until the first failure"
 
     async def body(server: Server) -> None:
-        info = await wait_stage(job_id, "failed")
+        info = await await_stage(job_id, "failed")
         assert info.attempts == 2
-        assert history(info) == [
+        assert job_stages(info) == [
             "enqueued", "running", "requeued", "enqueued", "running", "failed",
         ]  # fmt: skip
-        assert await db(column, later_db, "retry_policy", job_id) == expected
+        assert await in_thread(later_db.job_field, job_id, "retry_policy") == expected
         assert "always fails" in info.last_error
         assert [r.attempt for r in read_records(record, "callable", job_id)] == [1, 2]
 
@@ -235,11 +119,11 @@ def test_server_callable_policy_is_resolved_once_and_stored(later_db, record):
 
 def test_server_default_retry_policy_setting_applies(later_db, record, settings):
     """DEFAULT_RETRY_POLICY replaces the built-in policy for types without their own."""
-    later_settings(settings, DEFAULT_RETRY_POLICY=FAST_RETRY)
+    set_later(settings, DEFAULT_RETRY_POLICY=FAST_RETRY)
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, DefaultPolicy())
-        info = await wait_stage(job_id, "failed")
+        job_id = await in_thread(later.enqueue, DefaultPolicy())
+        info = await await_stage(job_id, "failed")
         assert info.attempts == 2
         assert "fails under the default policy" in info.last_error
         assert [r.attempt for r in read_records(record, "default", job_id)] == [1, 2]
@@ -251,10 +135,10 @@ def test_server_retries_exhausted_fail_with_last_error(later_db, record):
     """After its last retry a job is failed with the last attempt's error message."""
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, Flaky(succeed_on=0, message="boom-31337"))
-        info = await wait_stage(job_id, "failed")
+        job_id = await in_thread(later.enqueue, Flaky(succeed_on=0, message="boom-31337"))
+        info = await await_stage(job_id, "failed")
         assert info.attempts == 3  # Flaky retries twice
-        assert history(info).count("requeued") == 2
+        assert job_stages(info).count("requeued") == 2
         assert "RuntimeError: boom-31337 (attempt 3)" in info.last_error
         assert [r.attempt for r in read_records(record, "flaky", job_id)] == [1, 2, 3]
 
@@ -263,7 +147,7 @@ def test_server_retries_exhausted_fail_with_last_error(later_db, record):
 
 def test_server_bad_input_fails_jobs_and_worker_keeps_running(later_db, record, settings):
     """Undecodable payloads fail at once, unknown types follow the policy; workers survive."""
-    later_settings(settings, DEFAULT_RETRY_POLICY=RetryPolicy.fixed(2, timedelta(0)))
+    set_later(settings, DEFAULT_RETRY_POLICY=RetryPolicy.fixed(2, timedelta(0)))
     garbage = later.enqueue(Noop(n=1))
     missing = later.enqueue(Sleep(seconds=1))
     gone = later.enqueue(Noop(n=2))
@@ -276,20 +160,20 @@ def test_server_bad_input_fails_jobs_and_worker_keeps_running(later_db, record, 
 
     async def body(server: Server) -> None:
         for job_id, fragment in ((garbage, "does not decode"), (missing, "seconds")):
-            info = await wait_stage(job_id, "failed")
+            info = await await_stage(job_id, "failed")
             assert info.attempts == 1
-            assert history(info) == ["enqueued", "running", "failed"]
+            assert job_stages(info) == ["enqueued", "running", "failed"]
             assert fragment in info.last_error
         assert read_records(record, "noop", garbage) == []
         assert read_records(record, "sleep-start", missing) == []
 
-        info = await wait_stage(gone, "failed")
+        info = await await_stage(gone, "failed")
         assert info.attempts == 3
-        assert history(info).count("requeued") == 2
+        assert job_stages(info).count("requeued") == 2
         assert info.last_error == "no handler for gone.Type"
 
-        after = await db(later.enqueue, Noop(n=3))
-        await wait_stage(after, "success")
+        after = await in_thread(later.enqueue, Noop(n=3))
+        await await_stage(after, "success")
         assert server.worker_count == 2
 
     serve(body)
@@ -306,10 +190,10 @@ def test_server_continuation_runs_after_parent_succeeds(later_db, record):
         return parent, child
 
     async def body(server: Server) -> None:
-        parent, child = await db(enqueue_pair)
-        child_info = await wait_stage(child, "success")
-        parent_info = await job(parent)
-        assert history(child_info) == ["waiting", "enqueued", "running", "success"]
+        parent, child = await in_thread(enqueue_pair)
+        child_info = await await_stage(child, "success")
+        parent_info = await job_info(parent)
+        assert job_stages(child_info) == ["waiting", "enqueued", "running", "success"]
         assert child_info.started_at >= parent_info.finished_at
         parent_run = read_records(record, "noop", parent)[0]
         child_run = read_records(record, "noop", child)[0]
@@ -329,13 +213,13 @@ def test_server_continuation_fails_when_parent_fails(later_db, record):
         return parent, child, grandchild
 
     async def body(server: Server) -> None:
-        parent, child, grandchild = await db(enqueue_chain)
-        await wait_stage(parent, "failed")
+        parent, child, grandchild = await in_thread(enqueue_chain)
+        await await_stage(parent, "failed")
         for job_id in (child, grandchild):
-            info = await wait_stage(job_id, "failed")
+            info = await await_stage(job_id, "failed")
             assert info.last_error == "parent failed"
             assert info.attempts == 0
-            assert history(info) == ["waiting", "failed"]
+            assert job_stages(info) == ["waiting", "failed"]
         assert read_records(record, "noop") == []
 
     serve(body)
@@ -345,10 +229,10 @@ def test_server_delayed_job_runs_after_its_time(later_db, record):
     """A delayed job is promoted by maintenance and never starts before run_at."""
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue_delayed, AsyncNoop(n=7), timedelta(milliseconds=300))
-        assert (await job(job_id)).stage == "delayed"
-        info = await wait_stage(job_id, "success")
-        assert history(info) == ["delayed", "enqueued", "running", "success"]
+        job_id = await in_thread(later.enqueue_delayed, AsyncNoop(n=7), timedelta(milliseconds=300))
+        assert (await job_info(job_id)).stage == "delayed"
+        info = await await_stage(job_id, "success")
+        assert job_stages(info) == ["delayed", "enqueued", "running", "success"]
         run_at = info.run_at.timestamp()
         assert info.started_at.timestamp() >= run_at
         assert read_records(record, "async", job_id)[0].start >= run_at
@@ -356,136 +240,7 @@ def test_server_delayed_job_runs_after_its_time(later_db, record):
     serve(body)
 
 
-# -- supervisor -------------------------------------------------------------------
-def test_supervisor_replaces_exited_worker(later_db, record):
-    """check_once replaces a worker whose task ended with a new slot."""
-
-    async def body(server: Server) -> None:
-        assert supervisor.check_once(server) == []
-        dead = server.slots[0]
-        assert dead.task is not None
-        dead.task.cancel()
-        await asyncio.wait([dead.task])
-        actions = supervisor.check_once(server)
-        ids = [slot.id for slot in server.slots]
-        assert actions == [f"replaced exited worker {dead.id} with {ids[-1]}"]
-        assert server.worker_count == 2
-        assert dead not in server.slots
-        assert ids[-1] not in (0, 1)
-        job_id = await db(later.enqueue, Noop(n=1))
-        await wait_stage(job_id, "success")
-
-    serve(body, workers=2)
-
-
-def test_a_crashed_worker_takes_nothing_else_down_and_is_replaced(later_db, record, caplog):
-    """A worker task that raises outside any handler ends alone: the other
-    tasks of the server's group keep running, and the supervisor replaces it."""
-
-    def patch_store(server: Server) -> None:
-        original = server.completer.store_outcome
-
-        def crash_once(job: Any, outcome: Any) -> Any:
-            server.completer.store_outcome = original  # type: ignore[method-assign]
-            raise RuntimeError("worker bug")
-
-        server.completer.store_outcome = crash_once  # type: ignore[method-assign]
-
-    async def body(server: Server) -> None:
-        first = await db(later.enqueue, Noop(n=1))
-        crashed = server.slots[0]
-
-        async def ended() -> bool:
-            return crashed.task is not None and crashed.task.done()
-
-        await wait_until(ended, 10, "the worker to crash")
-        assert repr(crashed.crash) == "RuntimeError('worker bug')"
-        assert server.service_task("renew") is not None
-        assert not server.service_task("renew").done(), "the services still run"
-        actions = supervisor.check_once(server)
-        assert actions == [f"replaced exited worker {crashed.id} with {server.slots[-1].id}"]
-        assert "worker 0 crashed: RuntimeError('worker bug'); replacing it" in caplog.text
-        # The crashed worker's job was never stored: its lease recovers it.
-        assert await db(later_db.stage_of, first) == "running"
-        second = await db(later.enqueue, Noop(n=2))
-        await wait_stage(second, "success")
-
-    serve(body, workers=1, before_start=patch_store)
-
-
-def test_supervisor_replaces_hung_worker(later_db, record, settings):
-    """A worker stuck outside any handler past the threshold is cancelled and replaced."""
-    later_settings(
-        settings,
-        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=500),
-        SUPERVISOR_INTERVAL=timedelta(hours=1),
-    )
-    calls = {"n": 0}
-    hung: list[asyncio.Event] = []
-
-    def patch_claim(server: Server) -> None:
-        original = server.claimer.claim
-        hung.append(asyncio.Event())
-
-        async def claim_hangs_once() -> Any:
-            calls["n"] += 1
-            if calls["n"] == 1:
-                hung[0].set()
-                await asyncio.get_running_loop().create_future()  # never resolves
-            return await original()
-
-        server.claimer.claim = claim_hangs_once  # type: ignore[method-assign]
-
-    async def body(server: Server) -> None:
-        await asyncio.wait_for(hung[0].wait(), 10)
-        stuck = server.slots[0]
-        assert supervisor.check_once(server) == [], "not stale yet"
-        threshold = 0.5
-
-        async def stale() -> bool:
-            return time.monotonic() - stuck.last_active > threshold
-
-        await wait_until(stale, 10, "the hung worker's marker to go stale")
-        actions = supervisor.check_once(server)
-        new = server.slots[-1]
-        assert actions == [f"replaced hung worker {stuck.id} with {new.id}"]
-        assert stuck.task is not None
-        await asyncio.wait([stuck.task], timeout=5)
-        assert stuck.task.cancelled()
-        assert server.worker_count == 1
-        job_id = await db(later.enqueue, Noop(n=1))
-        await wait_stage(job_id, "success")
-        assert calls["n"] >= 2
-
-    serve(body, workers=1, before_start=patch_claim)
-
-
-def test_supervisor_reports_but_keeps_slow_handler(later_db, record, settings):
-    """A handler running past the threshold is reported once, never replaced."""
-    later_settings(
-        settings,
-        HUNG_WORKER_THRESHOLD=timedelta(milliseconds=200),
-        SUPERVISOR_INTERVAL=timedelta(hours=1),
-    )
-
-    async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, Sleep(seconds=1.0))
-        await wait_record(record, "sleep-start", job_id)
-        busy = next(slot for slot in server.slots if slot.current_job == job_id)
-
-        async def slow() -> bool:
-            return time.monotonic() - (busy.busy_since or time.monotonic()) > 0.2
-
-        await wait_until(slow, 10, "the handler to run past the threshold")
-        assert supervisor.check_once(server) == [f"reported slow job {job_id}"]
-        assert supervisor.check_once(server) == [], "reported once"
-        assert busy in server.slots
-        info = await wait_stage(job_id, "success")
-        assert info.attempts == 1
-
-    serve(body, workers=1)
-
-
+# -- claims, completions and the worker count ---------------------------------
 def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch):
     """A failing claim backs off instead of spinning, and the worker recovers."""
     monkeypatch.setattr(workers_module, "CLAIM_ERROR_BACKOFF", 0.2)
@@ -503,8 +258,8 @@ def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch
         server.claimer.claim = claim_fails_thrice  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
-        job_id = await db(later.enqueue, Noop(n=1))
-        await wait_stage(job_id, "success")
+        job_id = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(job_id, "success")
         gaps = [b - a for a, b in zip(attempts[:3], attempts[1:4], strict=True)]
         assert min(gaps) >= 0.09, gaps  # the jitter's floor is 0.5 x the 0.2 s backoff
 
@@ -528,10 +283,10 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
         server.completer.path.complete_many = fails_once  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
-        first = await db(later.enqueue, AsyncNoop(n=1))
-        info = await wait_stage(first, "success")
-        second = await db(later.enqueue, AsyncNoop(n=2))
-        await wait_stage(second, "success")
+        first = await in_thread(later.enqueue, AsyncNoop(n=1))
+        info = await await_stage(first, "success")
+        second = await in_thread(later.enqueue, AsyncNoop(n=2))
+        await await_stage(second, "success")
         assert info.attempts == 1
         assert len(calls) >= 3, calls
         assert not server.completer.unstored, "every outcome was stored"
@@ -543,7 +298,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
 def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
     """A commit while an idle worker's claim is in flight makes it claim again at once."""
     # Polling that never comes within the test: only the in-process wake-up can help.
-    later_settings(settings, POLL_INTERVAL=timedelta(minutes=10))
+    set_later(settings, POLL_INTERVAL=timedelta(minutes=10))
     enqueued: list[str] = []
 
     def patch(server: Server) -> None:
@@ -555,7 +310,7 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
             job = await original()
             if job is None and not enqueued:
                 # Commits (and wakes the server) after this claim found nothing.
-                enqueued.append(await db(later.enqueue, Noop(n=1)))
+                enqueued.append(await in_thread(later.enqueue, Noop(n=1)))
             return job
 
         server.claimer.claim = claim_then_enqueue  # type: ignore[method-assign]
@@ -564,8 +319,8 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
         async def was_enqueued() -> bool:
             return bool(enqueued)
 
-        await wait_until(was_enqueued, 10, "the racing enqueue")
-        info = await wait_stage(enqueued[0], "success", within=10)
+        await await_until(was_enqueued, 10, "the racing enqueue")
+        info = await await_stage(enqueued[0], "success", timeout=10)
         assert info.attempts == 1
 
     serve(body, workers=1, before_start=patch)
@@ -582,8 +337,8 @@ def test_server_add_and_remove_worker_change_count(later_db, record):
         assert await server.remove_worker() == 1
         assert server.worker_count == 1
         assert len(server.slots) == 1
-        job_id = await db(later.enqueue, Noop(n=1))
-        await wait_stage(job_id, "success")
+        job_id = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(job_id, "success")
 
     serve(body, workers=2)
 
@@ -592,17 +347,19 @@ def test_server_remove_worker_waits_for_current_job(later_db, record):
     """remove_worker on busy workers returns once the removed worker's job committed."""
 
     async def body(server: Server) -> None:
-        ids = await db(later.enqueue_many, [Sleep(seconds=0.5, n=1), Sleep(seconds=0.5, n=2)])
+        ids = await in_thread(
+            later.enqueue_many, [Sleep(seconds=0.5, n=1), Sleep(seconds=0.5, n=2)]
+        )
 
         async def both_busy() -> bool:
             return sorted(str(slot.current_job) for slot in server.slots) == sorted(ids)
 
-        await wait_until(both_busy, 10, "each worker to run one sleep job")
+        await await_until(both_busy, 10, "each worker to run one sleep job")
         removed = server.slots[-1]
         running = removed.current_job
         assert running is not None
         assert await server.remove_worker() == 1
-        assert (await job(running)).stage == "success"
+        assert (await job_info(running)).stage == "success"
         assert removed not in server.slots
 
     serve(body, workers=2)
@@ -629,60 +386,18 @@ def test_server_add_worker_refuses_above_limit(later_db, record):
     serve(body, workers=1, before_start=idle_claims)
 
 
-@pytest.mark.parametrize("workers", [0, MAX_WORKERS + 1])
-def test_server_rejects_bad_worker_count(later_db, workers):
+@pytest.mark.parametrize("count", [0, MAX_WORKERS + 1])
+def test_server_rejects_bad_worker_count(count):
     """Server refuses a worker count outside 1..255."""
 
     async def build() -> None:
-        Server(workers=workers)
+        Server(workers=count)
 
     with pytest.raises(ValueError, match="workers must be 1..255"):
         asyncio.run(build())
 
 
-def test_autoscale_scale_once_adds_one_worker_per_tick(later_db, record, settings):
-    """A backlog above 20 x workers adds one worker per tick, never above max."""
-    later_settings(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
-
-    async def body(server: Server) -> None:
-        state = {"empty": 0}
-        assert server.worker_count == 2
-        assert await supervisor.scale_once(server, 40, state) is None, "not above 20 x 2"
-        assert server.worker_count == 2
-        assert await supervisor.scale_once(server, 10_000, state) == "up"
-        assert server.worker_count == 3, "one change per tick"
-        assert await supervisor.scale_once(server, 10_000, state) == "up"
-        assert server.worker_count == 4
-        assert await supervisor.scale_once(server, 10_000, state) is None, "at max"
-        assert server.worker_count == 4
-
-    serve(body, workers=2, autoscale=(1, 4))
-
-
-def test_autoscale_scale_once_removes_after_three_empty_readings(later_db, record, settings):
-    """Three consecutive empty readings remove one worker, never below min."""
-    later_settings(settings, AUTOSCALE_INTERVAL=timedelta(hours=1))
-
-    async def body(server: Server) -> None:
-        state = {"empty": 0}
-        assert server.worker_count == 3
-        readings = [0, 0, 5, 0, 0]  # a non-empty reading resets the count
-        assert [await supervisor.scale_once(server, n, state) for n in readings] == [None] * 5
-        assert server.worker_count == 3
-        assert await supervisor.scale_once(server, 0, state) == "down"
-        assert server.worker_count == 2
-        for _ in range(2):
-            assert await supervisor.scale_once(server, 0, state) is None
-        assert await supervisor.scale_once(server, 0, state) == "down"
-        assert server.worker_count == 1
-        for _ in range(4):
-            assert await supervisor.scale_once(server, 0, state) is None, "at min"
-        assert server.worker_count == 1
-
-    serve(body, workers=3, autoscale=(1, 3))
-
-
-def test_autoscale_clamps_initial_workers_to_bounds(later_db):
+def test_autoscale_clamps_initial_workers_to_bounds():
     """The initial worker count is clamped into the autoscale bounds."""
 
     async def build() -> tuple[int, int]:
@@ -727,8 +442,8 @@ def test_maintenance_failing_step_does_not_stop_others(later_db):
         maintenance.steps["rescue_stuck"] = _boom
         try:
             for _ in range(2):
-                due = await db(_make_due_delayed, later_db)
-                expired = await db(_make_expired_success, later_db)
+                due = await in_thread(_make_due_delayed, later_db)
+                expired = await in_thread(_make_expired_success, later_db)
                 results = await maintenance.run_once()
                 assert isinstance(results["rescue_stuck"], RuntimeError)
                 assert str(results["rescue_stuck"]) == "step exploded"
@@ -738,8 +453,8 @@ def test_maintenance_failing_step_does_not_stop_others(later_db):
                     "promote_due", "rescue_stuck", "resolve_orphans", "prune_expired",
                     "compact_counters", "vacuum",
                 }  # fmt: skip
-                assert (await job(due)).stage == "enqueued"
-                assert await db(later.get_job, expired) is None
+                assert (await job_info(due)).stage == "enqueued"
+                assert await in_thread(later.get_job, expired) is None
             assert maintenance.ticks == 2
         finally:
             await server.shutdown(1)
@@ -754,13 +469,13 @@ def test_maintenance_loop_survives_failing_step(later_db, record):
         server.maintenance.steps["prune_expired"] = _boom
 
     async def body(server: Server) -> None:
-        due = await db(_make_due_delayed, later_db)
-        await wait_stage(due, "success")
+        due = await in_thread(_make_due_delayed, later_db)
+        await await_stage(due, "success")
 
         async def ticked() -> bool:
             return server.maintenance.ticks >= 3
 
-        await wait_until(ticked, 10, "three maintenance ticks")
+        await await_until(ticked, 10, "three maintenance ticks")
         task = server.service_task("maintenance")
         assert task is not None and not task.done()
 
@@ -781,14 +496,47 @@ def test_server_shutdown_deregisters_and_stops_workers(later_db, record, monkeyp
     async def main() -> None:
         server = Server(workers=2)
         await server.start()
-        assert await db(later_db.scalar, "SELECT workers FROM later_server") == 2
-        job_id = await db(later.enqueue, AsyncNoop(n=1))
-        await wait_stage(job_id, "success")
+        assert await in_thread(later_db.scalar, "SELECT workers FROM later_server") == 2
+        job_id = await in_thread(later.enqueue, AsyncNoop(n=1))
+        await await_stage(job_id, "success")
         await server.shutdown(5)
         assert server.closed.is_set()
         assert all(slot.task is not None and slot.task.done() for slot in server.slots)
-        assert await db(later_db.scalar, "SELECT COUNT(*) FROM later_server") == 0
+        assert await in_thread(later_db.scalar, "SELECT COUNT(*) FROM later_server") == 0
         assert used, "the server used pool connections"
         assert [c for c in used if c.connection is not None] == [], "all closed"
 
     asyncio.run(main())
+
+
+def test_server_shutdown_ends_outcome_stores_and_never_reconnects(later_db, record, settings):
+    """An outcome still being stored at the shutdown deadline is abandoned
+    with its session: after shutdown nothing writes for that server."""
+    set_later(settings, LEASE_DURATION=timedelta(seconds=30))
+    job_id = later.enqueue(AsyncHold(seconds=0.2))
+
+    async def main() -> Any:
+        server = Server(workers=1)
+        await server.start()
+        await await_record(record, "hold-start", job_id)
+        with job_row_locked(later_db, job_id):
+            await await_record(record, "hold-end", job_id)
+
+            async def storing() -> bool:
+                return server.completer._completions.flush_started is not None
+
+            # The completion is sent; it waits for the lock.
+            await await_until(storing, 10, "the completion of the job to be sent")
+            await server.shutdown(0.5)
+        # The lock is gone: a store that outlived shutdown would write now.
+        # Nothing can say when it would have: watch for it for a second.
+        await asyncio.sleep(1.0)
+        current = asyncio.current_task()
+        return server, [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+
+    server, left = asyncio.run(main())
+    assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
+    assert left == []
+    for path in (server.claimer.path, server.completer.path):
+        session = path.postgres or path.sqlite
+        assert session is not None and session.closed

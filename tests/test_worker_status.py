@@ -10,8 +10,8 @@ import pytest
 import later_django as later
 from later_django.worker import status
 from later_django.worker.server import Server
+from tests.helpers import await_record, await_stage, await_until, in_thread, serve
 from tests.jobapp.jobs import Flaky, Noop, NoRetry, Sleep
-from tests.test_worker_server import db, serve, wait_record, wait_stage, wait_until
 
 LINE = re.compile(
     r"^last \d+s: \d+ succeeded, \d+ failed, \d+ retried \(\d+\.\d jobs/s\); "
@@ -40,36 +40,36 @@ def test_worker_status_line_counts_outcomes_backlog_and_rate(later_db, record, m
 
     async def body(server: Server) -> None:
         # The only worker sleeps in a handler while six jobs wait behind it.
-        sleep_id = await db(later.enqueue, Sleep(seconds=1.5))
-        await wait_record(record, "sleep-start", sleep_id)
+        sleep_id = await in_thread(later.enqueue, Sleep(seconds=1.5))
+        await await_record(record, "sleep-start", sleep_id)
         waiting = [
-            *[await db(later.enqueue, Noop(n=n)) for n in range(3)],
-            *[await db(later.enqueue, NoRetry()) for _ in range(2)],
-            await db(later.enqueue, Flaky(succeed_on=2)),
+            *[await in_thread(later.enqueue, Noop(n=n)) for n in range(3)],
+            *[await in_thread(later.enqueue, NoRetry()) for _ in range(2)],
+            await in_thread(later.enqueue, Flaky(succeed_on=2)),
         ]
 
         async def saw_backlog() -> bool:
             return any(r.ready == 6 for r in status_lines(caplog))  # type: ignore[attr-defined]
 
-        await wait_until(saw_backlog, 10, lambda: f"a line with 6 ready: {caplog.text}")
+        await await_until(saw_backlog, 10, lambda: f"a line with 6 ready: {caplog.text}")
         for job_id in [sleep_id, *waiting[:3], waiting[5]]:
-            await wait_stage(job_id, "success")
+            await await_stage(job_id, "success")
         for job_id in waiting[3:5]:
-            await wait_stage(job_id, "failed")
+            await await_stage(job_id, "failed")
 
         async def counted() -> bool:
             lines = status_lines(caplog)
             # Sleep, three Noops and the Flaky one; two NoRetry; Flaky's first attempt.
             return totals(caplog) == (5, 2, 1) and lines[-1].ready == 0  # type: ignore[attr-defined]
 
-        await wait_until(counted, 10, lambda: f"totals {totals(caplog)}: {caplog.text}")
+        await await_until(counted, 10, lambda: f"totals {totals(caplog)}: {caplog.text}")
 
         count = len(status_lines(caplog))
 
         async def idle_line() -> bool:
             return len(status_lines(caplog)) > count
 
-        await wait_until(idle_line, 10, "a line while idle")
+        await await_until(idle_line, 10, "a line while idle")
 
     serve(body, workers=1)
     lines = status_lines(caplog)
