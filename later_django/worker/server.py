@@ -212,6 +212,8 @@ class Server:
         # Workers first, so the first heartbeat reports their number, not 0.
         for _ in range(self.initial_workers):
             self.pool.spawn()
+        if events.active:  # before any worker task has run
+            events.emit(events.ServerStarted(self.server_id, self.namespace, self.worker_count))
         await self._heartbeat_once()
         self.services.start("renew", self.leases.run_renewals)
         self.services.start("deadlines", self.leases.run_deadlines)
@@ -221,8 +223,6 @@ class Server:
         self.services.start("status", self.status.run)
         if self.autoscale:
             self.services.start("autoscale", lambda: supervisor.autoscale(self))
-        if events.active:
-            events.emit(events.ServerStarted(self.server_id, self.namespace, self.worker_count))
         logger.info(
             "later server %s started: %d workers on %s, namespace %r",
             self.server_id,
