@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from later_django.context import JobContext
 from later_django.enqueue import (
-    PayloadTooLarge,
     acancel,
     aenqueue,
     aenqueue_continue,
@@ -28,6 +27,7 @@ from later_django.exceptions import (
     LeaseLost,
     NotMigrated,
     NotRegistered,
+    PayloadTooLarge,
     TransactionRequired,
 )
 from later_django.ids import JobId

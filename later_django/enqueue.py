@@ -21,7 +21,7 @@ from later_django import codec, registry, schema, wakeup
 from later_django.clock import from_datetime, now_ms
 from later_django.conf import conf
 from later_django.db import dialect_for
-from later_django.exceptions import JobNotFound, TransactionRequired
+from later_django.exceptions import JobNotFound, PayloadTooLarge, TransactionRequired
 from later_django.ids import JobId, as_job_id, new_job_id, new_job_ids
 from later_django.states import Stage
 from later_django.types import NewJob
@@ -31,10 +31,6 @@ logger = logging.getLogger(__name__)
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # The last time a job may become due: later dates do not fit in a datetime.
 LATEST_RUN_AT_MS = int(dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp() * 1000)
-
-
-class PayloadTooLarge(TypeError, ValueError):
-    """The encoded payload is larger than LATER["MAX_PAYLOAD_BYTES"]."""
 
 
 def _check_priority(priority: object) -> int:

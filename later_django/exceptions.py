@@ -36,3 +36,7 @@ class NotRegistered(LaterError, TypeError):
 
 class AlreadyRegistered(LaterError, ImproperlyConfigured):
     """A handler for this payload type is already registered."""
+
+
+class PayloadTooLarge(TypeError, ValueError):
+    """The encoded payload is larger than LATER["MAX_PAYLOAD_BYTES"]."""
