@@ -1,0 +1,116 @@
+"""JobBuilder: turns payloads and their EnqueueOptions into NewJob rows.
+
+The one place a payload is checked and encoded for storage: every way of
+creating jobs (the enqueue API, schedules, the Django Tasks backend) builds
+its rows here, so they all refuse the same payloads with the same errors.
+It writes nothing and opens no connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from later_django import codec, registry
+from later_django.conf import conf
+from later_django.exceptions import PayloadTooLarge
+from later_django.ids import new_job_id
+from later_django.options import EnqueueOptions
+from later_django.types import NewJob
+
+# What every job of one payload type shares, looked up once per builder: its
+# handler and the handler's static retry policy as stored JSON. A plain tuple:
+# a single enqueue makes one, and a NamedTuple takes many times longer to make.
+_TypeFacts = tuple[registry.Handler, str | None]
+
+
+class JobBuilder:
+    """Build job rows, reading settings and per-type facts once per builder.
+
+    Make one builder per call or per batch, not per job: it reads
+    ``LATER["NAMESPACE"]`` and ``LATER["MAX_PAYLOAD_BYTES"]`` when made and
+    remembers each payload type's handler and retry policy, so a batch of
+    thousands pays for them once. Do not keep one across calls either: it
+    would not see a settings change, or a type's handler registered anew.
+    """
+
+    __slots__ = ("max_payload_bytes", "namespace", "_types")
+
+    def __init__(self) -> None:
+        self.namespace = conf.namespace
+        self.max_payload_bytes = int(conf.MAX_PAYLOAD_BYTES)
+        self._types: dict[type[Any], _TypeFacts] = {}
+
+    def build(
+        self, payload: object, options: EnqueueOptions, *, job_id: str | None = None
+    ) -> NewJob:
+        """Return the row of one job of ``payload``, enqueued as ``options`` say.
+
+        ``job_id`` defaults to a fresh id. Raises NotRegistered when the
+        payload's type has no handler, TypeError when it is not a dataclass
+        instance, holds an unsupported value or one that does not match its
+        annotations, and PayloadTooLarge above LATER["MAX_PAYLOAD_BYTES"].
+        """
+        handler, retry_policy = self._type_facts(payload)
+        try:
+            # Refuse now what the worker could not decode later (e.g. a str in
+            # an int field), instead of storing a job that can only fail.
+            data = codec.encode_checked(payload, handler.payload_type)
+        except codec.PayloadDecodeError as exc:
+            raise TypeError(
+                f"{exc.args[0]} — the value does not match the annotation of "
+                f"{handler.payload_type.__qualname__}"
+            ) from exc
+        if len(data) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload of {handler.name} encodes to {len(data)} bytes, above "
+                f"LATER['MAX_PAYLOAD_BYTES']={self.max_payload_bytes}; store large data "
+                "elsewhere and pass a reference"
+            )
+        return NewJob(
+            # The id's time part is this host's clock: ids stay unique and
+            # roughly ordered whatever the clock; every stored time is the
+            # database's.
+            id=new_job_id() if job_id is None else job_id,
+            namespace=self.namespace,
+            type_name=handler.name,
+            payload=data,
+            priority=options.priority,
+            retry_policy=retry_policy,
+            parent_id=options.parent_id,
+            run_at_ms=options.run_at_ms,
+            delay_ms=options.delay_ms,
+        )
+
+    def build_many(
+        self, payloads: Sequence[object], options: EnqueueOptions, ids: Sequence[str]
+    ) -> Iterator[NewJob]:
+        """Yield the row of each payload, with the id of the same index.
+
+        Rows are built as they are taken, so a writer can store the first
+        while the next are encoded. A bad payload raises the error ``build``
+        would, of the same class, its message prefixed with
+        ``payloads[<index>]: `` to say which item it is about.
+        """
+        for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
+            try:
+                job = self.build(payload, options, job_id=job_id)
+            except (TypeError, ValueError) as exc:
+                exc.args = (f"payloads[{index}]: {exc}",)
+                raise
+            yield job
+
+    def _type_facts(self, payload: object) -> _TypeFacts:
+        facts = self._types.get(type(payload))
+        if facts is None:
+            if not dataclasses.is_dataclass(payload) or isinstance(payload, type):
+                raise TypeError(
+                    f"payload must be a dataclass instance, got {type(payload).__name__}; "
+                    "declare the payload type with @dataclass and register a @job handler "
+                    "for it"
+                )
+            handler = registry.handler_for_payload(payload)
+            policy = handler.static_policy()
+            facts = self._types[type(payload)] = (handler, policy.to_json() if policy else None)
+        return facts

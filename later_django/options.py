@@ -1,0 +1,112 @@
+"""EnqueueOptions: everything an enqueue call asks for besides the payload.
+
+Every argument of the enqueue API is checked here, once, when the options are
+made, so a call that raises has written nothing. No I/O and no settings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from later_django.clock import from_datetime, now_ms
+from later_django.ids import as_job_id
+
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+# The last time a job may become due: later dates do not fit in a datetime.
+LATEST_RUN_AT_MS = int(dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp() * 1000)
+
+
+class _Unset(enum.Enum):
+    UNSET = "unset"
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+# "Not given", for the options that None cannot mean: enqueue_delayed(p, None)
+# must raise as a bad delay, not enqueue a job without one.
+UNSET: Final = _Unset.UNSET
+Unset = Literal[_Unset.UNSET]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """How to enqueue a payload: its priority, and when or after what it runs.
+
+    The fields take the enqueue API's arguments as the caller passed them,
+    under the same names, so an error names the argument to fix: ``priority``
+    (-100..100), ``delay`` (a timedelta >= 0, counted from the database's
+    now), ``when`` (an aware datetime) and ``parent`` (a job id; the job runs
+    once that job succeeds). At most one of the last three may be given;
+    left out, each is UNSET (None is a bad value, refused like any other).
+    Making the object validates them and fills the derived fields the
+    builder reads.
+
+    Raises TypeError or ValueError with the message the public enqueue calls
+    document. Options of later features (queue, unique key, topic, result
+    flags) are fields here, checked in ``__post_init__`` the same way.
+    """
+
+    priority: int = 0
+    delay: dt.timedelta | Unset = UNSET
+    when: dt.datetime | Unset = UNSET
+    parent: str | Unset = UNSET
+    # Derived, in the units of a NewJob: set once by __post_init__.
+    delay_ms: int = field(default=0, init=False, repr=False, compare=False)
+    run_at_ms: int | None = field(default=None, init=False, repr=False, compare=False)
+    parent_id: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Timing, then parent, then priority: the order in which the enqueue
+        # calls have always checked their arguments, so a call with two bad
+        # arguments keeps raising the same error.
+        delay, when = self.delay, self.when
+        if delay is not UNSET:
+            if when is not UNSET:
+                raise ValueError("pass delay or when, not both")
+            delay_ms = _delay_ms(delay)
+            # Bounded by this host's clock: the database's cannot be read
+            # here, and a skew of minutes does not matter nine millennia out.
+            _check_latest(now_ms() + delay_ms)
+            object.__setattr__(self, "delay_ms", delay_ms)
+        elif when is not UNSET:
+            run_at_ms = _check_latest(from_datetime(when, argument="when"))
+            object.__setattr__(self, "run_at_ms", run_at_ms)
+        if self.parent is not UNSET:
+            if delay is not UNSET or when is not UNSET:
+                raise ValueError(
+                    "a continuation becomes due when its parent succeeds; pass no delay "
+                    "or when with a parent"
+                )
+            object.__setattr__(self, "parent_id", as_job_id(self.parent, argument="parent"))
+        _check_priority(self.priority)
+
+
+def _check_priority(priority: object) -> None:
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(
+            f"priority={priority} is out of range; use {MIN_PRIORITY}..{MAX_PRIORITY} "
+            "(higher runs first)"
+        )
+
+
+def _delay_ms(delay: object) -> int:
+    if not isinstance(delay, dt.timedelta):
+        raise TypeError(f"delay must be a datetime.timedelta, got {type(delay).__name__}")
+    if delay < dt.timedelta(0):
+        raise ValueError(f"delay={delay!r} is negative; use a timedelta >= 0")
+    return int(delay.total_seconds() * 1000)
+
+
+def _check_latest(run_at_ms: int) -> int:
+    if run_at_ms > LATEST_RUN_AT_MS:
+        raise ValueError(
+            "the job would become due after 9999-12-30, which no datetime can "
+            "represent; use a shorter delay or an earlier time"
+        )
+    return run_at_ms

@@ -1,0 +1,161 @@
+"""EnqueueOptions: every enqueue argument checked once, when the options are
+made. No database: nothing here may write."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from later_django.ids import new_job_id
+from later_django.options import LATEST_RUN_AT_MS, UNSET, EnqueueOptions
+
+DELAY = dt.timedelta(seconds=90)
+WHEN = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+WHEN_MS = 1893553445678
+
+
+def test_options_default_to_a_plain_job():
+    """No argument: priority 0, due at once, no parent."""
+    options = EnqueueOptions()
+    assert (options.priority, options.delay, options.when, options.parent) == (
+        0,
+        UNSET,
+        UNSET,
+        UNSET,
+    )
+    assert (options.delay_ms, options.run_at_ms, options.parent_id) == (0, None, None)
+
+
+def test_options_are_frozen_and_slotted():
+    """An options object cannot change once checked, and carries no __dict__."""
+    options = EnqueueOptions(priority=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.priority = 500  # type: ignore[misc]
+    assert not hasattr(options, "__dict__")
+
+
+def test_options_fill_the_derived_fields_in_a_newjobs_units():
+    """delay and when become milliseconds; parent a lowercase job id."""
+    parent = new_job_id()
+    assert EnqueueOptions(delay=DELAY).delay_ms == 90_000
+    assert EnqueueOptions(delay=dt.timedelta(milliseconds=1.9)).delay_ms == 1
+    assert EnqueueOptions(when=WHEN).run_at_ms == WHEN_MS
+    east = WHEN.astimezone(dt.timezone(dt.timedelta(hours=5)))
+    assert EnqueueOptions(when=east).run_at_ms == WHEN_MS
+    assert EnqueueOptions(parent=parent.upper()).parent_id == parent
+    assert EnqueueOptions(priority=-100).priority == -100
+    assert EnqueueOptions(priority=100).priority == 100
+
+
+@pytest.mark.parametrize("priority", [-101, 101, 1000])
+def test_options_priority_out_of_range_raises_value_error(priority):
+    """The message names the argument, its value and the range."""
+    with pytest.raises(ValueError) as info:
+        EnqueueOptions(priority=priority)
+    assert str(info.value) == (
+        f"priority={priority} is out of range; use -100..100 (higher runs first)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("priority", "type_name"), [(True, "bool"), (1.5, "float"), ("1", "str"), (None, "NoneType")]
+)
+def test_options_priority_of_wrong_type_raises_type_error(priority, type_name):
+    """A bool is refused too, though it is an int."""
+    with pytest.raises(TypeError) as info:
+        EnqueueOptions(priority=priority)
+    assert str(info.value) == f"priority must be an int, got {type_name}"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"delay": None}, TypeError, "delay must be a datetime.timedelta, got NoneType"),
+        ({"delay": 5}, TypeError, "delay must be a datetime.timedelta, got int"),
+        (
+            {"delay": dt.timedelta(seconds=-1)},
+            ValueError,
+            "delay=datetime.timedelta(days=-1, seconds=86399) is negative; use a timedelta >= 0",
+        ),
+        ({"when": None}, TypeError, "when must be a datetime, got NoneType"),
+        ({"when": dt.date(2030, 1, 1)}, TypeError, "when must be a datetime, got date"),
+        (
+            {"when": dt.datetime(2030, 1, 1)},
+            ValueError,
+            "when=2030-01-01T00:00:00 is a naive datetime; pass an aware one "
+            "(e.g. django.utils.timezone.now() + timedelta(...))",
+        ),
+        ({"parent": None}, TypeError, "parent must be a job id string, got NoneType"),
+        (
+            {"parent": "nope"},
+            ValueError,
+            "parent='nope' is not a job id: expected 26 characters of Crockford "
+            "base32, as returned by enqueue()",
+        ),
+    ],
+    ids=[
+        "delay-none",
+        "delay-int",
+        "delay-negative",
+        "when-none",
+        "when-date",
+        "when-naive",
+        "parent-none",
+        "parent-malformed",
+    ],
+)
+def test_options_bad_argument_raises_naming_it(kwargs, error, message):
+    """None is a bad value like any other: only leaving an option out means "none"."""
+    with pytest.raises(error) as info:
+        EnqueueOptions(**kwargs)
+    assert type(info.value) is error
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"delay": dt.timedelta.max}, {"when": dt.datetime.max.replace(tzinfo=dt.UTC)}],
+    ids=["delay", "when"],
+)
+def test_options_due_beyond_the_last_datetime_raises_value_error(kwargs):
+    """A job due after 9999-12-30 could never be read back as a datetime."""
+    with pytest.raises(ValueError, match=r"^the job would become due after 9999-12-30"):
+        EnqueueOptions(**kwargs)
+
+
+def test_options_due_at_the_last_datetime_is_accepted():
+    """The bound itself is allowed."""
+    last = dt.datetime.fromtimestamp(LATEST_RUN_AT_MS / 1000, tz=dt.UTC)
+    assert EnqueueOptions(when=last).run_at_ms == LATEST_RUN_AT_MS
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"delay": DELAY, "when": WHEN},
+        {"delay": DELAY, "parent": "0" * 26},
+        {"when": WHEN, "parent": "0" * 26},
+    ],
+    ids=["delay-and-when", "delay-and-parent", "when-and-parent"],
+)
+def test_options_refuse_two_ways_of_becoming_due(kwargs):
+    """A job is due after a delay, at a time or after its parent: one of them."""
+    with pytest.raises(ValueError):
+        EnqueueOptions(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"delay": -DELAY, "priority": 500}, ValueError, "delay="),
+        ({"when": dt.datetime(2030, 1, 1), "priority": 500}, ValueError, "when="),
+        ({"parent": "nope", "priority": True}, ValueError, "parent="),
+    ],
+    ids=["delay", "when", "parent"],
+)
+def test_options_check_timing_and_parent_before_priority(kwargs, error, message):
+    """Two bad arguments raise the error the enqueue calls always raised first."""
+    with pytest.raises(error, match=f"^{message}"):
+        EnqueueOptions(**kwargs)
