@@ -16,7 +16,8 @@ class JobContext:
 
     ``attempt`` counts from 1. ``app`` is the result of LATER["CONTEXT"],
     built once per worker process. The enqueue methods write through the
-    handler's own thread connection, so a handler can chain work.
+    handler's own thread connection, so a handler can chain work. Each is
+    the public call of the same name: the same options, checks and path.
     """
 
     job_id: JobId

@@ -1,15 +1,23 @@
 """EnqueueOptions: every enqueue argument checked once, when the options are
-made. No database: nothing here may write."""
+made; and every enqueue call, JobContext's included, makes one options object
+and takes the one path. No database: nothing here may write."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
+import importlib
 
 import pytest
 
+import later_django as later
 from later_django.ids import new_job_id
 from later_django.options import LATEST_RUN_AT_MS, UNSET, EnqueueOptions
+from tests.jobapp.jobs import Noop
+
+# The module, not the function of the same name that later_django exports.
+enqueue_module = importlib.import_module("later_django.enqueue")
 
 DELAY = dt.timedelta(seconds=90)
 WHEN = dt.datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
@@ -159,3 +167,132 @@ def test_options_check_timing_and_parent_before_priority(kwargs, error, message)
     """Two bad arguments raise the error the enqueue calls always raised first."""
     with pytest.raises(error, match=f"^{message}"):
         EnqueueOptions(**kwargs)
+
+
+# -- every enqueue call goes through enqueue_with / enqueue_many_with --
+
+
+@pytest.fixture
+def taken_path(monkeypatch):
+    """Record the options each enqueue call hands to the one path, instead of writing."""
+    calls: list[tuple[str, object, EnqueueOptions]] = []
+
+    def enqueue_with(payload, options):
+        calls.append(("one", payload, options))
+        return "job"
+
+    def enqueue_many_with(payloads, options):
+        calls.append(("many", list(payloads), options))
+        return ["job"]
+
+    monkeypatch.setattr(enqueue_module, "enqueue_with", enqueue_with)
+    monkeypatch.setattr(enqueue_module, "enqueue_many_with", enqueue_many_with)
+    return calls
+
+
+PARENT = new_job_id()
+ctx = later.JobContext(job_id=new_job_id(), attempt=1)
+CALLS = [
+    # (name, call, expected path, expected options)
+    ("enqueue", lambda p: later.enqueue(p), "one", EnqueueOptions()),
+    ("enqueue/priority", lambda p: later.enqueue(p, priority=3), "one", EnqueueOptions(priority=3)),
+    (
+        "enqueue_many",
+        lambda p: later.enqueue_many([p], priority=-2),
+        "many",
+        EnqueueOptions(priority=-2),
+    ),
+    (
+        "enqueue_delayed",
+        lambda p: later.enqueue_delayed(p, DELAY, priority=1),
+        "one",
+        EnqueueOptions(priority=1, delay=DELAY),
+    ),
+    (
+        "enqueue_delayed_at",
+        lambda p: later.enqueue_delayed_at(p, WHEN),
+        "one",
+        EnqueueOptions(when=WHEN),
+    ),
+    (
+        "enqueue_continue",
+        lambda p: later.enqueue_continue(PARENT, p, priority=5),
+        "one",
+        EnqueueOptions(priority=5, parent=PARENT),
+    ),
+    (
+        "aenqueue",
+        lambda p: asyncio.run(later.aenqueue(p, priority=4)),
+        "one",
+        EnqueueOptions(priority=4),
+    ),
+    (
+        "aenqueue_delayed_at",
+        lambda p: asyncio.run(later.aenqueue_delayed_at(p, WHEN, priority=2)),
+        "one",
+        EnqueueOptions(priority=2, when=WHEN),
+    ),
+    ("ctx.enqueue", lambda p: ctx.enqueue(p, priority=7), "one", EnqueueOptions(priority=7)),
+    ("ctx.enqueue_many", lambda p: ctx.enqueue_many([p]), "many", EnqueueOptions()),
+    (
+        "ctx.enqueue_delayed",
+        lambda p: ctx.enqueue_delayed(p, DELAY),
+        "one",
+        EnqueueOptions(delay=DELAY),
+    ),
+    (
+        "ctx.enqueue_delayed_at",
+        lambda p: ctx.enqueue_delayed_at(p, WHEN, priority=-1),
+        "one",
+        EnqueueOptions(priority=-1, when=WHEN),
+    ),
+    (
+        "ctx.enqueue_continue",
+        lambda p: ctx.enqueue_continue(PARENT, p),
+        "one",
+        EnqueueOptions(parent=PARENT),
+    ),
+    (
+        "ctx.aenqueue_continue",
+        lambda p: asyncio.run(ctx.aenqueue_continue(PARENT, p, priority=9)),
+        "one",
+        EnqueueOptions(priority=9, parent=PARENT),
+    ),
+    (
+        "ctx.aenqueue_many",
+        lambda p: asyncio.run(ctx.aenqueue_many([p], priority=8)),
+        "many",
+        EnqueueOptions(priority=8),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "path", "expected"), [c[1:] for c in CALLS], ids=[c[0] for c in CALLS]
+)
+def test_enqueue_calls_make_one_options_object_and_take_the_one_path(
+    taken_path, call, path, expected
+):
+    """Public calls and JobContext's differ only in the options they make."""
+    payload = Noop(n=1)
+    call(payload)
+    [(taken, arrived, options)] = taken_path
+    assert taken == path
+    assert arrived in (payload, [payload])
+    assert options == expected
+    assert (options.delay_ms, options.run_at_ms, options.parent_id) == (
+        expected.delay_ms,
+        expected.run_at_ms,
+        expected.parent_id,
+    )
+
+
+def test_enqueue_many_with_refuses_options_of_a_job_not_ready_at_once():
+    """Bulk rows are written ready: a delay, a time or a parent would be lost."""
+    for options in (
+        EnqueueOptions(delay=DELAY),
+        EnqueueOptions(when=WHEN),
+        EnqueueOptions(parent=PARENT),
+    ):
+        with pytest.raises(ValueError, match="ready at once"):
+            enqueue_module.enqueue_many_with([Noop()], options)
