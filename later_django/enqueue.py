@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import schema, wakeup
+from later_django import events, schema, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import JobId, as_job_id, new_job_ids
-from later_django.options import UNSET, EnqueueOptions
+from later_django.options import PLAIN, UNSET, EnqueueOptions
 from later_django.states import Stage
 from later_django.types import NewJob
 
@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 
 def enqueue(payload: object, *, priority: int = 0) -> JobId:
     """Enqueue ``payload`` to run as soon as a worker is free."""
-    return enqueue_with(payload, EnqueueOptions(priority=priority))
+    plain = type(priority) is int and priority == 0
+    return enqueue_with(payload, PLAIN if plain else EnqueueOptions(priority=priority))
 
 
 def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
@@ -142,6 +143,10 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     # below, which rolls back to where it began: nothing is written, and an
     # enclosing atomic block stays usable (a savepoint guards it).
     jobs = JobBuilder().build_many(payloads, options, ids)
+    built: list[NewJob] | None = None
+    if events.active:  # the rows are needed again after the commit
+        built = list(jobs)
+        jobs = iter(built)
     alias = conf.database
     db = connections[alias]
     try:
@@ -151,12 +156,25 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
         schema.raise_if_not_migrated(alias, exc)
         raise
     _wake_on_commit(alias)
+    if built is not None:
+        _tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
     return ids
 
 
 def _wake_on_commit(alias: str) -> None:
     if wakeup.has_listeners():
         transaction.on_commit(wakeup.wake, using=alias)
+
+
+def _tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
+    """Tell events subscribers of ``jobs`` once their transaction commits."""
+    namespace = conf.namespace
+
+    def tell() -> None:
+        for job_id, type_name in jobs:
+            events.emit(events.JobEnqueued(job_id, type_name, stage, namespace))
+
+    transaction.on_commit(tell, using=alias)
 
 
 def _insert_one(job: NewJob) -> JobId:
@@ -168,6 +186,8 @@ def _insert_one(job: NewJob) -> JobId:
         raise
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
+    if events.active:
+        _tell_on_commit(alias, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 
 
@@ -186,6 +206,8 @@ def _insert_continuation(job: NewJob) -> JobId:
             f"parent job {job.parent_id} does not exist in namespace "
             f"{job.namespace!r} (it may have expired)"
         )
+    if events.active:
+        _tell_on_commit(alias, [(job.id, job.type_name)], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     elif stage == Stage.WAITING and not dialect.single_writer:

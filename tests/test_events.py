@@ -127,7 +127,7 @@ def test_a_lost_lease_is_reported(later_db, record, seen, settings):
 def test_nothing_is_built_when_nobody_listens(later_db, record, monkeypatch):
     """With no subscriber, no event object is even constructed."""
     built: list[str] = []
-    for name in ("JobStarted", "JobFinished", "ServerStarted", "ServerStopped"):
+    for name in ("JobEnqueued", "JobStarted", "JobFinished", "ServerStarted", "ServerStopped"):
         original = getattr(events, name)
 
         def spy(*args: Any, _name: str = name, _original: Any = original, **kwargs: Any) -> Any:
@@ -142,3 +142,32 @@ def test_nothing_is_built_when_nobody_listens(later_db, record, monkeypatch):
 
     serve(body, workers=1)
     assert built == []
+
+
+# -- from enqueue --------------------------------------------------------------------
+def test_enqueues_are_told_when_they_commit_never_when_rolled_back(later_db, seen):
+    from django.db import transaction
+
+    with transaction.atomic(using=later_db.alias):
+        kept = later.enqueue(Noop(n=1))
+        assert seen == [], "nothing is told before the commit"
+    delayed = later.enqueue_delayed(Noop(n=2), timedelta(hours=1))
+    child = later.enqueue_continue(kept, Noop(n=3))
+    bulk = later.enqueue_many([Noop(n=4), Noop(n=5)])
+    try:
+        with transaction.atomic(using=later_db.alias):
+            later.enqueue(Noop(n=6))
+            later.enqueue_many([Noop(n=7)])
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+    told = [(e.job_id, e.stage) for e in seen if isinstance(e, events.JobEnqueued)]
+    assert told == [
+        (kept, "enqueued"),
+        (delayed, "delayed"),
+        (child, "waiting"),
+        (bulk[0], "enqueued"),
+        (bulk[1], "enqueued"),
+    ]
+    assert {e.job_type for e in seen} == {"tests.jobapp.jobs.Noop"}
+    assert {e.namespace for e in seen} == {"default"}
