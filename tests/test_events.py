@@ -83,6 +83,9 @@ def test_a_server_reports_starts_outcomes_and_its_own_life(later_db, record, see
         return str(server.server_id)
 
     server_id = serve(body, workers=2)
+    enqueued = [e.job_id for e in seen if isinstance(e, events.JobEnqueued)]
+    assert enqueued == [ok, flaky, refused]
+    seen[:] = [e for e in seen if not isinstance(e, events.JobEnqueued)]
     kinds = [type(event).__name__ for event in seen]
     assert kinds[0] == "ServerStarted" and kinds[-1] == "ServerStopped"
     started = [e for e in seen if isinstance(e, events.JobStarted)]
