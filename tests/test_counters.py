@@ -16,6 +16,7 @@ from later_django.db import dialect_for
 from later_django.ids import new_job_id
 from later_django.models import Job
 from later_django.states import Stage
+from tests import hot_path
 from tests.jobapp.jobs import AsyncNoop, Noop, Order
 
 NAMESPACES = ("default", "other")
@@ -112,7 +113,8 @@ class Mix:
 
     def op_claim(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_claim(
+            hot_path.job_claim(
+                self.dialect,
                 c,
                 namespace=self.namespace,
                 owner=f"w{self.rng.randrange(4)}",

@@ -21,6 +21,7 @@ from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.ids import new_job_id
 from later_django.types import NewJob
+from tests import hot_path
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
 ULID = re.compile(r"^[0-9a-hjkmnp-tv-z]{26}$")
@@ -34,8 +35,13 @@ class Rollback(Exception):
 def _claim(later_db, job_id, *, owner="worker-1"):
     """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = dialect_for(later_db.alias).job_claim(
-            c, namespace=conf.namespace, owner=owner, limit=1, lease_ms=30_000
+        claimed = hot_path.job_claim(
+            dialect_for(later_db.alias),
+            c,
+            namespace=conf.namespace,
+            owner=owner,
+            limit=1,
+            lease_ms=30_000,
         )
     assert [job.id for job in claimed] == [job_id]
     return claimed[0]

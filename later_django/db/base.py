@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.states import PARENT_FAILED, Stage
+from later_django.states import PARENT_FAILED, TERMINAL, Stage
 from later_django.types import ClaimedJob, NewJob, StuckJob
 
 if TYPE_CHECKING:
@@ -263,12 +263,6 @@ WHERE later_lease.owner = excluded.owner OR later_lease.expires_ms < {now}
 RETURNING epoch
 """
 
-# Only the holder of this epoch renews: nobody took the lease since.
-LEASE_RENEW_SQL: Final = """
-UPDATE later_lease SET expires_ms = {now} + %s
-WHERE namespace = %s AND name = %s AND owner = %s AND epoch = %s
-"""
-
 # Released leases expire at once; the row stays, so epochs keep growing.
 LEASE_RELEASE_SQL: Final = """
 UPDATE later_lease SET expires_ms = 0
@@ -333,7 +327,6 @@ class Dialect:
         self.server_prune_sql = self.render(SERVER_PRUNE_SQL)
         self.maintenance_claim_sql = self.render(MAINTENANCE_CLAIM_SQL)
         self.lease_acquire_sql = self.render(LEASE_ACQUIRE_SQL)
-        self.lease_renew_sql = self.render(LEASE_RENEW_SQL)
         self.lease_release_sql = self.render(LEASE_RELEASE_SQL)
         self.retry_sql = {
             fenced_by: self.render(JOB_RETRY_SQL.replace("{fence}", fence))
@@ -435,7 +428,7 @@ class Dialect:
         could not see the child."""
         cursor.execute(self.parent_stage_sql, [job_id])
         row = cursor.fetchone()
-        if row is None or row[0] not in (Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED):
+        if row is None or row[0] not in TERMINAL:
             return "waiting"
         self.job_resolve_orphan(
             cursor, job_id=job_id, parent_stage=str(row[0]), retention_ms=retention_ms
@@ -557,19 +550,11 @@ class Dialect:
         )
         if cursor.rowcount != 1:
             return False
-        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
 
-    def job_fail_descendants(
-        self,
-        cursor: CursorWrapper,
-        *,
-        job_id: str,
-        retention_ms: int,
-        reason: str = PARENT_FAILED,
-    ) -> int:
-        cursor.execute(self.fail_descendants_sql, [job_id, retention_ms, reason])
-        return int(cursor.rowcount)
+    def _fail_descendants(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> None:
+        cursor.execute(self.fail_descendants_sql, [job_id, retention_ms, PARENT_FAILED])
 
     def job_cancel(
         self, cursor: CursorWrapper, *, namespace: str, job_id: str, retention_ms: int
@@ -577,7 +562,7 @@ class Dialect:
         cursor.execute(self.cancel_sql, [retention_ms, job_id, namespace])
         if cursor.rowcount != 1:
             return False
-        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
 
     def job_promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
@@ -614,7 +599,7 @@ class Dialect:
             return
         reason = PARENT_FAILED if parent_stage else "parent missing"
         cursor.execute(self.fail_waiting_sql, [retention_ms, reason, job_id])
-        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
 
     def job_prune(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
         cursor.execute(self.prune_sql, [namespace, limit])
@@ -644,12 +629,6 @@ class Dialect:
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         """Fold counter rows together; return how many rows were folded."""
         return 0
-
-    # -- time -------------------------------------------------------------------
-    def database_now_ms(self, cursor: CursorWrapper) -> int:
-        """The database's clock, in epoch milliseconds."""
-        cursor.execute(f"SELECT {self.now_sql}")
-        return int(cursor.fetchone()[0])
 
     # -- servers and maintenance ----------------------------------------------
     def server_heartbeat(
@@ -711,20 +690,6 @@ class Dialect:
         row = cursor.fetchone()
         return None if row is None else int(row[0])
 
-    def lease_renew(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        name: str,
-        owner: str,
-        epoch: int,
-        ttl_ms: int,
-    ) -> bool:
-        """Extend the lease held as (``owner``, ``epoch``); False if it was taken."""
-        cursor.execute(self.lease_renew_sql, [ttl_ms, namespace, name, owner, epoch])
-        return bool(cursor.rowcount == 1)
-
     def lease_release(
         self, cursor: CursorWrapper, *, namespace: str, name: str, owner: str, epoch: int
     ) -> bool:
@@ -735,10 +700,6 @@ class Dialect:
     def vacuum(self, cursor: CursorWrapper) -> bool:
         """Compact the database file where that is a separate step."""
         return False
-
-    # -- sizes ------------------------------------------------------------------
-    def database_size(self, cursor: CursorWrapper) -> int | None:
-        return None
 
 
 def _fence(owner: str | None, expired_for_ms: int | None) -> tuple[str, str | int]:

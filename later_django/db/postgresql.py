@@ -265,12 +265,6 @@ class PostgresDialect(Dialect):
             self._claim_sql_by_limit[limit] = sql
         return sql
 
-    def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
-    ) -> list[ClaimedJob]:
-        cursor.execute(self.claim_sql(limit), [namespace, owner, lease_ms])
-        return claimed_jobs(cursor.fetchall())
-
     # -- the worker's own asyncio connection (see db/sessions.py) ---------------
     # Statements prepared once per connection: their text never changes, so
     # the server plans them once instead of on every batch.
@@ -319,10 +313,6 @@ class PostgresDialect(Dialect):
             return 0
         cursor.execute(COUNTER_COMPACT_SQL, [namespace, namespace])
         return rows
-
-    def database_size(self, cursor: CursorWrapper) -> int | None:
-        cursor.execute("SELECT pg_database_size(current_database())")
-        return int(cursor.fetchone()[0])
 
 
 def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, int]]:

@@ -148,9 +148,3 @@ class SqliteDialect(Dialect):
     def vacuum(self, cursor: CursorWrapper) -> bool:
         cursor.execute("VACUUM")
         return True
-
-    def database_size(self, cursor: CursorWrapper) -> int | None:
-        cursor.execute("PRAGMA page_count")
-        pages = int(cursor.fetchone()[0])
-        cursor.execute("PRAGMA page_size")
-        return pages * int(cursor.fetchone()[0])
