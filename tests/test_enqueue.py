@@ -19,6 +19,7 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
 from later_django.ids import new_job_id
 from later_django.types import NewJob
 from tests import hot_path
@@ -49,9 +50,13 @@ def _claim(later_db, job_id, *, owner="worker-1"):
 
 def _complete(later_db, claimed, *, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        done, _ = dialect_for(later_db.alias).job_complete_many(
-            c, owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
-        )
+        done = hot_path.job_complete_many(
+            dialect_for(later_db.alias),
+            c,
+            owner=owner,
+            jobs=[(claimed.id, claimed.attempts)],
+            retention_ms=DAY_MS,
+        ).done_ids
     assert done == [claimed.id]
 
 
@@ -59,11 +64,8 @@ def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         failed = dialect_for(later_db.alias).job_fail(
             c,
-            job_id=claimed.id,
-            attempts=claimed.attempts,
-            retention_ms=DAY_MS,
-            error=error,
-            owner=owner,
+            OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
+            FailureWrite(error=error, retention_ms=DAY_MS),
         )
     assert failed
 
@@ -72,12 +74,8 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         retried = dialect_for(later_db.alias).job_retry(
             c,
-            job_id=claimed.id,
-            attempts=claimed.attempts,
-            delay_ms=0,
-            error=error,
-            retry_policy=None,
-            owner=owner,
+            OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
+            RetryWrite(delay_ms=0, error=error, retry_policy=None),
         )
     assert retried
 

@@ -30,6 +30,7 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
+from later_django.db.rows import FailureWrite, OwnerFence
 from later_django.db.sessions import HotPath
 from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep
 from tests.test_worker_processes import job_row, wait_until
@@ -439,9 +440,10 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
             await asyncio.to_thread(added.wait, 10)
             renewed = await asyncio.wait_for(asyncio.to_thread(_renew, later_db, parent), 3)
             if parent_outcome == "success":
-                done, _ = await asyncio.wait_for(
+                completion = await asyncio.wait_for(
                     path.complete_many(owner="w", jobs=[(parent, 1)], retention_ms=60_000), 3
                 )
+                done = completion.done_ids
             else:
                 done = await asyncio.wait_for(asyncio.to_thread(_fail, later_db, parent), 3)
             return done, renewed
@@ -477,7 +479,9 @@ def _fail(later_db: Any, job_id: str) -> list[str]:
     try:
         with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
             failed = dialect_for(later_db.alias).job_fail(
-                c, job_id=job_id, attempts=1, retention_ms=60_000, error="boom", owner="w"
+                c,
+                OwnerFence(job_id=job_id, attempts=1, owner="w"),
+                FailureWrite(error="boom", retention_ms=60_000),
             )
         return [job_id] if failed else []
     finally:

@@ -14,6 +14,7 @@ import pytest
 from django.db import connections, transaction
 
 from later_django.db import dialect_for
+from later_django.db.rows import HeldLease, LeaseRequest
 from later_django.leases import Leader
 from later_django.maintenance.steps import StepContext, vacuum
 
@@ -23,7 +24,7 @@ TTL_MS = 30_000
 def _acquire(later_db: Any, owner: str, name: str = "sampler") -> int | None:
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         return dialect_for(later_db.alias).lease_acquire(
-            c, namespace="default", name=name, owner=owner, ttl_ms=TTL_MS
+            c, LeaseRequest(namespace="default", name=name, owner=owner, ttl_ms=TTL_MS)
         )
 
 
@@ -63,9 +64,9 @@ def test_lease_one_holder_and_a_higher_epoch_for_each_new_one(later_db):
     with connections[later_db.alias].cursor() as cursor:
         common = {"namespace": "default", "name": "sampler"}
         assert not _renew(dialect, cursor, owner="a", epoch=1, **common)
-        assert not dialect.lease_release(cursor, owner="a", epoch=1, **common)
+        assert not dialect.lease_release(cursor, HeldLease(owner="a", epoch=1, **common))
         assert _renew(dialect, cursor, owner="b", epoch=2, **common)
-        assert dialect.lease_release(cursor, owner="b", epoch=2, **common)
+        assert dialect.lease_release(cursor, HeldLease(owner="b", epoch=2, **common))
     assert _acquire(later_db, "a") == 3, "released: free at once, still a higher epoch"
     # Names and namespaces are independent.
     assert _acquire(later_db, "b", name="other") == 1

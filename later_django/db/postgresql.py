@@ -1,4 +1,9 @@
-"""PostgreSQL: SKIP LOCKED claims, statement-level counter triggers, NOTIFY."""
+"""PostgreSQL: SKIP LOCKED claims, statement-level counter triggers, NOTIFY.
+
+The worker's claims and completions run on an asyncio connection of its own
+(db/sessions.py), as prepared statements; enqueues run straight on the
+psycopg connection under Django's.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.conf import conf
-from later_django.db.base import TABLES, Dialect, claimed_jobs, insert_one_params
+from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
+from later_django.db.jobs import insert_one_params
+from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
+from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.states import Stage
@@ -34,22 +42,31 @@ COPY_CHUNK_ROWS: Final = 200  # rows of COPY text handed to psycopg at once
 class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
     supports_listen: ClassVar[bool] = True
+    supports_async_connection: ClassVar[bool] = True
+    trigger_names: ClassVar[frozenset[str]] = frozenset({*pg_sql.TRIGGERS, "later_complete_many"})
     now_sql: ClassVar[str] = pg_sql.NOW_SQL
     cutoff_sql: ClassVar[str] = pg_sql.CUTOFF_SQL
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
     share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
-    trigger_names: ClassVar[frozenset[str]] = frozenset({*pg_sql.TRIGGERS, "later_complete_many"})
-    supports_async_connection: ClassVar[bool] = True
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._claim_sql_by_limit: dict[int, str] = {}
+
+    # -- schema -------------------------------------------------------------------
     def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(pg_sql.TRIGGER_FUNCTIONS_SQL)
-        cursor.execute(self.complete_many_function_sql)
+        cursor.execute(self._sql(pg_sql.COMPLETE_MANY_FUNCTION_SQL))
         for name, body in pg_sql.TRIGGERS.items():
             cursor.execute(pg_sql.CREATE_TRIGGER_SQL.format(name=name, body=body))
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(pg_sql.INSTALLED_OBJECTS_SQL)
         return {row[0] for row in cursor.fetchall()}
+
+    def database_exists(self, db: BaseDatabaseWrapper) -> bool:
+        # Connecting never creates a database: a missing one fails to connect.
+        return True
 
     def missing_tables(self, cursor: CursorWrapper) -> list[str]:
         cursor.execute(pg_sql.MISSING_TABLES_SQL, [list(TABLES)])
@@ -59,13 +76,10 @@ class PostgresDialect(Dialect):
         # Said by the error itself: after it, a transaction takes no query.
         return sqlstate(exc) == UNDEFINED_TABLE
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.insert_one_sql = self.insert_sql
-        self._claim_sql = self.render(pg_sql.JOB_CLAIM_SQL)
-        self._claim_sql_by_limit: dict[int, str] = {}
-        self.complete_many_function_sql = self.render(pg_sql.COMPLETE_MANY_FUNCTION_SQL)
+    def journal_wal(self, cursor: CursorWrapper) -> bool:
+        return False  # the write-ahead log is not a setting of a database
 
+    # -- enqueue ----------------------------------------------------------------------
     # Inserts run straight on the psycopg connection under Django's (the same
     # session and transaction), past Django's cursor, keeping its error
     # wrapping and query log.
@@ -74,10 +88,11 @@ class PostgresDialect(Dialect):
         # Bound on the server and prepared, instead of SQL text formatted in
         # Python and planned anew for every job.
         _ready(db)
+        insert = self._sql(jobs_sql.JOB_INSERT_SQL)
         started = time.monotonic()
         with db.wrap_database_errors:
-            stage = _execute_prepared(db.connection, self.insert_one_sql, insert_one_params(job))
-        _log_query(db, self.insert_one_sql, started)
+            stage = _execute_prepared(db.connection, insert, insert_one_params(job))
+        _log_query(db, insert, started)
         return str(stage)
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
@@ -92,21 +107,23 @@ class PostgresDialect(Dialect):
                     rows += count
         _log_query(db, f"{pg_sql.JOB_COPY_SQL} -- {rows} rows", started)
 
-    def claim_sql(self, limit: int) -> str:
-        sql = self._claim_sql_by_limit.get(limit)
-        if sql is None:
-            sql = self._claim_sql.replace("{limit}", str(int(limit)))
-            self._claim_sql_by_limit[limit] = sql
-        return sql
-
-    # -- the worker's own asyncio connection (see db/sessions.py) ---------------
+    # -- the worker's hot path, on its own asyncio connection -----------------------------
     # Statements prepared once per connection: their text never changes, so
     # the server plans them once instead of on every batch.
-    async def ajob_claim(
-        self, cursor: AsyncCursor[Any], *, namespace: str, owner: str, limit: int, lease_ms: int
-    ) -> list[ClaimedJob]:
+
+    def _claim_sql(self, limit: int) -> str:
+        """The claim of ``limit`` jobs: its LIMIT is in the text (see sql/postgresql.py)."""
+        claim = self._claim_sql_by_limit.get(limit)
+        if claim is None:
+            claim = self._sql(pg_sql.JOB_CLAIM_SQL).replace("{limit}", str(int(limit)))
+            self._claim_sql_by_limit[limit] = claim
+        return claim
+
+    async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
         await cursor.execute(
-            self.claim_sql(limit), [namespace, owner, lease_ms], prepare=_prepare()
+            self._claim_sql(request.limit),
+            [request.namespace, request.owner, request.lease_ms],
+            prepare=_prepare(),
         )
         return claimed_jobs(await cursor.fetchall())
 
@@ -117,9 +134,9 @@ class PostgresDialect(Dialect):
         owner: str,
         jobs: Sequence[tuple[str, int]],
         retention_ms: int,
-    ) -> tuple[list[str], int]:
+    ) -> Completion:
         if not jobs:
-            return [], 0
+            return Completion(done_ids=[], released=0)
         async with conn.cursor() as cursor:
             await cursor.execute(
                 pg_sql.JOB_COMPLETE_MANY_SQL,
@@ -133,8 +150,9 @@ class PostgresDialect(Dialect):
             )
             row = await cursor.fetchone()
         assert row is not None
-        return [str(job_id) for job_id in row[0]], int(row[1])
+        return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
 
+    # -- counters -----------------------------------------------------------------------
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # One folder at a time per namespace; the others skip this round.
         key = zlib.crc32(f"later_stage_count:{namespace}".encode())

@@ -1,37 +1,44 @@
-"""SQLite: one writer at a time, so a single UPDATE ... RETURNING claims atomically."""
+"""SQLite: one writer at a time, so a single UPDATE ... RETURNING claims atomically.
+
+The worker's claims and completions run inline (db/sessions.py); another
+process's commits are seen through the file's change counter.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
-from typing import ClassVar
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Final
 from urllib.parse import unquote, urlsplit
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.base import TABLES, Dialect, claimed_jobs
+from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
+from later_django.db.jobs import insert_one_params
+from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
+from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import sqlite as sqlite_sql
-from later_django.types import ClaimedJob
+from later_django.types import ClaimedJob, NewJob
+
+# 6 parameters a row; SQLite allows 32,766 parameters a statement.
+INSERT_BATCH_SIZE: Final = 1000
 
 
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
+    supports_change_counter: ClassVar[bool] = True
+    needs_vacuum: ClassVar[bool] = True
+    trigger_names: ClassVar[frozenset[str]] = frozenset(sqlite_sql.TRIGGERS)
     now_sql: ClassVar[str] = sqlite_sql.NOW_SQL
     cutoff_sql: ClassVar[str] = sqlite_sql.NOW_SQL
     greatest_sql: ClassVar[str] = "MAX"
-    needs_vacuum: ClassVar[bool] = True
-    supports_change_counter: ClassVar[bool] = True
-    trigger_names: ClassVar[frozenset[str]] = frozenset(sqlite_sql.TRIGGERS)
-    # 6 parameters a row; SQLite allows 32,766 parameters a statement.
-    insert_batch_size: ClassVar[int] = 1000
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.claim_sql = self.render(sqlite_sql.JOB_CLAIM_SQL)
-
+    # -- schema -------------------------------------------------------------------
     def install(self, cursor: CursorWrapper) -> None:
         cursor.execute(sqlite_sql.COUNTER_UNIQUE_SQL)
         for statement in sqlite_sql.TRIGGERS.values():
@@ -75,16 +82,6 @@ class SqliteDialect(Dialect):
             return False
         return not found.issuperset(TABLES)
 
-    def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
-    ) -> list[ClaimedJob]:
-        cursor.execute(self.claim_sql, [owner, lease_ms, namespace, limit])
-        return claimed_jobs(cursor.fetchall())
-
-    def change_counter(self, cursor: CursorWrapper) -> int:
-        cursor.execute(sqlite_sql.DATA_VERSION_SQL)
-        return int(cursor.fetchone()[0])
-
     def journal_wal(self, cursor: CursorWrapper) -> bool:
         # WAL lets readers run while a worker writes; it persists in the file.
         cursor.execute(sqlite_sql.JOURNAL_MODE_SQL)
@@ -96,3 +93,62 @@ class SqliteDialect(Dialect):
     def vacuum(self, cursor: CursorWrapper) -> bool:
         cursor.execute(sqlite_sql.VACUUM_SQL)
         return True
+
+    # -- enqueue ----------------------------------------------------------------------
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+        with db.cursor() as cursor:
+            cursor.execute(self._sql(jobs_sql.JOB_INSERT_SQL), insert_one_params(job))
+            return str(cursor.fetchone()[0])
+
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        # One multi-row INSERT per batch.
+        row = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW)
+        remaining = iter(jobs)
+        with db.cursor() as cursor:
+            while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
+                params: list[Any] = []
+                for job in batch:
+                    params += job[:6]  # the values of JOB_INSERT_MANY_ROW
+                values = ", ".join([row] * len(batch))
+                cursor.execute(sqlite_sql.JOB_INSERT_MANY_SQL.format(values=values), params)
+
+    # -- the worker's hot path, inline ------------------------------------------------
+    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        cursor.execute(
+            self._sql(sqlite_sql.JOB_CLAIM_SQL),
+            [request.owner, request.lease_ms, request.namespace, request.limit],
+        )
+        return claimed_jobs(cursor.fetchall())
+
+    def job_complete_many(
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        if not jobs:
+            return Completion(done_ids=[], released=0)
+        ids = ", ".join(["%s"] * len(jobs))
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [retention_ms, *(job_id for job_id, _ in jobs)]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        complete = self._sql(sqlite_sql.JOB_COMPLETE_MANY_SQL).format(ids=ids, pairs=pairs)
+        cursor.execute(complete, [*params, owner])
+        done = [str(row[0]) for row in cursor.fetchall()]
+        if not done:
+            return Completion(done_ids=done, released=0)
+        ids = ", ".join(["%s"] * len(done))
+        cursor.execute(self._sql(sqlite_sql.JOB_RELEASE_CHILDREN_OF_SQL).format(ids=ids), done)
+        return Completion(done_ids=done, released=int(cursor.rowcount))
+
+    # -- wake-ups and counters ------------------------------------------------------------
+    def change_counter(self, cursor: CursorWrapper) -> int:
+        cursor.execute(sqlite_sql.DATA_VERSION_SQL)
+        return int(cursor.fetchone()[0])
+
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        # The triggers keep one row per stage already: nothing to fold.
+        return 0
