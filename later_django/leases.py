@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import Dialect
+from later_django.db.rows import HeldLease, LeaseRequest
 
 # A lead is trusted locally this much less than the lease it holds: room for
 # the work started under it to stop before another server may take over.
@@ -45,9 +46,10 @@ class Leader:
     def lead(self, dialect: Dialect, cursor: CursorWrapper, name: str) -> Lead | None:
         """Take or renew the lease ``name``; return it while this server leads."""
         sent = time.monotonic()
-        epoch = dialect.lease_acquire(
-            cursor, namespace=self.namespace, name=name, owner=self.owner, ttl_ms=self.ttl_ms
+        request = LeaseRequest(
+            namespace=self.namespace, name=name, owner=self.owner, ttl_ms=self.ttl_ms
         )
+        epoch = dialect.lease_acquire(cursor, request)
         with self._lock:
             if epoch is None:
                 self._leads.pop(name, None)
@@ -72,11 +74,8 @@ class Leader:
             leads, self._leads = list(self._leads.values()), {}
         released = 0
         for lead in leads:
-            released += dialect.lease_release(
-                cursor,
-                namespace=self.namespace,
-                name=lead.name,
-                owner=self.owner,
-                epoch=lead.epoch,
+            held = HeldLease(
+                namespace=self.namespace, name=lead.name, owner=self.owner, epoch=lead.epoch
             )
+            released += dialect.lease_release(cursor, held)
         return released

@@ -18,7 +18,4 @@ class Stage(models.TextChoices):
 
 TERMINAL = frozenset({Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED})
 
-# Stages a job can be cancelled from: it has not started, or waits for a retry.
-CANCELLABLE = frozenset({Stage.ENQUEUED, Stage.DELAYED, Stage.WAITING, Stage.REQUEUED})
-
 PARENT_FAILED = "parent failed"

@@ -9,7 +9,7 @@ from typing import NamedTuple
 from later_django.ids import JobId
 
 
-# The two per-job records are named tuples: as immutable as the frozen
+# The per-job records are named tuples: as immutable as the frozen
 # dataclasses below, but built in a fraction of the time (a frozen
 # dataclass sets each field through object.__setattr__), which shows when
 # thousands are made per second.
@@ -41,14 +41,13 @@ class ClaimedJob(NamedTuple):
     run_at_ms: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StuckJob:
-    """A running job whose lease expired."""
+class Claim(NamedTuple):
+    """One delivery of a job: (job id, attempt). Every claim adds one to the
+    job's attempts, so the pair fences every write made for that delivery.
+    Equal to the plain tuple (job id, attempt), and hashed the same."""
 
-    id: str
-    type_name: str
+    job_id: str
     attempts: int
-    retry_policy: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

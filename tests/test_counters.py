@@ -13,9 +13,11 @@ from django.test import override_settings
 
 import later_django as later
 from later_django.db import dialect_for
+from later_django.db.rows import ExpiredFence, FailureWrite, OwnerFence, RetryWrite
 from later_django.ids import new_job_id
 from later_django.models import Job
 from later_django.states import Stage
+from tests import hot_path
 from tests.jobapp.jobs import AsyncNoop, Noop, Order
 
 NAMESPACES = ("default", "other")
@@ -112,7 +114,8 @@ class Mix:
 
     def op_claim(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_claim(
+            hot_path.job_claim(
+                self.dialect,
                 c,
                 namespace=self.namespace,
                 owner=f"w{self.rng.randrange(4)}",
@@ -125,9 +128,13 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done, _ = self.dialect.job_complete_many(
-                    c, owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
-                )
+                done = hot_path.job_complete_many(
+                    self.dialect,
+                    c,
+                    owner=owner,
+                    jobs=[(job_id, attempts)],
+                    retention_ms=self.retention(),
+                ).done_ids
                 assert done == [job_id]
 
     def op_fail(self) -> None:
@@ -137,11 +144,8 @@ class Mix:
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 assert self.dialect.job_fail(
                     c,
-                    job_id=job_id,
-                    attempts=attempts,
-                    retention_ms=self.retention(),
-                    error="boom",
-                    owner=owner,
+                    OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
+                    FailureWrite(error="boom", retention_ms=self.retention()),
                 )
 
     def op_retry(self) -> None:
@@ -151,12 +155,12 @@ class Mix:
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 assert self.dialect.job_retry(
                     c,
-                    job_id=job_id,
-                    attempts=attempts,
-                    delay_ms=self.rng.choice([0, 1000, 60_000]),
-                    error="again",
-                    retry_policy=None,
-                    owner=owner,
+                    OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
+                    RetryWrite(
+                        delay_ms=self.rng.choice([0, 1000, 60_000]),
+                        error="again",
+                        retry_policy=None,
+                    ),
                 )
 
     def op_stale_finish(self) -> None:
@@ -166,9 +170,9 @@ class Mix:
             job_id, attempts, owner = self.rng.choice(running)
             stale = self.rng.choice([("intruder", attempts), (owner, attempts - 1)])
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done, _ = self.dialect.job_complete_many(
-                    c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
-                )
+                done = hot_path.job_complete_many(
+                    self.dialect, c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
+                ).done_ids
                 assert done == []
 
     def op_rescue(self) -> None:
@@ -180,21 +184,14 @@ class Mix:
                 if self.rng.random() < 0.5:
                     self.dialect.job_fail(
                         c,
-                        job_id=job_id,
-                        attempts=attempts,
-                        retention_ms=self.retention(),
-                        error="stuck",
-                        expired_for_ms=0,
+                        ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
+                        FailureWrite(error="stuck", retention_ms=self.retention()),
                     )
                 else:
                     self.dialect.job_retry(
                         c,
-                        job_id=job_id,
-                        attempts=attempts,
-                        delay_ms=0,
-                        error="stuck",
-                        retry_policy=None,
-                        expired_for_ms=0,
+                        ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
+                        RetryWrite(delay_ms=0, error="stuck", retry_policy=None),
                     )
 
     def op_age(self) -> None:
@@ -218,12 +215,8 @@ class Mix:
 
     def op_orphans(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            for job_id, parent_stage in self.dialect.job_orphans(
-                c, namespace=self.namespace, limit=10
-            ):
-                self.dialect.job_resolve_orphan(
-                    c, job_id=job_id, parent_stage=parent_stage, retention_ms=self.retention()
-                )
+            for orphan in self.dialect.job_orphans(c, namespace=self.namespace, limit=10):
+                self.dialect.job_resolve_orphan(c, orphan, retention_ms=self.retention())
 
     def op_delete(self) -> None:
         ids = self.ids()

@@ -21,9 +21,11 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
 from later_django.db.sessions import HotPath
 from later_django.ids import new_job_id
 from later_django.types import NewJob
+from tests import hot_path
 from tests.helpers import history_times_ms, in_thread, job_row_locked, set_later, wait_until
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
@@ -38,8 +40,13 @@ class Rollback(Exception):
 def _claim(later_db, job_id, *, owner="worker-1"):
     """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = dialect_for(later_db.alias).job_claim(
-            c, namespace=conf.namespace, owner=owner, limit=1, lease_ms=30_000
+        claimed = hot_path.job_claim(
+            dialect_for(later_db.alias),
+            c,
+            namespace=conf.namespace,
+            owner=owner,
+            limit=1,
+            lease_ms=30_000,
         )
     assert [job.id for job in claimed] == [job_id]
     return claimed[0]
@@ -47,9 +54,13 @@ def _claim(later_db, job_id, *, owner="worker-1"):
 
 def _complete(later_db, claimed, *, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        done, _ = dialect_for(later_db.alias).job_complete_many(
-            c, owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
-        )
+        done = hot_path.job_complete_many(
+            dialect_for(later_db.alias),
+            c,
+            owner=owner,
+            jobs=[(claimed.id, claimed.attempts)],
+            retention_ms=DAY_MS,
+        ).done_ids
     assert done == [claimed.id]
 
 
@@ -57,11 +68,8 @@ def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         failed = dialect_for(later_db.alias).job_fail(
             c,
-            job_id=claimed.id,
-            attempts=claimed.attempts,
-            retention_ms=DAY_MS,
-            error=error,
-            owner=owner,
+            OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
+            FailureWrite(error=error, retention_ms=DAY_MS),
         )
     assert failed
 
@@ -70,12 +78,8 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         retried = dialect_for(later_db.alias).job_retry(
             c,
-            job_id=claimed.id,
-            attempts=claimed.attempts,
-            delay_ms=0,
-            error=error,
-            retry_policy=None,
-            owner=owner,
+            OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
+            RetryWrite(delay_ms=0, error=error, retry_policy=None),
         )
     assert retried
 
@@ -536,9 +540,10 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
             # Each finish fails the test if it waits for the caller (past 3 s)
             # or does not finish the parent.
             if parent_outcome == "success":
-                done, _ = await asyncio.wait_for(
+                completion = await asyncio.wait_for(
                     path.complete_many(owner="w", jobs=[(parent, 1)], retention_ms=60_000), 3
                 )
+                done = completion.done_ids
                 assert done == [parent]
             else:
                 await asyncio.wait_for(in_thread(_fail, later_db, claimed[0], owner="w"), 3)

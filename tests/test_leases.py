@@ -14,6 +14,7 @@ import pytest
 from django.db import connections, transaction
 
 from later_django.db import dialect_for
+from later_django.db.rows import HeldLease, LeaseRequest
 from later_django.leases import Leader
 from later_django.maintenance.steps import StepContext, vacuum
 
@@ -23,8 +24,22 @@ TTL_MS = 30_000
 def _acquire(later_db: Any, owner: str, name: str = "sampler") -> int | None:
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         return dialect_for(later_db.alias).lease_acquire(
-            c, namespace="default", name=name, owner=owner, ttl_ms=TTL_MS
+            c, LeaseRequest(namespace="default", name=name, owner=owner, ttl_ms=TTL_MS)
         )
+
+
+# Only the holder of this epoch renews: nobody took the lease since. Writes
+# made under a lease are fenced the same way.
+RENEW_SQL = """
+UPDATE later_lease SET expires_ms = {now} + %s
+WHERE namespace = %s AND name = %s AND owner = %s AND epoch = %s
+"""
+
+
+def _renew(dialect: Any, cursor: Any, *, owner: str, epoch: int, **lease: Any) -> bool:
+    sql = RENEW_SQL.replace("{now}", dialect.now_sql)
+    cursor.execute(sql, [TTL_MS, lease["namespace"], lease["name"], owner, epoch])
+    return bool(cursor.rowcount == 1)
 
 
 def _expire(later_db: Any, name: str = "sampler") -> None:
@@ -48,10 +63,10 @@ def test_lease_one_holder_and_a_higher_epoch_for_each_new_one(later_db):
     assert _acquire(later_db, "a") is None
     with connections[later_db.alias].cursor() as cursor:
         common = {"namespace": "default", "name": "sampler"}
-        assert not dialect.lease_renew(cursor, owner="a", epoch=1, ttl_ms=TTL_MS, **common)
-        assert not dialect.lease_release(cursor, owner="a", epoch=1, **common)
-        assert dialect.lease_renew(cursor, owner="b", epoch=2, ttl_ms=TTL_MS, **common)
-        assert dialect.lease_release(cursor, owner="b", epoch=2, **common)
+        assert not _renew(dialect, cursor, owner="a", epoch=1, **common)
+        assert not dialect.lease_release(cursor, HeldLease(owner="a", epoch=1, **common))
+        assert _renew(dialect, cursor, owner="b", epoch=2, **common)
+        assert dialect.lease_release(cursor, HeldLease(owner="b", epoch=2, **common))
     assert _acquire(later_db, "a") == 3, "released: free at once, still a higher epoch"
     # Names and namespaces are independent.
     assert _acquire(later_db, "b", name="other") == 1

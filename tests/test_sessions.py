@@ -39,9 +39,10 @@ def test_hot_path_claims_and_completes_with_continuations(later_db):
         claims, completions = HotPath(later_db.alias), HotPath(later_db.alias)
         try:
             claimed = await _claim(claims, limit=5)
-            done, released = await completions.complete_many(
+            completion = await completions.complete_many(
                 owner=OWNER, jobs=[(parent, 1)], retention_ms=RETENTION_MS
             )
+            done, released = completion.done_ids, completion.released
             return claimed, done, released, await _claim(claims, limit=5)
         finally:
             await claims.close()
@@ -67,7 +68,7 @@ def test_hot_path_completion_is_fenced_by_owner_and_attempt(later_db):
             stale = await path.complete_many(
                 owner=OWNER, jobs=[(job_id, 2)], retention_ms=RETENTION_MS
             )
-            return stranger[0], stale[0]
+            return stranger.done_ids, stale.done_ids
         finally:
             await path.close()
 

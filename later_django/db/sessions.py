@@ -25,6 +25,7 @@ from django.db import connections
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.errors import is_sqlite_locked
+from later_django.db.rows import ClaimRequest, Completion
 from later_django.exceptions import LaterBusy, LaterError
 from later_django.types import ClaimedJob
 
@@ -217,29 +218,25 @@ class HotPath:
     async def claim(
         self, *, namespace: str, owner: str, limit: int, lease_ms: int
     ) -> list[ClaimedJob]:
-        args: dict[str, Any] = {
-            "namespace": namespace,
-            "owner": owner,
-            "limit": limit,
-            "lease_ms": lease_ms,
-        }
+        """Claim up to ``limit`` ready jobs of ``namespace`` for ``owner``,
+        leased for ``lease_ms``."""
+        request = ClaimRequest(namespace=namespace, owner=owner, limit=limit, lease_ms=lease_ms)
         if self.postgres is not None:
 
             async def claim(d: Dialect, conn: AsyncConnection[Any]) -> list[ClaimedJob]:
                 # A plain AsyncCursor binds on the server, so statements can be prepared.
                 async with conn.cursor() as cursor:
-                    return await d.ajob_claim(cursor, **args)
+                    return await d.ajob_claim(cursor, request)
 
             return await self.postgres.run(claim)
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.job_claim(c, **args))
+        return await self.sqlite.run(lambda d, c: d.job_claim(c, request))
 
     async def complete_many(
         self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
-    ) -> tuple[list[str], int]:
+    ) -> Completion:
         """Store the successes of the claims ``jobs`` (id, attempt) that
-        ``owner`` still holds; return the ids stored and how many
-        continuations became ready."""
+        ``owner`` still holds."""
         args: dict[str, Any] = {"owner": owner, "jobs": jobs, "retention_ms": retention_ms}
         if self.postgres is not None:
             return await self.postgres.run(lambda d, conn: d.ajob_complete_many(conn, **args))

@@ -1,98 +1,51 @@
-"""SQLite: one writer at a time, so a single UPDATE ... RETURNING claims atomically."""
+"""SQLite: one writer at a time, so a single UPDATE ... RETURNING claims atomically.
+
+The worker's claims and completions run inline (db/sessions.py); another
+process's commits are seen through the file's change counter.
+"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
-from typing import ClassVar, Final
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar, Final
 from urllib.parse import unquote, urlsplit
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.base import CLAIM_RETURNING, CLAIM_SET, TABLES, Dialect, claimed_jobs
+from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.types import ClaimedJob
+from later_django.db.jobs import insert_one_params
+from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
+from later_django.db.sql import jobs as jobs_sql
+from later_django.db.sql import sqlite as sqlite_sql
+from later_django.types import ClaimedJob, NewJob
 
-# A write statement takes SQLite's write lock before it reads, so the
-# sub-select and the update see the same rows; no other claim interleaves.
-JOB_CLAIM_SQL: Final = f"""
-UPDATE later_job SET {CLAIM_SET}
-WHERE id IN (
-    SELECT id FROM later_job
-    WHERE namespace = %s AND stage = 'enqueued'
-    ORDER BY priority DESC, id
-    LIMIT %s)
-RETURNING {CLAIM_RETURNING}
-"""
-
-# Row-level triggers upserting one row per stage: SQLite has a single writer,
-# so this row is never contended.
-TRIGGERS: Final = {
-    "later_job_count_insert": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_insert AFTER INSERT ON later_job
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (NEW.namespace, NEW.stage, 1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
-        END""",
-    "later_job_count_update": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_update
-        AFTER UPDATE OF stage ON later_job WHEN OLD.stage <> NEW.stage
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (OLD.namespace, OLD.stage, -1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (NEW.namespace, NEW.stage, 1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
-        END""",
-    "later_job_count_delete": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_delete AFTER DELETE ON later_job
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (OLD.namespace, OLD.stage, -1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
-        END""",
-}
-
-TABLES_FOUND_SQL: Final = (
-    "SELECT name FROM sqlite_master WHERE type = 'table' "
-    f"AND name IN ({', '.join(['%s'] * len(TABLES))})"
-)
-
-COUNTER_UNIQUE_SQL: Final = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row ON later_stage_count (namespace, stage)"
-)
+# 6 parameters a row; SQLite allows 32,766 parameters a statement.
+INSERT_BATCH_SIZE: Final = 1000
 
 
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
-    # julianday('now') has millisecond precision and one value per statement
-    # step; the 3.40 library here lacks unixepoch('subsec').
-    now_sql: ClassVar[str] = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
-    cutoff_sql: ClassVar[str] = now_sql
-    greatest_sql: ClassVar[str] = "MAX"
-    needs_vacuum: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
-    trigger_names: ClassVar[frozenset[str]] = frozenset(TRIGGERS)
-    # 6 parameters a row; SQLite allows 32,766 parameters a statement.
-    insert_batch_size: ClassVar[int] = 1000
+    needs_vacuum: ClassVar[bool] = True
+    trigger_names: ClassVar[frozenset[str]] = frozenset(sqlite_sql.TRIGGERS)
+    now_sql: ClassVar[str] = sqlite_sql.NOW_SQL
+    cutoff_sql: ClassVar[str] = sqlite_sql.NOW_SQL
+    greatest_sql: ClassVar[str] = "MAX"
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.claim_sql = self.render(JOB_CLAIM_SQL)
-
+    # -- schema -------------------------------------------------------------------
     def install(self, cursor: CursorWrapper) -> None:
-        cursor.execute(COUNTER_UNIQUE_SQL)
-        for sql in TRIGGERS.values():
-            cursor.execute(sql)
+        cursor.execute(sqlite_sql.COUNTER_UNIQUE_SQL)
+        for statement in sqlite_sql.TRIGGERS.values():
+            cursor.execute(statement)
 
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
-        cursor.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'later_job'"
-        )
+        cursor.execute(sqlite_sql.INSTALLED_OBJECTS_SQL)
         return {row[0] for row in cursor.fetchall()}
 
     def database_exists(self, db: BaseDatabaseWrapper) -> bool:
@@ -108,7 +61,7 @@ class SqliteDialect(Dialect):
         return os.path.exists(name)
 
     def missing_tables(self, cursor: CursorWrapper) -> list[str]:
-        cursor.execute(TABLES_FOUND_SQL, list(TABLES))
+        cursor.execute(sqlite_sql.TABLES_FOUND_SQL, list(TABLES))
         found = {row[0] for row in cursor.fetchall()}
         return [table for table in TABLES if table not in found]
 
@@ -121,36 +74,81 @@ class SqliteDialect(Dialect):
         if sqlite_code(exc) != SQLITE_ERROR or raw is None:
             return False
         try:
-            found = {row[0] for row in raw.execute(TABLES_FOUND_SQL.replace("%s", "?"), TABLES)}
+            found = {
+                row[0]
+                for row in raw.execute(sqlite_sql.TABLES_FOUND_SQL.replace("%s", "?"), TABLES)
+            }
         except sqlite3.Error:
             return False
         return not found.issuperset(TABLES)
 
-    def job_claim(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, limit: int, lease_ms: int
-    ) -> list[ClaimedJob]:
-        cursor.execute(self.claim_sql, [owner, lease_ms, namespace, limit])
-        return claimed_jobs(cursor.fetchall())
-
-    def change_counter(self, cursor: CursorWrapper) -> int:
-        # Bumped by every commit of another connection to this file; costs no I/O.
-        cursor.execute("PRAGMA data_version")
-        return int(cursor.fetchone()[0])
-
     def journal_wal(self, cursor: CursorWrapper) -> bool:
         # WAL lets readers run while a worker writes; it persists in the file.
-        cursor.execute("PRAGMA journal_mode")
+        cursor.execute(sqlite_sql.JOURNAL_MODE_SQL)
         if str(cursor.fetchone()[0]).lower() == "wal":
             return False
-        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(sqlite_sql.JOURNAL_WAL_SQL)
         return True
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
-        cursor.execute("VACUUM")
+        cursor.execute(sqlite_sql.VACUUM_SQL)
         return True
 
-    def database_size(self, cursor: CursorWrapper) -> int | None:
-        cursor.execute("PRAGMA page_count")
-        pages = int(cursor.fetchone()[0])
-        cursor.execute("PRAGMA page_size")
-        return pages * int(cursor.fetchone()[0])
+    # -- enqueue ----------------------------------------------------------------------
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+        with db.cursor() as cursor:
+            cursor.execute(self._sql(jobs_sql.JOB_INSERT_SQL), insert_one_params(job))
+            return str(cursor.fetchone()[0])
+
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        # One multi-row INSERT per batch.
+        row = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW)
+        remaining = iter(jobs)
+        with db.cursor() as cursor:
+            while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
+                params: list[Any] = []
+                for job in batch:
+                    params += job[:6]  # the values of JOB_INSERT_MANY_ROW
+                values = ", ".join([row] * len(batch))
+                cursor.execute(sqlite_sql.JOB_INSERT_MANY_SQL.format(values=values), params)
+
+    # -- the worker's hot path, inline ------------------------------------------------
+    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        cursor.execute(
+            self._sql(sqlite_sql.JOB_CLAIM_SQL),
+            [request.owner, request.lease_ms, request.namespace, request.limit],
+        )
+        return claimed_jobs(cursor.fetchall())
+
+    def job_complete_many(
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        if not jobs:
+            return Completion(done_ids=[], released=0)
+        ids = ", ".join(["%s"] * len(jobs))
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [retention_ms, *(job_id for job_id, _ in jobs)]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        complete = self._sql(sqlite_sql.JOB_COMPLETE_MANY_SQL).format(ids=ids, pairs=pairs)
+        cursor.execute(complete, [*params, owner])
+        done = [str(row[0]) for row in cursor.fetchall()]
+        if not done:
+            return Completion(done_ids=done, released=0)
+        ids = ", ".join(["%s"] * len(done))
+        cursor.execute(self._sql(sqlite_sql.JOB_RELEASE_CHILDREN_OF_SQL).format(ids=ids), done)
+        return Completion(done_ids=done, released=int(cursor.rowcount))
+
+    # -- wake-ups and counters ------------------------------------------------------------
+    def change_counter(self, cursor: CursorWrapper) -> int:
+        cursor.execute(sqlite_sql.DATA_VERSION_SQL)
+        return int(cursor.fetchone()[0])
+
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        # The triggers keep one row per stage already: nothing to fold.
+        return 0

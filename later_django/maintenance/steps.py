@@ -14,6 +14,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django import registry
 from later_django.db.base import Dialect
+from later_django.db.rows import ExpiredFence, FailureWrite, RetryWrite
 from later_django.leases import Leader
 from later_django.retry import RetryPolicy, default_policy
 
@@ -70,26 +71,17 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
         cursor, namespace=ctx.namespace, expired_for_ms=ctx.stuck_grace_ms, limit=BATCH
     ):
         delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempts)
+        fence = ExpiredFence(
+            job_id=job.id, attempts=job.attempts, expired_for_ms=ctx.stuck_grace_ms
+        )
         with transaction.atomic(using=ctx.alias):
             if delay is None:
-                done = dialect.job_fail(
-                    cursor,
-                    job_id=job.id,
-                    attempts=job.attempts,
-                    retention_ms=ctx.retention_ms,
-                    error=LEASE_EXPIRED,
-                    expired_for_ms=ctx.stuck_grace_ms,
-                )
+                failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
+                done = dialect.job_fail(cursor, fence, failure)
             else:
-                done = dialect.job_retry(
-                    cursor,
-                    job_id=job.id,
-                    attempts=job.attempts,
-                    delay_ms=int(delay.total_seconds() * 1000),
-                    error=LEASE_EXPIRED,
-                    retry_policy=None,
-                    expired_for_ms=ctx.stuck_grace_ms,
-                )
+                delay_ms = int(delay.total_seconds() * 1000)
+                retry = RetryWrite(delay_ms=delay_ms, error=LEASE_EXPIRED)
+                done = dialect.job_retry(cursor, fence, retry)
         if done:
             rescued += 1
             logger.warning(
@@ -106,11 +98,9 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
 def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Backstop: waiting continuations whose parent already finished are resolved."""
     orphans = dialect.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
-    for job_id, parent_stage in orphans:
+    for orphan in orphans:
         with transaction.atomic(using=ctx.alias):
-            dialect.job_resolve_orphan(
-                cursor, job_id=job_id, parent_stage=parent_stage, retention_ms=ctx.retention_ms
-            )
+            dialect.job_resolve_orphan(cursor, orphan, retention_ms=ctx.retention_ms)
     return len(orphans)
 
 

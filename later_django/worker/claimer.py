@@ -15,6 +15,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from later_django.db.rows import OwnerFence
 from later_django.db.sessions import HotPath
 from later_django.store import Store
 from later_django.types import ClaimedJob
@@ -99,9 +100,8 @@ class Claimer:
             self.leases.release((job.id, job.attempts))
 
     def _unclaim(self, job: ClaimedJob, dialect: Any, cursor: Any) -> bool:
-        return bool(
-            dialect.job_unclaim(cursor, job_id=job.id, attempts=job.attempts, owner=self.owner)
-        )
+        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
+        return bool(dialect.job_unclaim(cursor, fence))
 
     def hung_since(self) -> float | None:
         """When the shared claim now in the database started, if one is."""

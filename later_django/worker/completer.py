@@ -17,6 +17,7 @@ from typing import Any
 
 from later_django import events
 from later_django.db.errors import is_transient
+from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
 from later_django.db.sessions import HotPath
 from later_django.maintenance.runner import Maintenance
 from later_django.store import Store
@@ -98,14 +99,14 @@ class Completer:
         return finished
 
     async def _complete_batch(self, requests: list[Claim]) -> list[bool]:
-        done, released = await self.path.complete_many(
+        completion = await self.path.complete_many(
             owner=self.owner, jobs=requests, retention_ms=self.retention_ms
         )
-        if released:
+        if completion.released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
             self.wake.wake()
-        completed = set(done)
+        completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 
     def _finish_in_task(
@@ -153,28 +154,16 @@ class Completer:
             self._promote_after(outcome.delay_ms)
 
     def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
+        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
         if outcome.kind == "retry":
-            return bool(
-                dialect.job_retry(
-                    cursor,
-                    job_id=job.id,
-                    attempts=job.attempts,
-                    owner=self.owner,
-                    delay_ms=outcome.delay_ms or 0,
-                    error=outcome.error,
-                    retry_policy=outcome.resolved_policy,
-                )
-            )
-        return bool(
-            dialect.job_fail(
-                cursor,
-                job_id=job.id,
-                attempts=job.attempts,
-                owner=self.owner,
-                retention_ms=self.retention_ms,
+            retry = RetryWrite(
+                delay_ms=outcome.delay_ms or 0,
                 error=outcome.error,
+                retry_policy=outcome.resolved_policy,
             )
-        )
+            return bool(dialect.job_retry(cursor, fence, retry))
+        failure = FailureWrite(error=outcome.error, retention_ms=self.retention_ms)
+        return bool(dialect.job_fail(cursor, fence, failure))
 
     def _give_up(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
         claim = (job.id, job.attempts)

@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from later_django import events
 from later_django.conf import conf
+from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
@@ -314,11 +315,13 @@ class Server:
             self._service_pool,
             lambda d, c: d.server_heartbeat(
                 c,
-                server_id=self.server_id,
-                namespace=self.namespace,
-                hostname=socket.gethostname()[:255],
-                pid=os.getpid(),
-                workers=self.worker_count,
+                Heartbeat(
+                    server_id=self.server_id,
+                    namespace=self.namespace,
+                    hostname=socket.gethostname()[:255],
+                    pid=os.getpid(),
+                    workers=self.worker_count,
+                ),
             ),
         )
 

@@ -1,0 +1,245 @@
+"""Operations on ``later_job``: enqueue, the worker's claims and its writes
+under the fence of a claim, and the maintenance of jobs.
+
+Shared statements run here, once, for both vendors; the claim, the batch
+completion and the inserts differ per vendor and are abstract, or belong to
+supports_async_connection (see Dialect). Callers own the transaction.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    FailureWrite,
+    Fence,
+    Orphan,
+    OwnerFence,
+    RetryWrite,
+    StuckJob,
+)
+from later_django.db.sql import jobs as jobs_sql
+from later_django.db.statements import Statements
+from later_django.states import PARENT_FAILED, TERMINAL, Stage
+from later_django.types import Claim, ClaimedJob, NewJob
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection, AsyncCursor
+
+Settled = Literal["released", "failed", "waiting"]
+
+
+class JobOperations(Statements):
+    """Every operation on job rows."""
+
+    # -- enqueue ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+        """Insert a ready or delayed ``job`` through the Django connection
+        ``db`` (in its transaction); return its stage."""
+
+    @abc.abstractmethod
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        """Insert ready ``jobs`` through ``db``, in as few statements as the
+        database allows.
+
+        ``jobs`` may be built while it is consumed: an exception from it
+        propagates, and the caller's transaction rolls the rows back."""
+
+    def job_insert_continuation(
+        self, cursor: CursorWrapper, job: NewJob, retention_ms: int
+    ) -> str | None:
+        """Insert ``job`` as a child of ``job.parent_id``; return its stage,
+        or None when the parent does not exist in the namespace."""
+        cursor.execute(
+            self._sql(jobs_sql.JOB_INSERT_CONTINUATION_SQL),
+            [
+                job.id,
+                job.type_name,
+                job.payload,
+                job.priority,
+                job.retry_policy,
+                retention_ms,
+                job.parent_id,
+                job.namespace,
+            ],
+        )
+        row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    def job_settle_child(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> Settled:
+        """Release or fail the waiting continuation ``job_id`` if its parent
+        has finished; return what happened.
+
+        Run after the continuation's transaction committed, in a transaction
+        of its own: a parent that finished while that transaction was open
+        could not see the child."""
+        cursor.execute(self._sql(jobs_sql.JOB_PARENT_STAGE_SQL), [job_id])
+        row = cursor.fetchone()
+        if row is None or row[0] not in TERMINAL:
+            return "waiting"
+        orphan = Orphan(job_id=job_id, parent_stage=str(row[0]))
+        self.job_resolve_orphan(cursor, orphan, retention_ms=retention_ms)
+        return "released" if row[0] == Stage.SUCCESS else "failed"
+
+    def job_cancel(
+        self, cursor: CursorWrapper, *, namespace: str, job_id: str, retention_ms: int
+    ) -> bool:
+        """Cancel ``job_id`` if it has not started, and fail its waiting
+        descendants; return whether it was cancelled. Run in one transaction."""
+        cursor.execute(self._sql(jobs_sql.JOB_CANCEL_SQL), [retention_ms, job_id, namespace])
+        if cursor.rowcount != 1:
+            return False
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        return True
+
+    # -- the worker's hot path: one pair, chosen by supports_async_connection --------
+    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        """Mark up to ``request.limit`` ready jobs running, leased to its
+        owner, best first; return them. Inline, on a connection that never
+        waits for a lock."""
+        raise NotImplementedError(f"{self.vendor} claims on an asyncio connection")
+
+    def job_complete_many(
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        """Mark each claim of ``jobs`` that ``owner`` still holds as succeeded
+        and release their waiting continuations. Inline, in one transaction."""
+        raise NotImplementedError(f"{self.vendor} completes on an asyncio connection")
+
+    async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
+        """(supports_async_connection) job_claim on the worker's asyncio
+        connection, in autocommit."""
+        raise NotImplementedError(f"{self.vendor} claims inline")
+
+    async def ajob_complete_many(
+        self,
+        conn: AsyncConnection[Any],
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        """(supports_async_connection) job_complete_many on the worker's
+        asyncio connection, in autocommit: one statement."""
+        raise NotImplementedError(f"{self.vendor} completes inline")
+
+    # -- the worker's other writes, under the fence of a claim ------------------------
+    def job_renew(
+        self, cursor: CursorWrapper, *, owner: str, jobs: Sequence[tuple[str, int]], lease_ms: int
+    ) -> list[Claim]:
+        """Extend the leases ``owner`` holds on the claims ``jobs`` to the
+        database's now plus ``lease_ms``; return the claims it still holds."""
+        if not jobs:
+            return []
+        ids = ", ".join(["%s"] * len(jobs))
+        pairs = ", ".join(["(%s, %s)"] * len(jobs))
+        params: list[Any] = [lease_ms, *(job_id for job_id, _ in jobs)]
+        for job_id, attempts in jobs:
+            params += [job_id, attempts]
+        sql = self._sql(jobs_sql.JOB_RENEW_SQL).format(ids=ids, pairs=pairs)
+        cursor.execute(sql, [*params, owner])
+        return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+
+    def job_unclaim(self, cursor: CursorWrapper, fence: OwnerFence) -> bool:
+        """Give back a claim that never started, as if it had not happened
+        (attempts back by one); return whether the fence held."""
+        cursor.execute(
+            self._sql(jobs_sql.JOB_UNCLAIM_SQL), [fence.job_id, fence.attempts, fence.owner]
+        )
+        return bool(cursor.rowcount == 1)
+
+    def job_retry(self, cursor: CursorWrapper, fence: Fence, retry: RetryWrite) -> bool:
+        """Move the fenced claim to requeued, due ``retry.delay_ms`` after the
+        database's now; return whether the fence held."""
+        sql, by = self._fenced(fence, jobs_sql.JOB_RETRY_OWNED_SQL, jobs_sql.JOB_RETRY_EXPIRED_SQL)
+        cursor.execute(
+            sql,
+            [retry.delay_ms, retry.error, retry.retry_policy, fence.job_id, by, fence.attempts],
+        )
+        return bool(cursor.rowcount == 1)
+
+    def job_fail(self, cursor: CursorWrapper, fence: Fence, failure: FailureWrite) -> bool:
+        """Fail the fenced claim and its waiting descendants; return whether
+        the fence held. Run in one transaction."""
+        sql, by = self._fenced(fence, jobs_sql.JOB_FAIL_OWNED_SQL, jobs_sql.JOB_FAIL_EXPIRED_SQL)
+        cursor.execute(sql, [failure.retention_ms, failure.error, fence.job_id, by, fence.attempts])
+        if cursor.rowcount != 1:
+            return False
+        self._fail_descendants(cursor, job_id=fence.job_id, retention_ms=failure.retention_ms)
+        return True
+
+    def _fenced(self, fence: Fence, owned: str, expired: str) -> tuple[str, str | int]:
+        """The statement of ``fence``'s kind, and the value it compares."""
+        if isinstance(fence, OwnerFence):
+            return self._sql(owned), fence.owner
+        return self._sql(expired), fence.expired_for_ms
+
+    def _fail_descendants(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> None:
+        cursor.execute(
+            self._sql(jobs_sql.JOB_FAIL_DESCENDANTS_SQL), [job_id, retention_ms, PARENT_FAILED]
+        )
+
+    # -- maintenance --------------------------------------------------------------------
+    def job_promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
+        """Make up to ``limit`` delayed or requeued jobs whose time has come
+        ready; return how many."""
+        cursor.execute(self._sql(jobs_sql.JOB_PROMOTE_DUE_SQL), [namespace, limit])
+        return int(cursor.rowcount)
+
+    def job_stuck(
+        self, cursor: CursorWrapper, *, namespace: str, expired_for_ms: int, limit: int
+    ) -> list[StuckJob]:
+        """Running jobs whose lease expired at least ``expired_for_ms`` ago."""
+        cursor.execute(self._sql(jobs_sql.JOB_STUCK_SQL), [namespace, expired_for_ms, limit])
+        return [
+            StuckJob(id=r[0], type_name=r[1], attempts=r[2], retry_policy=r[3])
+            for r in cursor.fetchall()
+        ]
+
+    def job_orphans(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> list[Orphan]:
+        """Waiting continuations whose parent is finished or gone."""
+        cursor.execute(self._sql(jobs_sql.JOB_ORPHANS_SQL), [namespace, limit])
+        return [Orphan(job_id=r[0], parent_stage=r[1]) for r in cursor.fetchall()]
+
+    def job_resolve_orphan(
+        self, cursor: CursorWrapper, orphan: Orphan, *, retention_ms: int
+    ) -> None:
+        """Release ``orphan`` (its parent succeeded) or fail it and its waiting
+        descendants. Run in one transaction."""
+        if orphan.parent_stage == Stage.SUCCESS:
+            cursor.execute(self._sql(jobs_sql.JOB_RELEASE_ONE_SQL), [orphan.job_id])
+            return
+        reason = PARENT_FAILED if orphan.parent_stage else "parent missing"
+        cursor.execute(
+            self._sql(jobs_sql.JOB_FAIL_WAITING_SQL), [retention_ms, reason, orphan.job_id]
+        )
+        self._fail_descendants(cursor, job_id=orphan.job_id, retention_ms=retention_ms)
+
+    def job_prune(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
+        """Delete up to ``limit`` finished jobs past their retention; return how many."""
+        cursor.execute(self._sql(jobs_sql.JOB_PRUNE_SQL), [namespace, limit])
+        return int(cursor.rowcount)
+
+    # -- wake-ups -------------------------------------------------------------------------
+    def job_ready_exists(self, cursor: CursorWrapper, *, namespace: str) -> bool:
+        """Is any job of ``namespace`` ready to claim? A read: takes no write lock."""
+        cursor.execute(self._sql(jobs_sql.JOB_READY_EXISTS_SQL), [namespace])
+        return cursor.fetchone() is not None
+
+
+def insert_one_params(job: NewJob) -> list[Any]:
+    """The parameters of JOB_INSERT_SQL for ``job``."""
+    return [*job[:6], job.run_at_ms, job.delay_ms]

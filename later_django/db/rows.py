@@ -1,0 +1,141 @@
+"""What the dialect's operations take and return, as frozen, slotted value objects.
+
+An operation that needs more than three values takes them grouped here, and
+one that answers with more than one value returns a row from here, never a
+bare tuple. The per-job records of the hot path (NewJob, ClaimedJob, Claim)
+are named tuples in later_django.types instead: thousands are built a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from later_django.types import ClaimedJob
+
+# -- parameters -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRequest:
+    """Up to ``limit`` ready jobs of ``namespace``, leased to ``owner`` for
+    ``lease_ms`` from the database's now."""
+
+    namespace: str
+    owner: str
+    limit: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnerFence:
+    """A claim (``job_id``, ``attempts``) as the server holding its lease,
+    ``owner``, names it: the fence of the worker's own writes."""
+
+    job_id: str
+    attempts: int
+    owner: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpiredFence:
+    """A claim (``job_id``, ``attempts``) whose lease expired at least
+    ``expired_for_ms`` ago on the database's clock: the rescuer's fence."""
+
+    job_id: str
+    attempts: int
+    expired_for_ms: int
+
+
+# A write under a fence changes the claim's row only while the fence holds.
+Fence: TypeAlias = OwnerFence | ExpiredFence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryWrite:
+    """A claim's next attempt, due ``delay_ms`` after the database's now.
+    ``retry_policy`` (JSON) replaces the stored one when set: a callable
+    policy resolved after the first failure."""
+
+    delay_ms: int
+    error: str | None
+    retry_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureWrite:
+    """A claim's terminal failure, kept ``retention_ms`` after it; ``error``
+    becomes its last_error."""
+
+    error: str | None
+    retention_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    """A running server, as ``later_server`` records it."""
+
+    server_id: str
+    namespace: str
+    hostname: str
+    pid: int
+    workers: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRequest:
+    """Take or renew the lease ``name`` for ``owner`` until the database's now
+    plus ``ttl_ms``."""
+
+    namespace: str
+    name: str
+    owner: str
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeldLease:
+    """The lease ``name`` as (``owner``, ``epoch``) holds it: the fence of
+    writes made under it."""
+
+    namespace: str
+    name: str
+    owner: str
+    epoch: int
+
+
+# -- rows ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """A batch of successes stored: the ids whose fence held, and how many
+    waiting continuations became ready."""
+
+    done_ids: list[str]
+    released: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StuckJob:
+    """A running job whose lease expired."""
+
+    id: str
+    type_name: str
+    attempts: int
+    retry_policy: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Orphan:
+    """A waiting continuation whose parent finished (``parent_stage``) or is
+    gone (None)."""
+
+    job_id: str
+    parent_stage: str | None
+
+
+def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
+    """Claim rows as ClaimedJobs; a claim returns ClaimedJob's fields in order."""
+    return [ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]

@@ -1,0 +1,12 @@
+"""SQL that reads ``later_stage_count``. The triggers that write it differ per
+vendor (postgresql.py, sqlite.py)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# A stage's count is SUM(n) on both databases: PostgreSQL appends delta
+# rows, SQLite keeps one row per stage.
+STAGE_COUNTS_SQL: Final = """
+SELECT stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY stage
+"""

@@ -1,0 +1,26 @@
+"""SQL of ``later_server`` (one row per running worker process) and
+``later_maintenance`` (when an interval-gated step last ran)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+SERVER_HEARTBEAT_SQL: Final = """
+INSERT INTO later_server (id, namespace, hostname, pid, workers, started_ms, heartbeat_ms)
+VALUES (%s, %s, %s, %s, %s, {now}, {now})
+ON CONFLICT (id) DO UPDATE SET workers = excluded.workers,
+    heartbeat_ms = excluded.heartbeat_ms
+"""
+
+SERVER_REMOVE_SQL: Final = "DELETE FROM later_server WHERE id = %s"
+
+SERVER_PRUNE_SQL: Final = """
+DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {cutoff} - %s
+"""
+
+MAINTENANCE_CLAIM_SQL: Final = """
+INSERT INTO later_maintenance (namespace, step, last_run_ms) VALUES (%s, %s, {now})
+ON CONFLICT (namespace, step) DO UPDATE SET last_run_ms = excluded.last_run_ms
+WHERE later_maintenance.last_run_ms <= {now} - %s
+RETURNING 1
+"""

@@ -1,0 +1,117 @@
+"""SQL only SQLite runs: its clock, the claim and batch completion of one
+writer at a time, multi-row inserts, the row-level counter triggers and its
+PRAGMAs. Shared statements are in the domain modules."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from later_django.db.sql import TABLES
+from later_django.db.sql.jobs import INSERT_COLUMNS
+
+# -- clock fragment (see __init__.py) -------------------------------------------
+# julianday('now') has millisecond precision and one value per statement
+# step; the 3.40 library here lacks unixepoch('subsec'). One value per step
+# is fixed enough to be the {cutoff} too.
+NOW_SQL: Final = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
+
+# -- jobs -----------------------------------------------------------------------
+# Ready jobs in bulk: a row carries NewJob's first six fields (id, namespace,
+# type_name, payload, priority, retry_policy); the rest is the clock.
+JOB_INSERT_MANY_ROW: Final = (
+    "(%s, %s, %s, %s, 'enqueued', %s, 0, %s, NULL, {now}, {now}, {now}, "
+    "'enqueued@' || {now} || ';')"
+)
+JOB_INSERT_MANY_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {{values}}"
+
+CLAIM_RETURNING: Final = "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms"
+CLAIM_SET: Final = """
+    stage = 'running', attempts = attempts + 1, changed_ms = {stamp}, started_ms = {stamp},
+    lease_owner = %s, lease_expires_ms = {now} + %s,
+    history = history || 'running@' || {stamp} || ';'
+"""
+
+# A write statement takes SQLite's write lock before it reads, so the
+# sub-select and the update see the same rows; no other claim interleaves.
+JOB_CLAIM_SQL: Final = f"""
+UPDATE later_job SET {CLAIM_SET}
+WHERE id IN (
+    SELECT id FROM later_job
+    WHERE namespace = %s AND stage = 'enqueued'
+    ORDER BY priority DESC, id
+    LIMIT %s)
+RETURNING {CLAIM_RETURNING}
+"""
+
+# Many successes in one statement: each row is fenced by its own attempt.
+# The plain "id IN" finds the rows by primary key; a row-value IN alone
+# would make SQLite scan the whole table.
+JOB_COMPLETE_MANY_SQL: Final = """
+UPDATE later_job SET stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, lease_owner = NULL, lease_expires_ms = NULL,
+    history = history || 'success@' || {stamp} || ';'
+WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
+RETURNING id
+"""
+
+# Waiting continuations of parents that succeeded. A statement of its own,
+# after the parents' completion: it sees every child committed before it
+# runs, including one whose transaction was still open when the parents'
+# completion began.
+JOB_RELEASE_CHILDREN_OF_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE parent_id IN ({ids}) AND stage = 'waiting'
+"""
+
+# -- counters and wake-ups --------------------------------------------------------
+# Row-level triggers upserting one row per stage: SQLite has a single writer,
+# so this row is never contended.
+TRIGGERS: Final = {
+    "later_job_count_insert": """
+        CREATE TRIGGER IF NOT EXISTS later_job_count_insert AFTER INSERT ON later_job
+        BEGIN
+            INSERT INTO later_stage_count (namespace, stage, n)
+            VALUES (NEW.namespace, NEW.stage, 1)
+            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
+        END""",
+    "later_job_count_update": """
+        CREATE TRIGGER IF NOT EXISTS later_job_count_update
+        AFTER UPDATE OF stage ON later_job WHEN OLD.stage <> NEW.stage
+        BEGIN
+            INSERT INTO later_stage_count (namespace, stage, n)
+            VALUES (OLD.namespace, OLD.stage, -1)
+            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
+            INSERT INTO later_stage_count (namespace, stage, n)
+            VALUES (NEW.namespace, NEW.stage, 1)
+            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
+        END""",
+    "later_job_count_delete": """
+        CREATE TRIGGER IF NOT EXISTS later_job_count_delete AFTER DELETE ON later_job
+        BEGIN
+            INSERT INTO later_stage_count (namespace, stage, n)
+            VALUES (OLD.namespace, OLD.stage, -1)
+            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
+        END""",
+}
+
+COUNTER_UNIQUE_SQL: Final = (
+    "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row ON later_stage_count (namespace, stage)"
+)
+
+# Bumped by every commit of another connection to this file; costs no I/O.
+DATA_VERSION_SQL: Final = "PRAGMA data_version"
+
+# -- schema and file --------------------------------------------------------------
+INSTALLED_OBJECTS_SQL: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'later_job'"
+)
+
+TABLES_FOUND_SQL: Final = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' "
+    f"AND name IN ({', '.join(['%s'] * len(TABLES))})"
+)
+
+JOURNAL_MODE_SQL: Final = "PRAGMA journal_mode"
+JOURNAL_WAL_SQL: Final = "PRAGMA journal_mode=WAL"
+VACUUM_SQL: Final = "VACUUM"

@@ -1,0 +1,11 @@
+"""SQL of ``later_topic``: registered topics and their partition counts."""
+
+from __future__ import annotations
+
+from typing import Final
+
+TOPIC_PARTITIONS_SQL: Final = "SELECT name, partitions FROM later_topic"
+
+TOPIC_REGISTER_SQL: Final = (
+    "INSERT INTO later_topic (name, partitions) VALUES (%s, %s) ON CONFLICT (name) DO NOTHING"
+)

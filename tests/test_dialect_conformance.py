@@ -1,0 +1,1167 @@
+"""The storage contract on both databases: every Dialect operation production code calls.
+
+Each test calls the operations themselves on the test database (the
+``later_db`` fixture runs it once on SQLite and once on PostgreSQL) and
+asserts what they change and return: stages and their counters, the fence
+of every write made for a claim, and times read from the database's clock,
+never earlier than a row's previous change. A test branches or skips only
+on a capability flag of the dialect, never on its vendor.
+
+A new operation gets its tests here: the first tests fail until COVERED
+names it, a test calls it, and production code calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+import psycopg
+import pytest
+from django.db import DatabaseError, connections, transaction
+
+import later_django
+from later_django.db import dialect_for
+from later_django.db.base import Dialect
+from later_django.db.postgresql import PostgresDialect, connect_kwargs
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    ExpiredFence,
+    FailureWrite,
+    Heartbeat,
+    HeldLease,
+    LeaseRequest,
+    Orphan,
+    OwnerFence,
+    RetryWrite,
+    StuckJob,
+)
+from later_django.db.sqlite import SqliteDialect
+from later_django.ids import new_job_id
+from later_django.states import PARENT_FAILED, Stage
+from later_django.types import Claim, ClaimedJob, NewJob
+
+# The operations of the contract. Production code calls each of them, and a
+# test below calls each of them.
+COVERED = frozenset(
+    {
+        # the database
+        "install",
+        "installed_objects",
+        "database_exists",
+        "missing_tables",
+        "missing_table_error",
+        "journal_wal",
+        "vacuum",
+        "change_counter",
+        # enqueue
+        "job_insert_one",
+        "job_insert_many",
+        "job_insert_continuation",
+        "job_settle_child",
+        "job_cancel",
+        # the worker's hot path: one pair per dialect (supports_async_connection)
+        "job_claim",
+        "job_complete_many",
+        "ajob_claim",
+        "ajob_complete_many",
+        # the worker's other writes, under the fence of a claim
+        "job_renew",
+        "job_unclaim",
+        "job_retry",
+        "job_fail",
+        # maintenance
+        "job_promote_due",
+        "job_stuck",
+        "job_orphans",
+        "job_resolve_orphan",
+        "job_prune",
+        # wake-ups and counters
+        "job_ready_exists",
+        "stage_counts",
+        "counter_compact",
+        # servers, topics, leases
+        "server_heartbeat",
+        "server_remove",
+        "server_prune",
+        "maintenance_claim",
+        "topic_partitions",
+        "topic_register",
+        "lease_acquire",
+        "lease_release",
+    }
+)
+DIALECTS = (SqliteDialect, PostgresDialect)
+# What only a vendor can answer: every dialect implements these.
+VENDOR_OPERATIONS = frozenset(
+    {
+        "install",
+        "installed_objects",
+        "database_exists",
+        "missing_tables",
+        "missing_table_error",
+        "journal_wal",
+        "job_insert_one",
+        "job_insert_many",
+        "counter_compact",
+    }
+)
+
+NS = "default"
+OWNER = "server-a"
+LEASE_MS = 30_000
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+PACKAGE = Path(later_django.__file__).parent
+
+
+def _public_operations(cls: type) -> set[str]:
+    return {
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and inspect.isfunction(getattr(cls, name))
+    }
+
+
+# -- the contract itself (no database) ------------------------------------------------
+
+
+def test_conformance_covers_every_public_operation():
+    """Every public method of Dialect and of each vendor is in COVERED, and
+    this suite calls each of them."""
+    public = _public_operations(Dialect).union(*map(_public_operations, DIALECTS))
+    assert public == COVERED
+    source = Path(__file__).read_text()
+    assert [name for name in sorted(COVERED) if f".{name}(" not in source] == []
+
+
+def test_conformance_every_operation_has_a_production_caller():
+    """No operation is kept for tests alone: code under later_django calls
+    each one (a dialect calling its own operation does not count)."""
+    code = "\n".join(
+        path.read_text() for path in PACKAGE.rglob("*.py") if "migrations" not in path.parts
+    )
+    uncalled = [name for name in sorted(COVERED) if not re.search(rf"(?<!self)\.{name}\(", code)]
+    assert uncalled == []
+
+
+def test_dialect_vendor_operations_are_abstract():
+    """Dialect cannot be used as it is; what only a vendor can answer is abstract."""
+    assert Dialect.__abstractmethods__ == VENDOR_OPERATIONS
+    with pytest.raises(TypeError):
+        Dialect()  # type: ignore[abstract]
+
+
+def test_dialect_capability_flags_match_their_operations():
+    """A vendor implements a gated operation exactly when it declares its
+    flag: a dialect that breaks this cannot even be defined."""
+    for cls in DIALECTS:
+        overridden = {name for name in COVERED if getattr(cls, name) is not getattr(Dialect, name)}
+        assert ("change_counter" in overridden) == cls.supports_change_counter
+        assert ("vacuum" in overridden) == cls.needs_vacuum
+        async_pair = {"ajob_claim", "ajob_complete_many"}
+        inline_pair = {"job_claim", "job_complete_many"}
+        assert (async_pair <= overridden) == cls.supports_async_connection
+        assert (inline_pair <= overridden) != cls.supports_async_connection
+        assert not (async_pair | inline_pair) <= overridden
+
+    with pytest.raises(TypeError, match="change_counter"):
+
+        class NoCounter(SqliteDialect):
+            supports_change_counter: ClassVar[bool] = False
+
+    with pytest.raises(TypeError, match="ajob_claim, ajob_complete_many"):
+
+        class NoAsync(SqliteDialect):
+            supports_async_connection: ClassVar[bool] = True
+
+
+def test_dialect_operations_take_grouped_arguments_and_return_no_bare_tuples():
+    """Past three values an operation takes a params object (db.rows), and
+    it never answers with a bare tuple."""
+    for name in sorted(COVERED):
+        for cls in (Dialect, *DIALECTS):
+            signature = inspect.signature(getattr(cls, name))
+            params = list(signature.parameters)[2:]  # self, then the cursor or connection
+            assert len(params) <= 3, (cls.__name__, name, params)
+            returns = str(inspect.get_annotations(getattr(cls, name))["return"])
+            assert not re.search(r"(?<![A-Za-z])tuple\[", returns), (cls.__name__, name, returns)
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dialect(later_db) -> Dialect:
+    return dialect_for(later_db.alias)
+
+
+@contextmanager
+def cursor_of(later_db, *, atomic: bool = False) -> Iterator[Any]:
+    if atomic:
+        with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+            yield c
+        return
+    with connections[later_db.alias].cursor() as c:
+        yield c
+
+
+def db_now(later_db) -> int:
+    """The database's clock, in epoch ms."""
+    return int(later_db.scalar(f"SELECT {dialect_for(later_db.alias).now_sql}"))
+
+
+def new_job(**fields: Any) -> NewJob:
+    values: dict[str, Any] = {
+        "id": new_job_id(),
+        "namespace": NS,
+        "type_name": "conformance.Job",
+        "payload": b"\x81\xa1n\x01",
+        "priority": 0,
+        "retry_policy": None,
+    }
+    return NewJob(**{**values, **fields})
+
+
+def insert(later_db, **fields: Any) -> str:
+    job = new_job(**fields)
+    dialect_for(later_db.alias).job_insert_one(connections[later_db.alias], job)
+    return job.id
+
+
+def insert_child(later_db, parent: str, retention_ms: int = DAY_MS) -> tuple[str, str | None]:
+    job = new_job(parent_id=parent)
+    with cursor_of(later_db) as c:
+        stage = dialect_for(later_db.alias).job_insert_continuation(c, job, retention_ms)
+    return job.id, stage
+
+
+COLUMNS = (
+    "stage",
+    "attempts",
+    "lease_owner",
+    "lease_expires_ms",
+    "changed_ms",
+    "history",
+    "last_error",
+    "run_at_ms",
+    "created_ms",
+    "started_ms",
+    "finished_ms",
+    "expires_ms",
+    "retry_policy",
+    "priority",
+    "parent_id",
+)
+
+
+def job_row(later_db, job_id: str) -> dict[str, Any]:
+    rows = later_db.rows(f"SELECT {', '.join(COLUMNS)} FROM later_job WHERE id = %s", [job_id])
+    assert rows, f"job {job_id} does not exist"
+    row = dict(zip(COLUMNS, rows[0], strict=True))
+    _assert_history_sane(row)
+    return row
+
+
+def _assert_history_sane(row: dict[str, Any]) -> None:
+    """The history ends with the row's stage at its changed_ms, and never goes back."""
+    entries = [entry.split("@") for entry in row["history"].split(";") if entry]
+    times = [int(at) for _, at in entries]
+    assert times == sorted(times), row["history"]
+    assert entries[-1] == [row["stage"], str(row["changed_ms"])], row
+
+
+def stages(later_db, *job_ids: str) -> list[str]:
+    return [job_row(later_db, job_id)["stage"] for job_id in job_ids]
+
+
+def assert_counts(later_db) -> None:
+    """The counters say what COUNT(*) says, for every stage of every namespace."""
+    dialect = dialect_for(later_db.alias)
+    for namespace in (NS, "other"):
+        counted = dict.fromkeys(Stage.values, 0)
+        for stage, n in later_db.rows(
+            "SELECT stage, COUNT(*) FROM later_job WHERE namespace = %s GROUP BY stage",
+            [namespace],
+        ):
+            counted[str(stage)] = int(n)  # type: ignore[call-overload]
+        with cursor_of(later_db) as c:
+            assert dialect.stage_counts(c, namespace=namespace) == counted
+
+
+def age(later_db, column: str, job_id: str, by_ms: int) -> None:
+    """Move a time of the row ``by_ms`` into the past, as if that much time passed."""
+    with cursor_of(later_db) as c:
+        c.execute(f"UPDATE later_job SET {column} = {column} - %s WHERE id = %s", [by_ms, job_id])
+
+
+def on_async_connection(later_db, op: Callable[[psycopg.AsyncConnection[Any]], Any]) -> Any:
+    """Run ``op`` on an autocommit asyncio connection, as the worker's own session does."""
+
+    async def run() -> Any:
+        conn = await psycopg.AsyncConnection.connect(
+            autocommit=True, **connect_kwargs(later_db.alias)
+        )
+        try:
+            return await op(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def claim(
+    later_db, *, owner: str = OWNER, limit: int = 1, lease_ms: int = LEASE_MS, namespace: str = NS
+) -> list[ClaimedJob]:
+    """The worker's claim, through the pair the dialect's capability names."""
+    dialect = dialect_for(later_db.alias)
+    request = ClaimRequest(namespace=namespace, owner=owner, limit=limit, lease_ms=lease_ms)
+    if dialect.supports_async_connection:
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[ClaimedJob]:
+            async with conn.cursor() as cursor:
+                return await dialect.ajob_claim(cursor, request)
+
+        return on_async_connection(later_db, op)  # type: ignore[no-any-return]
+    with cursor_of(later_db) as c:
+        return dialect.job_claim(c, request)
+
+
+def complete(
+    later_db, jobs: list[tuple[str, int]], *, owner: str = OWNER, retention_ms: int = DAY_MS
+) -> Completion:
+    """The worker's batch completion, through the pair its capability names."""
+    dialect = dialect_for(later_db.alias)
+    if dialect.supports_async_connection:
+        return on_async_connection(  # type: ignore[no-any-return]
+            later_db,
+            lambda conn: dialect.ajob_complete_many(
+                conn, owner=owner, jobs=jobs, retention_ms=retention_ms
+            ),
+        )
+    with cursor_of(later_db, atomic=True) as c:
+        return dialect.job_complete_many(c, owner=owner, jobs=jobs, retention_ms=retention_ms)
+
+
+def claim_one(later_db, job_id: str, **kwargs: Any) -> ClaimedJob:
+    claimed = claim(later_db, **kwargs)
+    assert [job.id for job in claimed] == [job_id]
+    return claimed[0]
+
+
+def owned(job: ClaimedJob, owner: str = OWNER) -> OwnerFence:
+    return OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
+
+
+def commit_elsewhere(later_db) -> None:
+    """Commit a write on another connection (another thread's)."""
+
+    def write() -> None:
+        try:
+            with connections[later_db.alias].cursor() as c:
+                dialect_for(later_db.alias).topic_register(c, name=new_job_id(), partitions=1)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join(30)
+
+
+class Rollback(Exception):
+    """Raised inside an atomic block to roll it back."""
+
+
+# -- the database -----------------------------------------------------------------------
+
+
+def test_install_is_idempotent_and_installs_every_object(later_db, dialect):
+    """install() creates exactly trigger_names, again and again; the counters
+    it installs follow the next writes."""
+    for _ in range(2):
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.install(c)
+    with cursor_of(later_db) as c:
+        assert dialect.installed_objects(c) == set(dialect.trigger_names)
+    insert(later_db)
+    assert_counts(later_db)
+
+
+def test_database_exists_and_misses_no_table(later_db, dialect):
+    """A migrated database exists and has every one of later's tables."""
+    assert dialect.database_exists(connections[later_db.alias]) is True
+    with cursor_of(later_db) as c:
+        assert dialect.missing_tables(c) == []
+
+
+def test_missing_table_error_tells_a_missing_table_from_other_errors(later_db, dialect):
+    """An error from a statement on a missing table of later's is one; an
+    unknown column or a broken constraint is not."""
+    db = connections[later_db.alias]
+    with pytest.raises(Rollback), transaction.atomic(using=later_db.alias):
+        with db.cursor() as c:
+            c.execute("ALTER TABLE later_topic RENAME TO later_topic_away")
+        with pytest.raises(DatabaseError) as missing:
+            with db.cursor() as c:
+                c.execute("SELECT name FROM later_topic")
+        assert dialect.missing_table_error(db, missing.value) is True
+        raise Rollback
+    for sql in (
+        "SELECT no_such_column FROM later_topic",
+        "INSERT INTO later_topic (name, partitions) VALUES (NULL, 1)",
+    ):
+        with pytest.raises(DatabaseError) as other:
+            with cursor_of(later_db, atomic=True) as c:
+                c.execute(sql)
+        assert dialect.missing_table_error(db, other.value) is False, sql
+    with cursor_of(later_db) as c:
+        assert dialect.missing_tables(c) == []
+
+
+def test_journal_wal_changes_a_database_at_most_once(later_db, dialect):
+    """Write-ahead logging is switched on once (by later_migrate, or the
+    test settings): asking again changes nothing, and writes go on."""
+    with cursor_of(later_db) as c:
+        dialect.journal_wal(c)
+        assert dialect.journal_wal(c) is False
+    insert(later_db)
+    assert_counts(later_db)
+
+
+def test_vacuum_runs_where_the_database_needs_it(later_db, dialect):
+    """(needs_vacuum) VACUUM runs and keeps every row; elsewhere it is not
+    an operation of the dialect."""
+    job_id = insert(later_db)
+    with cursor_of(later_db) as c:
+        if not dialect.needs_vacuum:
+            with pytest.raises(NotImplementedError):
+                dialect.vacuum(c)
+            return
+        assert dialect.vacuum(c) is True
+    assert stages(later_db, job_id) == ["enqueued"]
+    assert_counts(later_db)
+
+
+def test_change_counter_moves_when_another_connection_commits(later_db, dialect):
+    """(supports_change_counter) The counter stays while only this
+    connection writes, and moves once another one committed."""
+    with cursor_of(later_db) as c:
+        if not dialect.supports_change_counter:
+            with pytest.raises(NotImplementedError):
+                dialect.change_counter(c)
+            return
+        before = dialect.change_counter(c)
+        dialect.topic_register(c, name="own-write", partitions=1)
+        assert dialect.change_counter(c) == before
+    commit_elsewhere(later_db)
+    with cursor_of(later_db) as c:
+        assert dialect.change_counter(c) != before
+
+
+# -- enqueue ----------------------------------------------------------------------------
+
+
+def test_job_insert_one_decides_ready_or_delayed_by_the_database_clock(later_db, dialect):
+    """A job is ready unless it is due later than the database's now; its
+    times are the database's, taken by the insert."""
+    db = connections[later_db.alias]
+    before = db_now(later_db)
+    ready, delayed = new_job(priority=5, retry_policy='{"max": 2}'), new_job(delay_ms=HOUR_MS)
+    past, future = new_job(run_at_ms=before - HOUR_MS), new_job(run_at_ms=before + DAY_MS)
+    assert [dialect.job_insert_one(db, job) for job in (ready, delayed, past, future)] == [
+        "enqueued",
+        "delayed",
+        "enqueued",
+        "delayed",
+    ]
+    after = db_now(later_db)
+    rows = {job.id: job_row(later_db, job.id) for job in (ready, delayed, past, future)}
+    for row in rows.values():
+        assert before <= row["created_ms"] <= after
+        assert row["changed_ms"] == row["created_ms"]
+        assert row["attempts"] == 0 and row["lease_owner"] is None
+        assert row["history"] == f"{row['stage']}@{row['created_ms']};"
+    assert rows[ready.id]["run_at_ms"] == rows[ready.id]["created_ms"]
+    assert (rows[ready.id]["priority"], rows[ready.id]["retry_policy"]) == (5, '{"max": 2}')
+    assert rows[delayed.id]["run_at_ms"] == rows[delayed.id]["created_ms"] + HOUR_MS
+    assert rows[past.id]["run_at_ms"] == rows[past.id]["created_ms"], "never due in the past"
+    assert rows[future.id]["run_at_ms"] == before + DAY_MS
+    assert_counts(later_db)
+
+
+def test_job_insert_many_writes_every_job_ready_or_none(later_db, dialect):
+    """A bulk insert writes every job ready, in more than one batch where the
+    database needs batches; an error while the jobs are built writes none."""
+    db = connections[later_db.alias]
+    jobs = [new_job(payload=bytes([n % 256]) * (n % 7), priority=n % 3) for n in range(1200)]
+    before = db_now(later_db)
+    with transaction.atomic(using=later_db.alias):
+        dialect.job_insert_many(db, iter(jobs))
+    after = db_now(later_db)
+    assert later_db.job_count() == len(jobs)
+    stored = {
+        str(r[0]): r[1:]
+        for r in later_db.rows("SELECT id, stage, payload, priority, created_ms FROM later_job")
+    }
+    for job in jobs[:: len(jobs) // 10]:
+        stage, payload, priority, created_ms = stored[job.id]
+        assert (stage, bytes(payload), priority) == ("enqueued", job.payload, job.priority)  # type: ignore[call-overload]
+        assert before <= created_ms <= after  # type: ignore[operator]
+    job_row(later_db, jobs[0].id)
+    assert_counts(later_db)
+
+    def broken() -> Iterator[NewJob]:
+        yield from (new_job() for _ in range(300))
+        raise ValueError("payload 301 cannot be encoded")
+
+    with pytest.raises(ValueError), transaction.atomic(using=later_db.alias):
+        dialect.job_insert_many(db, broken())
+    assert later_db.job_count() == len(jobs)
+    assert_counts(later_db)
+
+
+def test_job_insert_continuation_follows_its_parent(later_db, dialect):
+    """A child waits for a parent that has not finished, is ready after one
+    that succeeded, and fails after one that failed or was cancelled; with
+    no parent in the namespace nothing is inserted."""
+    running, succeeded, failed = insert(later_db), insert(later_db), insert(later_db)
+    cancelled, elsewhere = insert(later_db), insert(later_db, namespace="other")
+    first = claim(later_db, limit=3)
+    by_id = {job.id: job for job in first}
+    assert complete(later_db, [(succeeded, 1)]).done_ids == [succeeded]
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_fail(c, owned(by_id[failed]), FailureWrite(error="x", retention_ms=1))
+        assert dialect.job_cancel(c, namespace=NS, job_id=cancelled, retention_ms=DAY_MS)
+    assert running in by_id
+
+    children = {
+        parent: insert_child(later_db, parent, retention_ms=HOUR_MS)
+        for parent in (running, succeeded, failed, cancelled)
+    }
+    assert {parent: stage for parent, (_, stage) in children.items()} == {
+        running: "waiting",
+        succeeded: "enqueued",
+        failed: "failed",
+        cancelled: "failed",
+    }
+    for parent in (failed, cancelled):
+        row = job_row(later_db, children[parent][0])
+        assert row["last_error"] == PARENT_FAILED
+        assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
+    assert job_row(later_db, children[running][0])["parent_id"] == running
+    before = later_db.job_count()
+    assert insert_child(later_db, new_job_id())[1] is None
+    assert insert_child(later_db, elsewhere)[1] is None, "another namespace's parent"
+    assert later_db.job_count() == before
+    assert_counts(later_db)
+
+
+def test_job_settle_child_releases_or_fails_a_child_its_parent_missed(later_db, dialect):
+    """After its commit a waiting child looks at its parent: still running,
+    it waits; finished meanwhile, it is released or failed with its own
+    descendants."""
+    parents = [insert(later_db) for _ in range(3)]
+    claim(later_db, limit=3)
+    children = [insert_child(later_db, parent)[0] for parent in parents]
+    grandchild = insert_child(later_db, children[1])[0]
+    # The parents finish without seeing the children (they were uncommitted).
+    with cursor_of(later_db) as c:
+        for parent, stage in zip(parents[:2], ("success", "cancelled"), strict=True):
+            c.execute(
+                "UPDATE later_job SET stage = %s, lease_owner = NULL, lease_expires_ms = NULL "
+                "WHERE id = %s",
+                [stage, parent],
+            )
+    before = db_now(later_db)
+    settled = []
+    for child in children:
+        with cursor_of(later_db, atomic=True) as c:
+            settled.append(dialect.job_settle_child(c, job_id=child, retention_ms=DAY_MS))
+    after = db_now(later_db)
+    assert settled == ["released", "failed", "waiting"]
+    assert stages(later_db, *children, grandchild) == ["enqueued", "failed", "waiting", "failed"]
+    released = job_row(later_db, children[0])
+    assert before <= released["run_at_ms"] == released["changed_ms"] <= after
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_settle_child(c, job_id=children[0], retention_ms=DAY_MS) == "waiting"
+    assert_counts(later_db)
+
+
+def test_job_cancel_cancels_only_jobs_not_started(later_db, dialect):
+    """Ready, delayed and waiting jobs are cancelled, with their waiting
+    descendants failed; running, finished and other namespaces' are not."""
+    ready, delayed, running = insert(later_db), insert(later_db, delay_ms=HOUR_MS), insert(later_db)
+    elsewhere = insert(later_db, namespace="other")
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_job SET priority = 100 WHERE id = %s", [running])
+    claim_one(later_db, running)
+    child = insert_child(later_db, ready)[0]
+    grandchild = insert_child(later_db, child)[0]
+
+    def cancel(job_id: str, namespace: str = NS) -> bool:
+        with cursor_of(later_db, atomic=True) as c:
+            return dialect.job_cancel(c, namespace=namespace, job_id=job_id, retention_ms=HOUR_MS)
+
+    before = db_now(later_db)
+    assert [cancel(ready), cancel(delayed)] == [True, True]
+    after = db_now(later_db)
+    assert [cancel(running), cancel(ready), cancel(elsewhere), cancel(new_job_id())] == [False] * 4
+    assert stages(later_db, ready, delayed, running, elsewhere, child, grandchild) == [
+        "cancelled",
+        "cancelled",
+        "running",
+        "enqueued",
+        "failed",
+        "failed",
+    ]
+    row = job_row(later_db, ready)
+    assert before <= row["finished_ms"] == row["changed_ms"] <= after
+    assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
+    assert cancel(child) is False, "a failed job is finished"
+    waiting = insert_child(later_db, running)[0]
+    assert cancel(waiting) is True
+    assert_counts(later_db)
+
+
+# -- the worker's hot path ---------------------------------------------------------------
+
+
+def test_claim_takes_the_best_ready_jobs_and_leases_them(later_db, dialect):
+    """A claim takes ready jobs of its namespace, highest priority first and
+    then oldest, never more than its limit, and leases each to its owner
+    until the database's now plus the lease."""
+    low, high, mid = insert(later_db), insert(later_db, priority=9), insert(later_db, priority=5)
+    newer_low = insert(later_db)
+    insert(later_db, delay_ms=HOUR_MS)
+    insert(later_db, namespace="other", priority=50)
+    insert_child(later_db, low)
+    before = db_now(later_db)
+    first = claim(later_db, limit=2, owner="server-b", lease_ms=5_000)
+    after = db_now(later_db)
+    assert [job.id for job in first] == [high, mid]
+    assert [job.id for job in claim(later_db, limit=5)] == [low, newer_low]
+    assert claim(later_db, limit=5) == []
+    job = first[0]
+    row = job_row(later_db, high)
+    assert isinstance(job, ClaimedJob)
+    assert job == ClaimedJob(
+        high, "conformance.Job", b"\x81\xa1n\x01", 1, None, row["created_ms"], row["run_at_ms"]
+    )
+    assert (row["stage"], row["attempts"], row["lease_owner"]) == ("running", 1, "server-b")
+    assert before <= row["started_ms"] == row["changed_ms"] <= after
+    assert before + 5_000 <= row["lease_expires_ms"] <= after + 5_000
+    assert_counts(later_db)
+
+
+def test_claim_pair_follows_supports_async_connection(later_db, dialect):
+    """The worker claims and completes through one pair of operations; the
+    other pair is not the dialect's."""
+    request = ClaimRequest(namespace=NS, owner=OWNER, limit=1, lease_ms=LEASE_MS)
+    with cursor_of(later_db) as c:
+        if dialect.supports_async_connection:
+            with pytest.raises(NotImplementedError):
+                dialect.job_claim(c, request)
+            with pytest.raises(NotImplementedError):
+                dialect.job_complete_many(c, owner=OWNER, jobs=[], retention_ms=1)
+        else:
+            with pytest.raises(NotImplementedError):
+                asyncio.run(dialect.ajob_claim(c, request))
+            with pytest.raises(NotImplementedError):
+                asyncio.run(dialect.ajob_complete_many(c, owner=OWNER, jobs=[], retention_ms=1))
+
+
+def test_complete_many_is_fenced_by_owner_and_attempt_per_claim(later_db, dialect):
+    """Each claim of a batch succeeds only under its own owner and attempt;
+    the waiting children of those that did become ready."""
+    a, b, c_ = insert(later_db), insert(later_db), insert(later_db)
+    claim(later_db, limit=3)
+    child = insert_child(later_db, a)[0]
+    assert complete(later_db, []) == Completion(done_ids=[], released=0)
+    stranger = complete(later_db, [(a, 1), (b, 1)], owner="server-b")
+    assert stranger == Completion(done_ids=[], released=0)
+    before = db_now(later_db)
+    done = complete(later_db, [(a, 1), (b, 2), (new_job_id(), 1)], retention_ms=HOUR_MS)
+    after = db_now(later_db)
+    assert done == Completion(done_ids=[a], released=1)
+    assert stages(later_db, a, b, c_, child) == ["success", "running", "running", "enqueued"]
+    row = job_row(later_db, a)
+    assert before <= row["finished_ms"] == row["changed_ms"] <= after
+    assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
+    assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
+    assert before <= job_row(later_db, child)["run_at_ms"] <= after
+    assert complete(later_db, [(a, 1)]).done_ids == [], "finished already"
+    assert sorted(complete(later_db, [(b, 1), (c_, 1)]).done_ids) == sorted([b, c_])
+    assert_counts(later_db)
+
+
+# -- the worker's other writes, under the fence of a claim -----------------------------
+
+
+def test_job_renew_extends_only_the_claims_still_held(later_db, dialect):
+    """A renewal returns the claims its owner still holds, at the attempt
+    held, and moves their leases to the database's now plus the lease."""
+    a, b = insert(later_db), insert(later_db)
+    claim(later_db, limit=2, lease_ms=1_000)
+    with cursor_of(later_db) as c:
+        assert dialect.job_renew(c, owner=OWNER, jobs=[], lease_ms=LEASE_MS) == []
+        assert dialect.job_renew(c, owner="server-b", jobs=[(a, 1)], lease_ms=LEASE_MS) == []
+        before = db_now(later_db)
+        renewed = dialect.job_renew(
+            c, owner=OWNER, jobs=[(a, 1), (b, 1), (a, 2), (new_job_id(), 1)], lease_ms=LEASE_MS
+        )
+        after = db_now(later_db)
+    assert sorted(renewed) == sorted([Claim(a, 1), Claim(b, 1)])
+    assert all(isinstance(held, Claim) for held in renewed)
+    for job_id in (a, b):
+        row = job_row(later_db, job_id)
+        assert before + LEASE_MS <= row["lease_expires_ms"] <= after + LEASE_MS
+        assert (row["stage"], row["attempts"]) == ("running", 1)
+    assert_counts(later_db)
+
+
+def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
+    """Only the claim's own owner and attempt give it back: ready again,
+    the attempt not counted."""
+    job_id = insert(later_db)
+    job = claim_one(later_db, job_id)
+    with cursor_of(later_db) as c:
+        assert dialect.job_unclaim(c, owned(job, owner="server-b")) is False
+        assert dialect.job_unclaim(c, OwnerFence(job_id=job_id, attempts=2, owner=OWNER)) is False
+        assert stages(later_db, job_id) == ["running"]
+        assert dialect.job_unclaim(c, owned(job)) is True
+        assert dialect.job_unclaim(c, owned(job)) is False
+    row = job_row(later_db, job_id)
+    assert (row["stage"], row["attempts"], row["lease_owner"]) == ("enqueued", 0, None)
+    assert row["lease_expires_ms"] is None
+    assert claim_one(later_db, job_id).attempts == 1
+    assert_counts(later_db)
+
+
+def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):
+    """A retry needs the claim's owner and attempt, or (the rescuer) a lease
+    expired long enough; it is due its delay after the database's now."""
+    job_id = insert(later_db, retry_policy='{"old": 1}')
+    job = claim_one(later_db, job_id)
+    retry = RetryWrite(delay_ms=HOUR_MS, error="boom", retry_policy='{"new": 2}')
+
+    def write(fence: OwnerFence | ExpiredFence, write: RetryWrite = retry) -> bool:
+        with cursor_of(later_db, atomic=True) as c:
+            return dialect.job_retry(c, fence, write)
+
+    stale = OwnerFence(job_id=job_id, attempts=2, owner=OWNER)
+    assert [write(owned(job, owner="server-b")), write(stale)] == [False, False]
+    before = db_now(later_db)
+    assert write(owned(job)) is True
+    after = db_now(later_db)
+    assert write(owned(job)) is False, "no longer running"
+    row = job_row(later_db, job_id)
+    assert (row["stage"], row["last_error"], row["retry_policy"]) == (
+        "requeued",
+        "boom",
+        '{"new": 2}',
+    )
+    assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
+    assert before + HOUR_MS <= row["run_at_ms"] <= after + HOUR_MS
+    assert before <= row["changed_ms"] <= after
+
+    # The rescuer: a lease renewed meanwhile is left alone.
+    age(later_db, "run_at_ms", job_id, 2 * HOUR_MS)
+    with cursor_of(later_db) as c:
+        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 1
+    again = claim_one(later_db, job_id)
+    assert again.attempts == 2
+    rescue = ExpiredFence(job_id=job_id, attempts=2, expired_for_ms=10_000)
+    keep = RetryWrite(delay_ms=0, error="lease expired")
+    assert write(rescue, keep) is False
+    age(later_db, "lease_expires_ms", job_id, LEASE_MS + 20_000)
+    assert write(ExpiredFence(job_id=job_id, attempts=1, expired_for_ms=10_000), keep) is False
+    assert write(rescue, keep) is True
+    row = job_row(later_db, job_id)
+    assert (row["stage"], row["retry_policy"]) == ("requeued", '{"new": 2}'), "policy kept"
+    assert_counts(later_db)
+
+
+def test_job_fail_fails_the_claim_and_its_waiting_descendants(later_db, dialect):
+    """A failure is fenced as a retry is, and fails every waiting descendant
+    with "parent failed"."""
+    job_id, other = insert(later_db), insert(later_db)
+    job, rescued = claim(later_db, limit=2)
+    child = insert_child(later_db, job_id)[0]
+    grandchild = insert_child(later_db, child)[0]
+    failure = FailureWrite(error="boom", retention_ms=HOUR_MS)
+
+    def write(fence: OwnerFence | ExpiredFence) -> bool:
+        with cursor_of(later_db, atomic=True) as c:
+            return dialect.job_fail(c, fence, failure)
+
+    assert write(owned(job, owner="server-b")) is False
+    assert write(OwnerFence(job_id=job.id, attempts=2, owner=OWNER)) is False
+    assert write(ExpiredFence(job_id=rescued.id, attempts=1, expired_for_ms=0)) is False
+    assert stages(later_db, job_id, child, grandchild) == ["running", "waiting", "waiting"]
+    before = db_now(later_db)
+    assert write(owned(job)) is True
+    after = db_now(later_db)
+    assert stages(later_db, job_id, child, grandchild) == ["failed", "failed", "failed"]
+    row = job_row(later_db, job_id)
+    assert (row["last_error"], row["lease_owner"], row["lease_expires_ms"]) == ("boom", None, None)
+    assert before <= row["finished_ms"] == row["changed_ms"] <= after
+    assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
+    age(later_db, "lease_expires_ms", rescued.id, LEASE_MS + 1)
+    assert write(ExpiredFence(job_id=rescued.id, attempts=1, expired_for_ms=0)) is True
+    assert stages(later_db, other) == ["failed"]
+    assert_counts(later_db)
+
+
+# -- maintenance --------------------------------------------------------------------------
+
+
+def test_job_promote_due_makes_due_jobs_ready(later_db, dialect):
+    """Delayed and requeued jobs whose time came become ready, at most
+    ``limit`` a call; those not due yet wait."""
+    due = [insert(later_db, delay_ms=HOUR_MS) for _ in range(3)]
+    later_one = insert(later_db, delay_ms=HOUR_MS)
+    requeued = insert(later_db)
+    job = claim_one(later_db, requeued)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_retry(c, owned(job), RetryWrite(delay_ms=HOUR_MS, error="x"))
+    for job_id in (*due, requeued):
+        age(later_db, "run_at_ms", job_id, 2 * HOUR_MS)
+    with cursor_of(later_db) as c:
+        assert dialect.job_promote_due(c, namespace="other", limit=10) == 0
+        assert dialect.job_promote_due(c, namespace=NS, limit=2) == 2
+        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 2
+        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 0
+    assert stages(later_db, *due, requeued, later_one) == ["enqueued"] * 4 + ["delayed"]
+    assert_counts(later_db)
+
+
+def test_job_stuck_lists_running_jobs_whose_lease_expired_long_enough(later_db, dialect):
+    """Only running jobs whose lease expired at least the grace ago, on the
+    database's clock, oldest lease first."""
+    a, b, c_ = insert(later_db), insert(later_db), insert(later_db)
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_job SET retry_policy = %s WHERE id = %s", ['{"max": 1}', b])
+    claim(later_db, limit=3)
+    age(later_db, "lease_expires_ms", a, LEASE_MS + 20_000)
+    age(later_db, "lease_expires_ms", b, LEASE_MS + 40_000)
+    age(later_db, "lease_expires_ms", c_, LEASE_MS - 5_000)
+    with cursor_of(later_db) as c:
+        stuck = dialect.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=10)
+        assert dialect.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=1) == stuck[:1]
+        assert dialect.job_stuck(c, namespace=NS, expired_for_ms=60_000, limit=10) == []
+        assert dialect.job_stuck(c, namespace="other", expired_for_ms=0, limit=10) == []
+    assert stuck == [
+        StuckJob(id=b, type_name="conformance.Job", attempts=1, retry_policy='{"max": 1}'),
+        StuckJob(id=a, type_name="conformance.Job", attempts=1, retry_policy=None),
+    ]
+
+
+def test_job_orphans_are_resolved_by_their_parents_end(later_db, dialect):
+    """Waiting children of a finished or vanished parent are orphans: a
+    succeeded parent's is released, the others' fail with their descendants."""
+    parents = [insert(later_db) for _ in range(4)]
+    claim(later_db, limit=4)
+    children = [insert_child(later_db, parent)[0] for parent in parents]
+    grandchild = insert_child(later_db, children[1])[0]
+    with cursor_of(later_db) as c:
+        c.execute(
+            "UPDATE later_job SET stage = 'success', lease_owner = NULL, "
+            "lease_expires_ms = NULL WHERE id = %s",
+            [parents[0]],
+        )
+        c.execute("DELETE FROM later_job WHERE id = %s", [parents[1]])
+        c.execute(
+            "UPDATE later_job SET stage = 'failed', lease_owner = NULL, "
+            "lease_expires_ms = NULL WHERE id = %s",
+            [parents[2]],
+        )
+    with cursor_of(later_db) as c:
+        orphans = dialect.job_orphans(c, namespace=NS, limit=10)
+        assert dialect.job_orphans(c, namespace="other", limit=10) == []
+        assert len(dialect.job_orphans(c, namespace=NS, limit=1)) == 1
+    assert sorted(orphans, key=lambda o: o.job_id) == sorted(
+        [
+            Orphan(job_id=children[0], parent_stage="success"),
+            Orphan(job_id=children[1], parent_stage=None),
+            Orphan(job_id=children[2], parent_stage="failed"),
+        ],
+        key=lambda o: o.job_id,
+    )
+    before = db_now(later_db)
+    for orphan in orphans:
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.job_resolve_orphan(c, orphan, retention_ms=HOUR_MS)
+    after = db_now(later_db)
+    assert stages(later_db, *children, grandchild) == [
+        "enqueued",
+        "failed",
+        "failed",
+        "waiting",
+        "failed",
+    ]
+    assert before <= job_row(later_db, children[0])["run_at_ms"] <= after
+    reasons = [job_row(later_db, job_id)["last_error"] for job_id in (*children[1:3], grandchild)]
+    assert reasons == ["parent missing", PARENT_FAILED, PARENT_FAILED]
+    with cursor_of(later_db) as c:
+        assert dialect.job_orphans(c, namespace=NS, limit=10) == []
+    assert_counts(later_db)
+
+
+def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect):
+    """Only finished jobs whose expiry passed go, at most ``limit`` a call."""
+    gone = [insert(later_db) for _ in range(3)]
+    kept, running = insert(later_db), insert(later_db)
+    claim(later_db, limit=5)
+    ready = insert(later_db)
+    assert len(complete(later_db, [(job_id, 1) for job_id in gone], retention_ms=0).done_ids) == 3
+    assert complete(later_db, [(kept, 1)], retention_ms=HOUR_MS).done_ids == [kept]
+    with cursor_of(later_db) as c:
+        assert dialect.job_prune(c, namespace="other", limit=10) == 0
+        assert dialect.job_prune(c, namespace=NS, limit=2) == 2
+        assert dialect.job_prune(c, namespace=NS, limit=10) == 1
+        assert dialect.job_prune(c, namespace=NS, limit=10) == 0
+    remaining = {str(r[0]) for r in later_db.rows("SELECT id FROM later_job")}
+    assert remaining == {kept, running, ready}
+    assert_counts(later_db)
+
+
+# -- wake-ups and counters -----------------------------------------------------------------
+
+
+def test_job_ready_exists_sees_only_ready_jobs_of_its_namespace(later_db, dialect):
+    def ready() -> bool:
+        with cursor_of(later_db) as c:
+            return dialect.job_ready_exists(c, namespace=NS)
+
+    assert ready() is False
+    insert(later_db, delay_ms=HOUR_MS)
+    insert(later_db, namespace="other")
+    assert ready() is False
+    job_id = insert(later_db)
+    assert ready() is True
+    claim_one(later_db, job_id)
+    assert ready() is False
+
+
+def test_stage_counts_has_every_stage_and_counter_compact_keeps_them(later_db, dialect):
+    """Counts cover every stage, zero included, and stay exact when the
+    counter rows are folded together (into at most one row a stage)."""
+    with cursor_of(later_db) as c:
+        assert dialect.stage_counts(c, namespace=NS) == dict.fromkeys(Stage.values, 0)
+    ids = [insert(later_db) for _ in range(6)] + [insert(later_db, namespace="other")]
+    claim(later_db, limit=4)
+    complete(later_db, [(ids[0], 1), (ids[1], 1)])
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.job_cancel(c, namespace=NS, job_id=ids[5], retention_ms=1)
+    assert_counts(later_db)
+    with cursor_of(later_db, atomic=True) as c:
+        c.execute("SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [NS])
+        rows_before = int(c.fetchone()[0])
+        folded = dialect.counter_compact(c, namespace=NS)
+    rows_after = int(
+        later_db.scalar(  # type: ignore[arg-type]
+            "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [NS]
+        )
+    )
+    assert folded == (rows_before if rows_before > len(Stage) else 0)
+    assert rows_after <= len(Stage)
+    with cursor_of(later_db) as c:
+        assert dialect.stage_counts(c, namespace=NS) == {
+            **dict.fromkeys(Stage.values, 0),
+            "success": 2,
+            "running": 2,
+            "enqueued": 1,
+            "cancelled": 1,
+        }
+    assert_counts(later_db)
+
+
+# -- servers, maintenance, topics, leases --------------------------------------------------
+
+
+def server_row(later_db, server_id: str) -> tuple[Any, ...] | None:
+    rows = later_db.rows(
+        "SELECT namespace, hostname, pid, workers, started_ms, heartbeat_ms "
+        "FROM later_server WHERE id = %s",
+        [server_id],
+    )
+    return rows[0] if rows else None
+
+
+def test_server_heartbeat_registers_then_refreshes(later_db, dialect):
+    """The first heartbeat registers the server; later ones move its
+    heartbeat and worker count on, on the database's clock."""
+    beat = Heartbeat(server_id="s1", namespace=NS, hostname="host-a", pid=41, workers=4)
+    before = db_now(later_db)
+    with cursor_of(later_db) as c:
+        dialect.server_heartbeat(c, beat)
+    after = db_now(later_db)
+    first = server_row(later_db, "s1")
+    assert first is not None and first[:4] == (NS, "host-a", 41, 4)
+    assert before <= first[4] == first[5] <= after
+    age_by = 5_000
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_server SET heartbeat_ms = heartbeat_ms - %s", [age_by])
+        dialect.server_heartbeat(
+            c, Heartbeat(server_id="s1", namespace=NS, hostname="renamed", pid=7, workers=9)
+        )
+    second = server_row(later_db, "s1")
+    assert second is not None and second[:5] == (NS, "host-a", 41, 9, first[4])
+    assert second[5] >= before
+
+
+def test_server_prune_and_remove(later_db, dialect):
+    """Servers silent longer than the limit are pruned in their namespace;
+    a server leaving removes itself."""
+    with cursor_of(later_db) as c:
+        for server_id, namespace in (("live", NS), ("silent", NS), ("away", "other")):
+            beat = Heartbeat(
+                server_id=server_id, namespace=namespace, hostname="h", pid=1, workers=1
+            )
+            dialect.server_heartbeat(c, beat)
+        c.execute(
+            "UPDATE later_server SET heartbeat_ms = heartbeat_ms - %s WHERE id <> 'live'",
+            [60_000],
+        )
+        assert dialect.server_prune(c, namespace=NS, silent_for_ms=30_000) == 1
+        assert dialect.server_prune(c, namespace=NS, silent_for_ms=30_000) == 0
+        assert server_row(later_db, "silent") is None
+        assert server_row(later_db, "away") is not None
+        dialect.server_remove(c, server_id="live")
+        assert server_row(later_db, "live") is None
+
+
+def test_maintenance_claim_runs_a_step_once_per_interval(later_db, dialect):
+    """A step runs once per interval across a namespace, on the database's clock."""
+
+    def claim_step(namespace: str = NS, step: str = "vacuum", interval_ms: int = HOUR_MS) -> bool:
+        with cursor_of(later_db) as c:
+            return dialect.maintenance_claim(
+                c, namespace=namespace, step=step, interval_ms=interval_ms
+            )
+
+    before = db_now(later_db)
+    assert claim_step() is True
+    after = db_now(later_db)
+    assert claim_step() is False
+    assert [claim_step(namespace="other"), claim_step(step="other")] == [True, True]
+    last_run = later_db.scalar(
+        "SELECT last_run_ms FROM later_maintenance WHERE namespace = %s AND step = 'vacuum'",
+        [NS],
+    )
+    assert before <= last_run <= after  # type: ignore[operator]
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_maintenance SET last_run_ms = last_run_ms - %s", [2 * HOUR_MS])
+    assert claim_step() is True
+
+
+def test_topic_register_once_and_partitions(later_db, dialect):
+    """A topic is registered once; its partition count is never changed by
+    registering it again."""
+    with cursor_of(later_db) as c:
+        assert dialect.topic_partitions(c) == {}
+        assert dialect.topic_register(c, name="orders", partitions=4) is True
+        assert dialect.topic_register(c, name="orders", partitions=8) is False
+        assert dialect.topic_register(c, name="events", partitions=1) is True
+        assert dialect.topic_partitions(c) == {"orders": 4, "events": 1}
+
+
+def test_lease_acquire_and_release_one_holder_at_a_time(later_db, dialect):
+    """One holder at a time, until the database's now plus the lease; the
+    holder renews at its epoch, each new holder gets a higher one, and only
+    the (owner, epoch) holding it lets it go."""
+
+    def acquire(owner: str, name: str = "sampler") -> int | None:
+        request = LeaseRequest(namespace=NS, name=name, owner=owner, ttl_ms=LEASE_MS)
+        with cursor_of(later_db, atomic=True) as c:
+            return dialect.lease_acquire(c, request)
+
+    def release(owner: str, epoch: int) -> bool:
+        lease = HeldLease(namespace=NS, name="sampler", owner=owner, epoch=epoch)
+        with cursor_of(later_db) as c:
+            return dialect.lease_release(c, lease)
+
+    def expires() -> int:
+        return int(later_db.scalar("SELECT expires_ms FROM later_lease WHERE name = 'sampler'"))  # type: ignore[arg-type]
+
+    before = db_now(later_db)
+    assert acquire("a") == 1
+    after = db_now(later_db)
+    assert before + LEASE_MS <= expires() <= after + LEASE_MS
+    assert acquire("b") is None
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_lease SET expires_ms = expires_ms - %s", [10_000])
+    assert acquire("a") == 1, "the holder renews and keeps its epoch"
+    assert expires() >= before + LEASE_MS
+    with cursor_of(later_db) as c:
+        c.execute("UPDATE later_lease SET expires_ms = expires_ms - %s", [2 * LEASE_MS])
+    assert acquire("b") == 2
+    assert acquire("a") is None
+    assert [release("a", 1), release("b", 1)] == [False, False]
+    assert release("b", 2) is True
+    assert acquire("a") == 3, "released: free at once, still a higher epoch"
+    assert acquire("b", name="other") == 1
+
+
+# -- the database's clock: a stage is never stamped before the previous one ----------------
+
+
+def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect):
+    """Each stage change is stamped no earlier than the row's previous
+    change (a writer whose clock ran ahead, or that waited for the row),
+    through every operation that changes a stage."""
+    job_id = insert(later_db)
+    ahead = db_now(later_db) + HOUR_MS
+
+    def push_ahead(*job_ids: str) -> None:
+        with cursor_of(later_db) as c:
+            for each in job_ids:
+                c.execute("UPDATE later_job SET changed_ms = %s WHERE id = %s", [ahead, each])
+
+    def last_stamp(each: str) -> int:
+        row = job_row(later_db, each)
+        assert row["changed_ms"] == ahead, row
+        return int(row["changed_ms"])
+
+    push_ahead(job_id)
+    job = claim_one(later_db, job_id)
+    assert last_stamp(job_id) == job_row(later_db, job_id)["started_ms"]
+    with cursor_of(later_db) as c:
+        assert dialect.job_unclaim(c, owned(job))
+    last_stamp(job_id)
+    job = claim_one(later_db, job_id)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_retry(c, owned(job), RetryWrite(delay_ms=0, error="x"))
+    last_stamp(job_id)
+    with cursor_of(later_db) as c:
+        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 1
+    last_stamp(job_id)
+    claim_one(later_db, job_id)
+    child = insert_child(later_db, job_id)[0]
+    push_ahead(child)
+    assert complete(later_db, [(job_id, 2)]) == Completion(done_ids=[job_id], released=1)
+    assert last_stamp(job_id) == job_row(later_db, job_id)["finished_ms"]
+    last_stamp(child)
+
+    other = insert(later_db, delay_ms=HOUR_MS)
+    push_ahead(other)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_cancel(c, namespace=NS, job_id=other, retention_ms=1)
+    last_stamp(other)
+    failing = claim_one(later_db, child)
+    grandchild = insert_child(later_db, child)[0]
+    push_ahead(child, grandchild)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.job_fail(c, owned(failing), FailureWrite(error="x", retention_ms=1))
+    last_stamp(child)
+    last_stamp(grandchild)
