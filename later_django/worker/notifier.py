@@ -42,8 +42,11 @@ class Wakeup:
     async def wait(self, timeout: float, since: int | None = None) -> None:
         if since is not None and since != self.generation:
             return
+        # asyncio.timeout(), not wait_for(): on Python 3.11 wait_for wraps the
+        # wait in a task of its own, which every idle worker pays per wake-up.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
 
 
 class Notifier:
