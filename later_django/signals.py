@@ -10,17 +10,18 @@ from later_django.conf import conf
 
 
 def reinstall_triggers(*, using: str, **kwargs: Any) -> None:
-    """Install later's triggers again after ``migrate`` on the LATER database.
+    """Install later's database objects again after ``migrate`` on the LATER database.
 
     SQLite drops a table's triggers when a migration rebuilds the table, which
-    would silently stop the stage counters; installing is idempotent.
+    would silently stop the stage counters; installing the newest version
+    again is idempotent.
     """
     if using != conf.database:
         return
-    from later_django.db import dialect_for
+    from later_django import objects
 
     connection = connections[using]
     if "later_job" not in connection.introspection.table_names():
         return
     with connection.cursor() as cursor:
-        dialect_for(using).install(cursor)
+        objects.install(cursor, connection.vendor)

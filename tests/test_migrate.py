@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.checks import run_checks
@@ -10,7 +12,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
 
+import later_django
 import later_django as later
+from later_django import objects
 from later_django.db import dialect_for
 from tests.helpers import set_later
 from tests.jobapp.jobs import Noop
@@ -65,13 +69,13 @@ def test_later_migrate_second_run_has_nothing_to_do(later_db, settings):
 
 def test_later_migrate_reinstalls_a_missing_trigger(later_db):
     """A dropped counter trigger is installed again, and counting resumes."""
-    dialect = dialect_for(later_db.alias)
     names = sorted(installed(later_db))
+    assert set(names) == objects.expected(later_db.vendor)
     victim = next(name for name in names if "insert" in name)
 
     def reinstall() -> None:
         with connections[later_db.alias].cursor() as cursor:
-            dialect.install(cursor)
+            objects.install(cursor, later_db.vendor)
 
     with connections[later_db.alias].cursor() as cursor:
         cursor.execute(DROP_TRIGGER[later_db.vendor].format(name=victim))
@@ -126,3 +130,35 @@ def test_later_migrate_is_silent_at_verbosity_zero(later_db):
     call_command("later_migrate", stdout=out, verbosity=0)
     assert out.getvalue() == ""
     assert "nothing to do" in later_migrate()
+
+
+# -- frozen migrations ---------------------------------------------------------------
+MIGRATIONS = Path(later_django.__file__).parent / "migrations"
+
+
+def test_migrations_hold_their_own_sql_and_import_no_live_code():
+    """A released migration must do the same thing forever: it may import
+    Django and the models' field helpers, never the code that runs today."""
+    for path in sorted(MIGRATIONS.glob("0*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {
+            node.module if isinstance(node, ast.ImportFrom) else alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+        live = {name for name in imported if name and name.startswith("later_django")}
+        assert live <= {"later_django.models"}, f"{path.name} imports {live}"
+
+
+def test_the_newest_objects_are_those_of_the_last_objects_migration():
+    """objects.NEWEST names the last migration that defines database objects."""
+    defining = [
+        path.stem for path in sorted(MIGRATIONS.glob("0*.py")) if "OBJECTS = " in path.read_text()
+    ]
+    assert objects.NEWEST.rsplit(".", 1)[1] == defining[-1]
+
+
+def test_a_migrated_database_has_exactly_the_newest_objects(later_db):
+    assert installed(later_db) == objects.expected(later_db.vendor)
+    assert objects.expected(later_db.vendor), "every database has its counters' triggers"

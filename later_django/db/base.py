@@ -61,8 +61,6 @@ class Dialect(
     single_writer: ClassVar[bool] = False
     # (*) Does the database file need VACUUM from time to time (vacuum())?
     needs_vacuum: ClassVar[bool] = False
-    # The triggers and functions install() creates.
-    trigger_names: ClassVar[frozenset[str]] = frozenset()
     # The SQL fragments the templates are rendered with: see Statements.
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -83,12 +81,9 @@ class Dialect(
 
     # -- schema ---------------------------------------------------------------------
     @abc.abstractmethod
-    def install(self, cursor: CursorWrapper) -> None:
-        """Create or replace the triggers and vendor objects; idempotent."""
-
-    @abc.abstractmethod
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
-        """Names of the objects of ``trigger_names`` that exist now."""
+        """Names of later's triggers and functions that exist now (what they
+        should be is frozen in the migrations: see later_django.objects)."""
 
     @abc.abstractmethod
     def database_exists(self, db: BaseDatabaseWrapper) -> bool:

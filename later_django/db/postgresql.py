@@ -43,7 +43,6 @@ class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
     supports_listen: ClassVar[bool] = True
     supports_async_connection: ClassVar[bool] = True
-    trigger_names: ClassVar[frozenset[str]] = frozenset({*pg_sql.TRIGGERS, "later_complete_many"})
     now_sql: ClassVar[str] = pg_sql.NOW_SQL
     cutoff_sql: ClassVar[str] = pg_sql.CUTOFF_SQL
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
@@ -54,12 +53,6 @@ class PostgresDialect(Dialect):
         self._claim_sql_by_limit: dict[int, str] = {}
 
     # -- schema -------------------------------------------------------------------
-    def install(self, cursor: CursorWrapper) -> None:
-        cursor.execute(pg_sql.TRIGGER_FUNCTIONS_SQL)
-        cursor.execute(self._sql(pg_sql.COMPLETE_MANY_FUNCTION_SQL))
-        for name, body in pg_sql.TRIGGERS.items():
-            cursor.execute(pg_sql.CREATE_TRIGGER_SQL.format(name=name, body=body))
-
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(pg_sql.INSTALLED_OBJECTS_SQL)
         return {row[0] for row in cursor.fetchall()}

@@ -33,17 +33,11 @@ class SqliteDialect(Dialect):
     single_writer: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
     needs_vacuum: ClassVar[bool] = True
-    trigger_names: ClassVar[frozenset[str]] = frozenset(sqlite_sql.TRIGGERS)
     now_sql: ClassVar[str] = sqlite_sql.NOW_SQL
     cutoff_sql: ClassVar[str] = sqlite_sql.NOW_SQL
     greatest_sql: ClassVar[str] = "MAX"
 
     # -- schema -------------------------------------------------------------------
-    def install(self, cursor: CursorWrapper) -> None:
-        cursor.execute(sqlite_sql.COUNTER_UNIQUE_SQL)
-        for statement in sqlite_sql.TRIGGERS.values():
-            cursor.execute(statement)
-
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(sqlite_sql.INSTALLED_OBJECTS_SQL)
         return {row[0] for row in cursor.fetchall()}

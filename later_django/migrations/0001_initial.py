@@ -5,15 +5,6 @@ from django.db import migrations, models
 import later_django.models
 
 
-def install_triggers(apps, schema_editor):
-    """Counter triggers (and NOTIFY on PostgreSQL) kept by later's dialect layer."""
-    from later_django.db import dialect_for
-
-    connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        dialect_for(connection.alias).install(cursor)
-
-
 class Migration(migrations.Migration):
 
     initial = True
@@ -107,5 +98,4 @@ class Migration(migrations.Migration):
             model_name='job',
             constraint=models.CheckConstraint(condition=models.Q(('stage', 'running'), models.Q(('lease_expires_ms__isnull', True), ('lease_owner__isnull', True)), _connector='OR'), name='later_job_lease_only_running'),
         ),
-        migrations.RunPython(install_triggers, migrations.RunPython.noop, elidable=False),
     ]

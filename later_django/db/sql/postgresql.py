@@ -59,111 +59,10 @@ RETURNING j.id, j.type_name, j.payload, j.attempts, j.retry_policy, j.created_ms
 # when the completion began; a single SQL statement would miss it. Most
 # batches have no waiting child: the look is a read, and the UPDATE (and its
 # statement-level counter trigger) runs only when one exists.
-COMPLETE_MANY_FUNCTION_SQL: Final = """
-CREATE OR REPLACE FUNCTION later_complete_many(
-    p_ids text[], p_attempts int[], p_owner text, p_retention_ms bigint,
-    OUT done_ids text[], OUT released bigint)
-LANGUAGE plpgsql VOLATILE
--- The generic plans of these statements are the right ones (one index probe
--- per id), but their estimate of an array of unknown length is higher than a
--- custom plan's, so the server would plan them anew on every call.
-SET plan_cache_mode = force_generic_plan
-AS $$
-DECLARE
-    now_ms bigint := {now};
-BEGIN
-    WITH done AS (
-        UPDATE later_job j SET stage = 'success',
-            changed_ms = GREATEST(now_ms, j.changed_ms),
-            finished_ms = GREATEST(now_ms, j.changed_ms),
-            expires_ms = now_ms + p_retention_ms, lease_owner = NULL,
-            lease_expires_ms = NULL,
-            history = j.history || 'success@' || GREATEST(now_ms, j.changed_ms) || ';'
-        FROM unnest(p_ids, p_attempts) AS v (id, attempts)
-        WHERE j.id = v.id AND j.attempts = v.attempts AND j.lease_owner = p_owner
-        RETURNING j.id
-    )
-    SELECT coalesce(array_agg(id), '{}') INTO done_ids FROM done;
-    released := 0;
-    IF cardinality(done_ids) > 0 AND EXISTS (
-        SELECT 1 FROM later_job WHERE parent_id = ANY(done_ids) AND stage = 'waiting'
-    ) THEN
-        now_ms := {now};
-        UPDATE later_job SET stage = 'enqueued',
-            changed_ms = GREATEST(now_ms, changed_ms), run_at_ms = now_ms,
-            history = history || 'enqueued@' || GREATEST(now_ms, changed_ms) || ';'
-        WHERE parent_id = ANY(done_ids) AND stage = 'waiting';
-        GET DIAGNOSTICS released = ROW_COUNT;
-    END IF;
-END $$;
-"""
-
+# The function's text is frozen in the objects migration (later_django.objects).
 JOB_COMPLETE_MANY_SQL: Final = "SELECT done_ids, released FROM later_complete_many(%s, %s, %s, %s)"
 
 # -- counters -------------------------------------------------------------------
-# Statement-level triggers see every changed row at once through transition
-# tables, so a batch of 500 inserts adds one counter row per stage, not 500.
-# Counter rows are only ever inserted here (never updated), so concurrent
-# writers never wait on each other; maintenance folds them together.
-TRIGGER_FUNCTIONS_SQL: Final = f"""
-CREATE OR REPLACE FUNCTION later_job_after_insert() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE ns text;
-BEGIN
-    INSERT INTO later_stage_count (namespace, stage, n)
-        SELECT namespace, stage, count(*) FROM new_rows GROUP BY namespace, stage;
-    FOR ns IN SELECT DISTINCT namespace FROM new_rows WHERE stage = 'enqueued' LOOP
-        PERFORM pg_notify('{NOTIFY_CHANNEL}', ns);
-    END LOOP;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION later_job_after_update() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE ns text;
-BEGIN
-    INSERT INTO later_stage_count (namespace, stage, n)
-        SELECT namespace, stage, sum(d) FROM (
-            SELECT o.namespace, o.stage, -1 AS d
-                FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
-            UNION ALL
-            SELECT n.namespace, n.stage, 1
-                FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
-        ) changes GROUP BY namespace, stage;
-    FOR ns IN SELECT DISTINCT n.namespace FROM old_rows o JOIN new_rows n ON n.id = o.id
-            WHERE n.stage = 'enqueued' AND o.stage <> 'enqueued' LOOP
-        PERFORM pg_notify('{NOTIFY_CHANNEL}', ns);
-    END LOOP;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION later_job_after_delete() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO later_stage_count (namespace, stage, n)
-        SELECT namespace, stage, -count(*) FROM old_rows GROUP BY namespace, stage;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION later_job_after_truncate() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM later_stage_count;
-    RETURN NULL;
-END $$;
-"""
-
-TRIGGERS: Final = {
-    "later_job_after_insert": "AFTER INSERT ON later_job REFERENCING NEW TABLE AS new_rows "
-    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_insert()",
-    "later_job_after_update": "AFTER UPDATE ON later_job REFERENCING OLD TABLE AS old_rows "
-    "NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_update()",
-    "later_job_after_delete": "AFTER DELETE ON later_job REFERENCING OLD TABLE AS old_rows "
-    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_delete()",
-    "later_job_after_truncate": "AFTER TRUNCATE ON later_job "
-    "FOR EACH STATEMENT EXECUTE FUNCTION later_job_after_truncate()",
-}
-
 # One folder at a time per namespace; the others skip this round.
 COUNTER_COMPACT_LOCK_SQL: Final = "SELECT pg_try_advisory_xact_lock(%s)"
 COUNTER_ROWS_SQL: Final = "SELECT count(*) FROM later_stage_count WHERE namespace = %s"
@@ -176,8 +75,6 @@ SELECT %s, stage, SUM(n) FROM folded GROUP BY stage
 """
 
 # -- schema ---------------------------------------------------------------------
-CREATE_TRIGGER_SQL: Final = "CREATE OR REPLACE TRIGGER {name} {body}"
-
 INSTALLED_OBJECTS_SQL: Final = (
     "SELECT tgname FROM pg_trigger WHERE tgrelid = 'later_job'::regclass "
     "AND NOT tgisinternal "

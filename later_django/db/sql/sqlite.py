@@ -65,40 +65,6 @@ WHERE parent_id IN ({ids}) AND stage = 'waiting'
 """
 
 # -- counters and wake-ups --------------------------------------------------------
-# Row-level triggers upserting one row per stage: SQLite has a single writer,
-# so this row is never contended.
-TRIGGERS: Final = {
-    "later_job_count_insert": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_insert AFTER INSERT ON later_job
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (NEW.namespace, NEW.stage, 1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
-        END""",
-    "later_job_count_update": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_update
-        AFTER UPDATE OF stage ON later_job WHEN OLD.stage <> NEW.stage
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (OLD.namespace, OLD.stage, -1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (NEW.namespace, NEW.stage, 1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n + 1;
-        END""",
-    "later_job_count_delete": """
-        CREATE TRIGGER IF NOT EXISTS later_job_count_delete AFTER DELETE ON later_job
-        BEGIN
-            INSERT INTO later_stage_count (namespace, stage, n)
-            VALUES (OLD.namespace, OLD.stage, -1)
-            ON CONFLICT (namespace, stage) DO UPDATE SET n = n - 1;
-        END""",
-}
-
-COUNTER_UNIQUE_SQL: Final = (
-    "CREATE UNIQUE INDEX IF NOT EXISTS later_count_one_row ON later_stage_count (namespace, stage)"
-)
-
 # Bumped by every commit of another connection to this file; costs no I/O.
 DATA_VERSION_SQL: Final = "PRAGMA data_version"
 

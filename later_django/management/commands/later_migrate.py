@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
+from later_django import objects
 from later_django.checks import stored_topic_conflicts
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -25,11 +26,12 @@ class Command(BaseCommand):
         connection = connections[alias]
         actions: list[str] = []
         dialect = dialect_for(alias)
-        # Read before migrating: migrate itself reinstalls triggers afterwards.
+        # Read before migrating: migrate itself reinstalls them afterwards.
+        expected = objects.expected(connection.vendor)
         missing = set()
         if "later_job" in connection.introspection.table_names():
             with connection.cursor() as cursor:
-                missing = set(dialect.trigger_names) - dialect.installed_objects(cursor)
+                missing = set(expected) - dialect.installed_objects(cursor)
 
         output = io.StringIO()
         call_command("migrate", "later_django", database=alias, verbosity=1, stdout=output)
@@ -45,7 +47,14 @@ class Command(BaseCommand):
                 actions.append("switched SQLite to WAL journal mode")
 
         with transaction.atomic(using=alias), connection.cursor() as cursor:
-            dialect.install(cursor)
+            objects.install(cursor, connection.vendor)
+            still_missing = set(expected) - dialect.installed_objects(cursor)
+        if still_missing:
+            raise CommandError(
+                f"later's database objects {', '.join(sorted(still_missing))} are missing on "
+                f"{alias} after installing them; check the database user's rights to create "
+                "triggers and functions"
+            )
         actions += [f"installed trigger {name}" for name in sorted(missing)]
 
         topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
