@@ -155,15 +155,15 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
-    _wake_on_commit(alias)
+    _wake_on_commit(alias, len(ids))
     if built is not None:
         _tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
     return ids
 
 
-def _wake_on_commit(alias: str) -> None:
+def _wake_on_commit(alias: str, count: int = 1) -> None:
     if wakeup.has_listeners():
-        transaction.on_commit(wakeup.wake, using=alias)
+        transaction.on_commit(functools.partial(wakeup.wake, count), using=alias)
 
 
 def _tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
@@ -239,7 +239,7 @@ def _settle_child(alias: str, job_id: str, retention_ms: int) -> None:
         )
         return
     if settled == "released":
-        wakeup.wake()
+        wakeup.wake(1)
 
 
 def cancel(job_id: str) -> bool:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-_listeners: set[Callable[[], None]] = set()
+# Each is called with how many jobs became ready (None: unknown).
+_listeners: set[Callable[[int | None], None]] = set()
 
 
-def add_listener(listener: Callable[[], None]) -> None:
+def add_listener(listener: Callable[[int | None], None]) -> None:
     _listeners.add(listener)
 
 
-def remove_listener(listener: Callable[[], None]) -> None:
+def remove_listener(listener: Callable[[int | None], None]) -> None:
     _listeners.discard(listener)
 
 
@@ -23,6 +24,7 @@ def has_listeners() -> bool:
     return bool(_listeners)
 
 
-def wake() -> None:
+def wake(count: int | None = None) -> None:
+    """Tell local workers that ``count`` jobs became ready (None: unknown)."""
     for listener in list(_listeners):
-        listener()
+        listener(count)

@@ -51,3 +51,19 @@ def test_idle_workers_wake_on_notify_after_the_listener_was_cut(
         await await_stage(second, "success", timeout=5)
 
     serve(body, workers=1)
+
+
+def test_notify_payloads_count_the_jobs_that_became_ready(later_db):
+    if not dialect_for(later_db.alias).supports_listen:
+        pytest.skip("SQLite cannot notify")
+    import psycopg
+
+    from later_django.db.postgresql import connect_kwargs
+
+    with psycopg.connect(autocommit=True, **connect_kwargs(later_db.alias)) as listener:
+        listener.execute("LISTEN later")
+        later.enqueue(Noop(n=1))
+        later.enqueue_many([Noop(n=n) for n in range(3)])
+        later.enqueue_delayed(Noop(n=9), timedelta(hours=1))  # not ready: no notification
+        payloads = [note.payload for note in listener.notifies(timeout=2, stop_after=2)]
+    assert payloads == ["default", "default\x1f3"]

@@ -81,7 +81,7 @@ class Claimer:
         """A job claimed for a worker that went away meanwhile: the next worker takes it."""
         if job is not None:
             self._spares.append(job)
-            self.wake.wake()
+            self.wake.wake(1)
 
     def drop(self, claim: Claim) -> None:
         """Forget a spare whose lease was given up."""

@@ -105,7 +105,7 @@ class Completer:
         if completion.released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
-            self.wake.wake()
+            self.wake.wake(completion.released)
         completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 
@@ -194,7 +194,7 @@ class Completer:
             logger.debug("early promotion failed: %s", exc)
             return
         if promoted:
-            self.wake.wake()
+            self.wake.wake(promoted)
 
     def _spawn_background(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 
 from later_django import wakeup
 from later_django.db import dialect_for
@@ -24,29 +25,55 @@ WATCH_INTERVAL = 0.004
 
 
 class Wakeup:
-    """An event idle workers wait on; ``wake()`` releases every current waiter.
+    """Idle workers wait here; ``wake(n)`` releases ``n`` of them (all when
+    ``n`` is None), in the order they began to wait.
+
+    A commit that made one job ready wakes one worker, not every idle one:
+    the others would only claim nothing, and on a small machine their
+    wake-ups delay the one that gets the job.
 
     ``generation`` counts wake-ups, so a worker whose claim was in flight when
     one happened does not sleep through it: it passes the generation it saw
     before claiming as ``since`` and ``wait`` returns at once."""
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self.generation = 0
 
-    def wake(self) -> None:
+    def wake(self, count: int | None = None) -> None:
         self.generation += 1
-        self._event.set()
-        self._event = asyncio.Event()
+        left = len(self._waiters) if count is None else count
+        while left > 0 and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                left -= 1
 
     async def wait(self, timeout: float, since: int | None = None) -> None:
         if since is not None and since != self.generation:
             return
-        # asyncio.timeout(), not wait_for(): on Python 3.11 wait_for wraps the
-        # wait in a task of its own, which every idle worker pays per wake-up.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self._event.wait()
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            # asyncio.timeout(), not wait_for(): on Python 3.11 wait_for wraps
+            # the wait in a task of its own.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await waiter
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            with contextlib.suppress(ValueError):  # not popped by a wake: timed out
+                self._waiters.remove(waiter)
+
+
+def ready_count(payload: str, namespace: str) -> int:
+    """How many jobs of ``namespace`` a NOTIFY payload announces (0: another
+    namespace): the namespace alone for one, else namespace, chr(31), count."""
+    name, _, count = payload.partition("\x1f")
+    if name != namespace:
+        return 0
+    return int(count) if count.isdigit() else 1
 
 
 class Notifier:
@@ -88,10 +115,10 @@ class Notifier:
         if self._task is not None:
             await asyncio.wait([self._task], timeout=timeout)
 
-    def _wake_threadsafe(self) -> None:
+    def _wake_threadsafe(self, count: int | None) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.wake.wake)
+            loop.call_soon_threadsafe(self.wake.wake, count)
 
     async def _listen_forever(self) -> None:
         from later_django.db.listen import notifications  # PostgreSQL only: needs psycopg
@@ -103,8 +130,8 @@ class Notifier:
                         self.connected.set()
                         # Anything committed while we were not listening is found now.
                         self.wake.wake()
-                    elif namespace == self.namespace:
-                        self.wake.wake()
+                    elif ready := ready_count(namespace, self.namespace):
+                        self.wake.wake(ready)
             except Exception as exc:  # noqa: BLE001  the database may be restarting
                 self.connected.clear()
                 logger.warning(
