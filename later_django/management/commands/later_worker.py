@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -133,6 +134,10 @@ async def _serve(server: Server) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     await server.start()
+    # Everything made until now (Django, the apps, the server) lives as long
+    # as the process: out of the collector's sight, a full collection walks
+    # only what jobs made since, instead of stalling the loop for tens of ms.
+    gc.freeze()
     await stop.wait()
     await server.shutdown()
     return 0
