@@ -8,7 +8,7 @@ from later_django.worker.notifier import Wakeup, ready_count
 
 
 async def _waiting(wake: Wakeup, n: int) -> list[asyncio.Task[None]]:
-    tasks = [asyncio.create_task(wake.wait(30)) for _ in range(n)]
+    tasks = [asyncio.create_task(wake.wait(timeout=30)) for _ in range(n)]
     for _ in range(3):
         await asyncio.sleep(0)  # let each task reach its wait
     return tasks
@@ -39,7 +39,7 @@ def test_a_wait_that_timed_out_leaves_nothing_behind():
     async def scenario() -> tuple[int, bool]:
         wake = Wakeup()
         for _ in range(50):
-            await wake.wait(0)
+            await wake.wait(timeout=0)
         waiting = len(wake._waiters)
         tasks = await _waiting(wake, 1)
         wake.wake(1)  # must reach the live waiter, not a stale one
@@ -56,7 +56,7 @@ def test_a_wake_during_a_claim_is_not_slept_through():
         wake = Wakeup()
         seen = wake.generation  # a worker notes it, then claims...
         wake.wake(1)  # ...while a commit wakes nobody (no one waits)
-        await asyncio.wait_for(wake.wait(30, since=seen), 1)
+        await asyncio.wait_for(wake.wait(since=seen, timeout=30), 1)
         return True
 
     assert asyncio.run(scenario())

@@ -99,6 +99,19 @@ def test_forgive_stall_restarts_every_marker(settings):
     assert server.replaced == []
 
 
+def test_idle_workers_waiting_for_work_are_never_hung(settings):
+    """A worker waiting for a wake-up makes no progress by design: with jobs
+    arriving one at a time, one worker per job wakes and the others may wait
+    for as long as the stream lasts."""
+    set_later(settings, HUNG_WORKER_THRESHOLD=timedelta(seconds=1))
+    server = fake_server(idle_for=30)
+    for slot in server.slots[1:]:
+        slot.idle = True
+    actions = supervisor.check_once(server)
+    assert actions == [f"replaced hung worker 0 with {server.slots[0].id}"]
+    assert [slot.id for slot in server.replaced] == [0], "only the one outside any wait"
+
+
 def test_supervise_does_not_replace_workers_after_a_stall(settings):
     """The tick that comes late because the whole process stood still restarts
     the markers instead of replacing every worker as hung."""

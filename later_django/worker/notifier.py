@@ -49,7 +49,9 @@ class Wakeup:
                 waiter.set_result(None)
                 left -= 1
 
-    async def wait(self, timeout: float, since: int | None = None) -> None:
+    async def wait(self, since: int | None = None, timeout: float | None = None) -> None:
+        """Wait for a wake-up (or ``timeout`` seconds); return at once if one
+        came since generation ``since``."""
         if since is not None and since != self.generation:
             return
         waiter = asyncio.get_running_loop().create_future()

@@ -218,6 +218,7 @@ class Server:
         await self._heartbeat_once()
         self.services.start("renew", self.leases.run_renewals)
         self.services.start("deadlines", self.leases.run_deadlines)
+        self.services.start("poll", self.pool.run_backstop)
         self.services.start("heartbeat", self._heartbeat_loop)
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))

@@ -112,7 +112,7 @@ def check_once(server: Supervised) -> list[str]:
             )
             new = server.replace_worker(slot)
             actions.append(f"replaced exited worker {slot.id} with {new.id}")
-        elif slot.busy_since is None and now - slot.last_active > threshold:
+        elif not slot.idle and slot.busy_since is None and now - slot.last_active > threshold:
             logger.error(
                 "worker %d made no progress for %.0fs outside any handler; it looks "
                 "hung (e.g. a starved database connection): replacing it",

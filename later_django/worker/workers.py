@@ -46,6 +46,8 @@ class WorkerSlot:
     finishing: asyncio.Future[None] | None = None
     # Why the worker loop ended with an error, if it did.
     crash: BaseException | None = None
+    # Waiting for work: no progress is expected of it.
+    idle: bool = False
     cancellable: bool = False
     lease_lost: bool = False
     stopping: bool = False
@@ -150,7 +152,11 @@ class WorkerPool:
             slot.touch()
             if job is None:
                 # A wake-up during the claim (a commit it may have missed) claims again.
-                await self.wake.wait(self.poll_interval, since=seen)
+                slot.idle = True
+                try:
+                    await self.wake.wait(since=seen)
+                finally:
+                    slot.idle = False
                 continue
             slot.current_job, slot.current_claim = job.id, (job.id, job.attempts)
             slot.busy_since, slot.reported_slow = time.monotonic(), False
@@ -182,6 +188,18 @@ class WorkerPool:
                 slot.busy_since, slot.run_task = None, None
             self.processed += 1
         await self._outcome_stored(slot)
+
+    async def run_backstop(self) -> None:
+        """Wake every idle worker once a poll interval in which nothing else
+        did: a commit no notification told of (another process on SQLite
+        between two looks, a lost LISTEN connection) is found within one
+        interval, at the cost of one shared claim per interval while quiet,
+        and none while commits keep waking workers."""
+        while True:
+            seen = self.wake.generation
+            await asyncio.sleep(self.poll_interval)
+            if self.wake.generation == seen:
+                self.wake.wake()
 
     @staticmethod
     async def _outcome_stored(slot: WorkerSlot) -> None:
