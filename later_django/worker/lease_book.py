@@ -51,12 +51,6 @@ class LeaseBook:
         # handler, or drops it if it was not started yet.
         self.on_given_up: Callable[[Claim, str], None] = lambda claim, why: None
 
-    def __contains__(self, claim: object) -> bool:
-        return claim in self._until
-
-    def __len__(self) -> int:
-        return len(self._until)
-
     def hold(self, claims: Iterable[Claim], sent: float) -> None:
         """Claims whose lease a statement sent at ``sent`` (loop time) set."""
         until = sent + self.confirmed_for

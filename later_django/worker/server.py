@@ -27,7 +27,6 @@ from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
 from later_django.store import Store, new_pool
-from later_django.types import ClaimedJob
 from later_django.worker import supervisor
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
@@ -177,9 +176,6 @@ class Server:
     @property
     def processed(self) -> int:
         return self.pool.processed
-
-    async def claim(self) -> ClaimedJob | None:
-        return await self.claimer.claim()
 
     async def renew_leases(self) -> list[Claim]:
         return await self.leases.renew()
