@@ -381,6 +381,19 @@ class Rollback(Exception):
 # -- the database -----------------------------------------------------------------------
 
 
+def test_the_clock_is_one_value_for_a_whole_statement(later_db, dialect):
+    """{now} reads the database's clock once per statement: every column and
+    row one write stamps agrees (history's last entry equals changed_ms), and
+    the planner may bound an index search with it."""
+    rows = 200_000  # some tens of milliseconds of work on either database
+    [(first, last)] = later_db.rows(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %s) "
+        f"SELECT MIN(t), MAX(t) FROM (SELECT {dialect.now_sql} AS t FROM n) s",
+        [rows],
+    )
+    assert first == last
+
+
 def test_installed_objects_are_the_newest_version_even_installed_twice(later_db, dialect):
     """installed_objects() names exactly the objects of the newest frozen
     version, installed again and again; the counters follow the next writes."""

@@ -314,7 +314,11 @@ def test_permanent_store_error_lets_the_lease_expire_and_frees_the_worker(
             # No longer renewed, the lease expired and the job was recovered.
             info = await await_stage(flaky, "success", timeout=15)
             assert info.attempts == 2
-            assert not server.completer.unstored
+
+            async def all_stored() -> bool:
+                return not server.completer.unstored
+
+            await await_until(all_stored, 10, "every outcome stored")
 
         serve(body, workers=1)
     finally:

@@ -289,7 +289,13 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
         await await_stage(second, "success")
         assert info.attempts == 1
         assert len(calls) >= 3, calls
-        assert not server.completer.unstored, "every outcome was stored"
+
+        # The stage is visible once the batch commits, a moment before the
+        # completer hears back from the database.
+        async def all_stored() -> bool:
+            return not server.completer.unstored
+
+        await await_until(all_stored, 10, "every outcome stored")
 
     serve(body, workers=1, before_start=patch_completion)
     assert "could not store the outcome of job" in caplog.text

@@ -44,7 +44,6 @@ class PostgresDialect(Dialect):
     supports_listen: ClassVar[bool] = True
     supports_async_connection: ClassVar[bool] = True
     now_sql: ClassVar[str] = pg_sql.NOW_SQL
-    cutoff_sql: ClassVar[str] = pg_sql.CUTOFF_SQL
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
     share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
 

@@ -34,7 +34,6 @@ class SqliteDialect(Dialect):
     supports_change_counter: ClassVar[bool] = True
     needs_vacuum: ClassVar[bool] = True
     now_sql: ClassVar[str] = sqlite_sql.NOW_SQL
-    cutoff_sql: ClassVar[str] = sqlite_sql.NOW_SQL
     greatest_sql: ClassVar[str] = "MAX"
 
     # -- schema -------------------------------------------------------------------

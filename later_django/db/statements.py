@@ -13,11 +13,9 @@ class Statements(abc.ABC):
     """Renders later's SQL templates for one vendor."""
 
     vendor: ClassVar[str]
-    # The database's clock as epoch milliseconds, an SQL expression ({now}).
+    # The database's clock as epoch milliseconds, an SQL expression with one
+    # value for the whole statement ({now}).
     now_sql: ClassVar[str]
-    # The same clock as a bound a WHERE clause can search an index with: fixed
-    # for the whole statement, where a volatile now_sql is not ({cutoff}).
-    cutoff_sql: ClassVar[str]
     # The larger of two values ({greatest}).
     greatest_sql: ClassVar[str] = "GREATEST"
     # Appended to SELECTs that pick rows to change, where the vendor locks
@@ -39,7 +37,6 @@ class Statements(abc.ABC):
                 template.replace("{stamp}", STAMP)
                 .replace("{greatest}", self.greatest_sql)
                 .replace("{now}", self.now_sql)
-                .replace("{cutoff}", self.cutoff_sql)
                 .replace("{skip_locked}", self.skip_locked)
                 .replace("{share_lock}", self.share_lock)
             )

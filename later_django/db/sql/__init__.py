@@ -3,9 +3,8 @@
 Nothing here runs a statement or imports runtime code. Statements are
 templates; Dialect._sql() fills in, once per vendor:
 
-    {now}          the database's clock in epoch ms, read when the statement runs
-    {cutoff}       the same clock, fixed for the whole statement: a bound an
-                   index search can use where it limits a scan
+    {now}          the database's clock in epoch ms, one value for the whole
+                   statement (an index search can use it as a bound)
     {stamp}        the time of a stage change (STAMP)
     {greatest}     the larger of two values (GREATEST, or SQLite's MAX)
     {skip_locked}  appended to SELECTs that pick rows to change, where the

@@ -68,7 +68,7 @@ WHERE c.id = %s AND c.stage = 'waiting' {share_lock}
 # the small partial index of running jobs, slow while it holds dead entries
 # between vacuums.
 OWNER_FENCE: Final = "lease_owner = %s AND attempts = %s"
-EXPIRED_FENCE: Final = "lease_expires_ms < {cutoff} - %s AND attempts = %s"
+EXPIRED_FENCE: Final = "lease_expires_ms < {now} - %s AND attempts = %s"
 
 # Fenced like every write of a claim: a renewal for attempt n never extends
 # attempt n + 1 of the same job, so a handler of a recovered attempt learns
@@ -134,14 +134,14 @@ UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
     history = history || 'enqueued@' || {stamp} || ';'
 WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {cutoff}
+    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
     ORDER BY run_at_ms LIMIT %s {skip_locked})
   AND stage IN ('delayed', 'requeued')
 """
 
 JOB_STUCK_SQL: Final = """
 SELECT id, type_name, attempts, retry_policy FROM later_job
-WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {cutoff} - %s
+WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
 ORDER BY lease_expires_ms LIMIT %s
 """
 
@@ -149,7 +149,7 @@ ORDER BY lease_expires_ms LIMIT %s
 JOB_PRUNE_SQL: Final = """
 DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {cutoff}
+    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
     LIMIT %s {skip_locked})
 """
 

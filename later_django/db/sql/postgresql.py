@@ -10,13 +10,14 @@ from typing import Final
 NOTIFY_CHANNEL: Final = "later"
 
 # -- clock and locking fragments (see __init__.py) -----------------------------
-# clock_timestamp(), not now(): the time of the write itself, not of the
-# start of the transaction or of a statement that waited for a lock.
-# date_part() is double precision: far cheaper than extract()'s numeric,
-# and exact to the millisecond for any date a job can have.
-NOW_SQL: Final = "(date_part('epoch', clock_timestamp()) * 1000)::bigint"
-# statement_timestamp() is stable: the planner can search an index with it.
-CUTOFF_SQL: Final = "(date_part('epoch', statement_timestamp()) * 1000)::bigint"
+# statement_timestamp(): one time for the whole statement, so every column a
+# write stamps agrees (clock_timestamp() is read anew per column and row), and
+# stable, so the planner can search an index with it. A statement that waited
+# for a row lock is still stamped after the write it waited for: a stage
+# change is GREATEST(now, changed_ms). date_part() is double precision: far
+# cheaper than extract()'s numeric, and exact to the millisecond for any date
+# a job can have.
+NOW_SQL: Final = "(date_part('epoch', statement_timestamp()) * 1000)::bigint"
 SKIP_LOCKED: Final = "FOR UPDATE SKIP LOCKED"
 SHARE_LOCK: Final = "FOR SHARE OF p"
 

@@ -15,7 +15,7 @@ ON CONFLICT (id) DO UPDATE SET workers = excluded.workers,
 SERVER_REMOVE_SQL: Final = "DELETE FROM later_server WHERE id = %s"
 
 SERVER_PRUNE_SQL: Final = """
-DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {cutoff} - %s
+DELETE FROM later_server WHERE namespace = %s AND heartbeat_ms < {now} - %s
 """
 
 MAINTENANCE_CLAIM_SQL: Final = """

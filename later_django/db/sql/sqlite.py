@@ -11,8 +11,7 @@ from later_django.db.sql.jobs import INSERT_COLUMNS
 
 # -- clock fragment (see __init__.py) -------------------------------------------
 # julianday('now') has millisecond precision and one value per statement
-# step; the 3.40 library here lacks unixepoch('subsec'). One value per step
-# is fixed enough to be the {cutoff} too.
+# step; the 3.40 library here lacks unixepoch('subsec').
 NOW_SQL: Final = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)"
 
 # -- jobs -----------------------------------------------------------------------
