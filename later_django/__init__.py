@@ -32,10 +32,18 @@ from later_django.exceptions import (
 )
 from later_django.ids import JobId
 from later_django.lookup import aget_job, astage_counts, get_job, stage_counts
+from later_django.recurring.api import (
+    aenqueue_recurring,
+    alist_recurring,
+    aremove_recurring,
+    enqueue_recurring,
+    list_recurring,
+    remove_recurring,
+)
 from later_django.registry import job
 from later_django.retry import RetryPolicy
 from later_django.states import Stage
-from later_django.types import JobInfo, StageChange
+from later_django.types import JobInfo, RecurringSchedule, StageChange
 
 __all__ = [
     "AlreadyRegistered",
@@ -49,6 +57,7 @@ __all__ = [
     "NotMigrated",
     "NotRegistered",
     "PayloadTooLarge",
+    "RecurringSchedule",
     "RetryPolicy",
     "Stage",
     "StageChange",
@@ -60,7 +69,10 @@ __all__ = [
     "aenqueue_delayed_at",
     "aenqueue_in",
     "aenqueue_many",
+    "aenqueue_recurring",
     "aget_job",
+    "alist_recurring",
+    "aremove_recurring",
     "astage_counts",
     "cancel",
     "enqueue",
@@ -69,7 +81,10 @@ __all__ = [
     "enqueue_delayed_at",
     "enqueue_in",
     "enqueue_many",
+    "enqueue_recurring",
     "get_job",
     "job",
+    "list_recurring",
+    "remove_recurring",
     "stage_counts",
 ]

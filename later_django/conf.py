@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "PARTITION_LEASE_DURATION": timedelta(seconds=30),
     "METRICS_REFRESH_INTERVAL": timedelta(seconds=5),
     "RETAINED_LOG_LEASE_DURATION": timedelta(seconds=30),
+    # Recurring occurrences missed by less than this (downtime) still run;
+    # of older ones only the latest runs, once (docs/recurring.md).
+    "RECURRING_MISSED_GRACE": timedelta(minutes=1),
 }
 
 _TIMEDELTA_KEYS = {key for key, value in DEFAULTS.items() if isinstance(value, timedelta)}

@@ -8,6 +8,8 @@ from typing import Any
 
 from later_django import enqueue as api
 from later_django.ids import JobId
+from later_django.recurring import api as recurring
+from later_django.types import RecurringSchedule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,8 +72,29 @@ class JobContext:
     async def acancel(self, job_id: str) -> bool:
         return await api.acancel(job_id)
 
-    def enqueue_recurring(self, *args: Any, **kwargs: Any) -> JobId | None:
-        raise NotImplementedError("recurring jobs are not available yet")
+    def enqueue_recurring(
+        self, identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+    ) -> JobId | None:
+        return recurring.enqueue_recurring(identifier, payload, cron, tz=tz, priority=priority)
+
+    def remove_recurring(self, identifier: str) -> bool:
+        return recurring.remove_recurring(identifier)
+
+    def list_recurring(self) -> list[RecurringSchedule]:
+        return recurring.list_recurring()
+
+    async def aenqueue_recurring(
+        self, identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+    ) -> JobId | None:
+        return await recurring.aenqueue_recurring(
+            identifier, payload, cron, tz=tz, priority=priority
+        )
+
+    async def aremove_recurring(self, identifier: str) -> bool:
+        return await recurring.aremove_recurring(identifier)
+
+    async def alist_recurring(self) -> list[RecurringSchedule]:
+        return await recurring.alist_recurring()
 
     def enqueue_to_partition(self, *args: Any, **kwargs: Any) -> JobId:
         raise NotImplementedError("partitioned topics are not available yet")

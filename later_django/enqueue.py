@@ -157,7 +157,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
         raise
     _wake_on_commit(alias, len(ids))
     if built is not None:
-        _tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
+        tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
     return ids
 
 
@@ -166,7 +166,7 @@ def _wake_on_commit(alias: str, count: int = 1) -> None:
         transaction.on_commit(functools.partial(wakeup.wake, count), using=alias)
 
 
-def _tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
+def tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
     """Tell events subscribers of ``jobs`` once their transaction commits."""
     namespace = conf.namespace
 
@@ -187,7 +187,7 @@ def _insert_one(job: NewJob) -> JobId:
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     if events.active:
-        _tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(alias, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 
 
@@ -207,7 +207,7 @@ def _insert_continuation(job: NewJob) -> JobId:
             f"{job.namespace!r} (it may have expired)"
         )
     if events.active:
-        _tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(alias, [(job.id, job.type_name)], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     elif stage == Stage.WAITING and not dialect.single_writer:

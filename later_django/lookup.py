@@ -58,6 +58,7 @@ def get_job(job_id: str) -> JobInfo | None:
         last_error=row.last_error,
         parent_id=JobId(row.parent_id) if row.parent_id else None,
         history=parse_history(row.history),
+        recurring=row.recurring,
     )
 
 

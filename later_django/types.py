@@ -76,3 +76,24 @@ class JobInfo:
     topic: str | None = None
     partition: int | None = None
     sequence: int | None = None
+    # The identifier of the schedule this job is an occurrence of.
+    recurring: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecurringSchedule:
+    """What list_recurring() returns for one schedule: never its payload.
+
+    ``zone`` is the IANA name its cron is read in; ``next_run_at`` the next
+    fire time not enqueued yet; ``last_job_id`` and ``last_run_at`` the last
+    occurrence enqueued and its fire time (occurrences due soon are enqueued
+    ahead, so that may lie in the future)."""
+
+    identifier: str
+    cron: str
+    zone: str
+    type_name: str
+    priority: int
+    next_run_at: dt.datetime
+    last_job_id: JobId | None
+    last_run_at: dt.datetime | None

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from django.db import connections
 
 import later_django as later
+from later_django.db import dialect_for
 from later_django.types import JobInfo
 from later_django.worker.server import Server
 
@@ -179,6 +180,17 @@ class LaterDb:
         with connections[self.alias].cursor() as cursor:
             cursor.execute(sql, params or [])
             return list(cursor.fetchall())
+
+    def execute(self, sql: str, params: list[object] | None = None) -> int:
+        """Run a write; return how many rows it changed."""
+        with connections[self.alias].cursor() as cursor:
+            cursor.execute(sql, params or [])
+            return int(cursor.rowcount)
+
+    def now_ms(self) -> int:
+        """The database's clock, in epoch ms."""
+        with connections[self.alias].cursor() as cursor:
+            return dialect_for(self.alias).clock_now(cursor)
 
     def job_count(self) -> int:
         """Return how many rows later_job has, in every namespace."""

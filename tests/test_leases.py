@@ -128,6 +128,8 @@ def test_vacuum_runs_on_the_leading_server_only(later_db):
             server_ttl_ms=60_000,
             vacuum_interval_ms=1,
             leader=Leader(namespace="default", owner=owner, ttl_ms=TTL_MS),
+            missed_grace_ms=60_000,
+            schedule_ahead_ms=1000,
         )
 
     one, two = context("one"), context("two")

@@ -2,7 +2,7 @@
 
 Dialect is the abstract base every database vendor implements. Its
 operations come per domain (jobs.py, counters.py, servers.py, topics.py,
-leases.py, each over the statements of its db/sql/ module): what both
+leases.py, schedules.py, each over the statements of its db/sql/ module): what both
 databases share is implemented there once; what differs per vendor is
 abstract, or belongs to a capability flag below. Operations on the database
 as a whole (schema, file) are here. Each runs on a cursor of the LATER
@@ -20,8 +20,10 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.counters import CounterOperations
 from later_django.db.jobs import JobOperations
 from later_django.db.leases import LeaseOperations
+from later_django.db.schedules import ScheduleOperations
 from later_django.db.servers import ServerOperations
 from later_django.db.sql import TABLES as TABLES
+from later_django.db.sql import jobs as jobs_sql
 from later_django.db.topics import TopicOperations
 
 # Operations a dialect implements exactly when it declares the capability,
@@ -36,7 +38,13 @@ INLINE_OPERATIONS: Final = ("job_claim", "job_complete_many")
 
 
 class Dialect(
-    JobOperations, CounterOperations, ServerOperations, TopicOperations, LeaseOperations, abc.ABC
+    JobOperations,
+    CounterOperations,
+    ServerOperations,
+    TopicOperations,
+    LeaseOperations,
+    ScheduleOperations,
+    abc.ABC,
 ):
     """SQL operations on later's tables for one database vendor."""
 
@@ -78,6 +86,12 @@ class Dialect(
                 f"{cls.__name__} implements an operation exactly when its capability "
                 f"flag says so; check {', '.join(wrong)}"
             )
+
+    # -- the clock ------------------------------------------------------------------
+    def clock_now(self, cursor: CursorWrapper) -> int:
+        """The database's clock, in epoch ms: what every stored time is on."""
+        cursor.execute(self._sql(jobs_sql.CLOCK_NOW_SQL))
+        return int(cursor.fetchone()[0])
 
     # -- schema ---------------------------------------------------------------------
     @abc.abstractmethod

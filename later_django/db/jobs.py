@@ -193,6 +193,13 @@ class JobOperations(Statements):
         )
 
     # -- maintenance --------------------------------------------------------------------
+    def job_next_due_in(self, cursor: CursorWrapper, *, namespace: str) -> int | None:
+        """Milliseconds until the first delayed or requeued job of
+        ``namespace`` is due (<= 0 when one already is); None when none waits."""
+        cursor.execute(self._sql(jobs_sql.JOB_NEXT_DUE_SQL), [namespace])
+        row = cursor.fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     def job_promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
         """Make up to ``limit`` delayed or requeued jobs whose time has come
         ready; return how many."""

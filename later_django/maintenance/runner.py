@@ -1,4 +1,6 @@
-"""The maintenance loop: runs every step each interval; one failing step never stops it."""
+"""The maintenance loop: runs every step each interval; one failing step never
+stops it. Between ticks it promotes delayed and retried jobs the moment they
+are due, so a job due between two ticks does not wait for the next one."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
@@ -19,6 +22,12 @@ from later_django.store import Store
 logger = logging.getLogger(__name__)
 
 Step = Callable[[Dialect, CursorWrapper, StepContext], int]
+
+# The wait between two ticks is the interval times a factor in this range.
+JITTER = (0.8, 1.2)
+# After a promotion found nothing although a job looked due (another server
+# was promoting it), look again this much later instead of at once.
+RECHECK_MS = 50
 
 
 class Maintenance:
@@ -32,6 +41,7 @@ class Maintenance:
         interval: float,
         *,
         lease: float,
+        wake: Callable[[int], Any],
     ) -> None:
         self.store = store
         self.pool = pool
@@ -47,12 +57,66 @@ class Maintenance:
         self.stall_after = max(lease / 2, 3 * interval)
         self._last_step_end: float | None = None
         self._hold_rescue_until = 0.0
+        self.wake = wake
+        self._promotion: asyncio.TimerHandle | None = None
+        self._promoting: set[asyncio.Future[None]] = set()
 
     async def run(self) -> None:
-        while True:
-            await self.run_once()
-            # Jitter so a fleet of servers does not run in lockstep.
-            await asyncio.sleep(self.interval * random.uniform(0.8, 1.2))  # noqa: S311
+        try:
+            while True:
+                await self.run_once()
+                try:
+                    await self._plan_promotion(promoted=1)
+                except Exception as exc:  # noqa: BLE001  the next tick plans again
+                    logger.debug("could not plan the next promotion: %s", exc)
+                # Jitter so a fleet of servers does not run in lockstep.
+                await asyncio.sleep(self.interval * random.uniform(*JITTER))  # noqa: S311
+        finally:
+            if self._promotion is not None:
+                self._promotion.cancel()
+
+    def promote_after(self, delay_ms: int) -> None:
+        """Promote the jobs due ``delay_ms`` from now at that moment, unless
+        the next tick comes first. One timer at a time: the earliest wins, and
+        each promotion plans the next."""
+        delay = max(delay_ms, 0) / 1000
+        if delay >= self.interval * JITTER[1]:
+            return  # the next tick plans it
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        if self._promotion is not None:
+            if self._promotion.when() <= when:
+                return
+            self._promotion.cancel()
+        self._promotion = loop.call_at(when, self._start_promotion)
+
+    def _start_promotion(self) -> None:
+        self._promotion = None
+        task = asyncio.ensure_future(self._promote_on_time())
+        # Keep a reference until done: the loop holds tasks only weakly.
+        self._promoting.add(task)
+        task.add_done_callback(self._promoting.discard)
+
+    async def _promote_on_time(self) -> None:
+        try:
+            promoted = await self.run_step("promote_due")
+            if promoted:
+                self.wake(promoted)
+            await self._plan_promotion(promoted)
+        except Exception as exc:  # noqa: BLE001  the next tick promotes them
+            logger.debug("promotion between ticks failed: %s", exc)
+
+    async def _plan_promotion(self, promoted: int) -> None:
+        """Set the timer for the next delayed or retried job due before the
+        next tick."""
+        namespace = self.ctx.namespace
+
+        def next_due_in(dialect: Dialect, cursor: CursorWrapper) -> int | None:
+            return dialect.job_next_due_in(cursor, namespace=namespace)
+
+        due_in = await self.store.run(self.pool, next_due_in)
+        if due_in is not None:
+            self.promote_after(due_in if promoted or due_in > 0 else RECHECK_MS)
 
     async def run_step(self, name: str) -> int:
         """Run one step now, outside the regular tick."""

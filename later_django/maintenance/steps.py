@@ -16,6 +16,7 @@ from later_django import registry
 from later_django.db.base import Dialect
 from later_django.db.rows import ExpiredFence, FailureWrite, RetryWrite
 from later_django.leases import Leader
+from later_django.recurring import firing
 from later_django.retry import RetryPolicy, default_policy
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,22 @@ class StepContext:
     vacuum_interval_ms: int | None
     # Leads the steps that run once per cluster.
     leader: Leader
+    # Recurring occurrences missed by more than this collapse into one.
+    missed_grace_ms: int
+    # Occurrences due this soon are enqueued ahead, as delayed jobs.
+    schedule_ahead_ms: int
+
+
+def fire_schedules(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Recurring schedules enqueue their occurrences due before the tick after next."""
+    return firing.fire_schedules(
+        dialect,
+        cursor,
+        alias=ctx.alias,
+        ahead_ms=ctx.schedule_ahead_ms,
+        grace_ms=ctx.missed_grace_ms,
+        namespace=ctx.namespace,
+    )
 
 
 def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
@@ -139,6 +156,7 @@ def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
 
 
 STEPS = {
+    "fire_schedules": fire_schedules,
     "promote_due": promote_due,
     "rescue_stuck": rescue_stuck,
     "resolve_orphans": resolve_orphans,

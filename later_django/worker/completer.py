@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -61,7 +60,6 @@ class Completer:
         # Claims whose handler ended and whose outcome is being stored.
         self.unstored: dict[Claim, ClaimedJob] = {}
         self._finishing: set[asyncio.Future[None]] = set()
-        self._background: set[asyncio.Future[None]] = set()
         self._completions: Coalescer[Claim, bool] = Coalescer(
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
@@ -151,7 +149,7 @@ class Completer:
                 delay = min(delay * 2, FINISH_RETRY_MAX)
         self._stored(job, outcome, stored, ran)
         if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
-            self._promote_after(outcome.delay_ms)
+            self.maintenance.promote_after(outcome.delay_ms)
 
     def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
         fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
@@ -178,29 +176,6 @@ class Completer:
             exc,
             extra={"action": "finish_abandoned", "job_id": job.id},
         )
-
-    def _promote_after(self, delay_ms: int) -> None:
-        """Promote a retry due before the next maintenance tick when it is due."""
-        delay = max(delay_ms, 0) / 1000
-        if delay >= self.maintenance.interval:
-            return  # the regular maintenance tick comes first anyway
-        loop = asyncio.get_running_loop()
-        loop.call_later(delay, lambda: self._spawn_background(self._promote_now()))
-
-    async def _promote_now(self) -> None:
-        try:
-            promoted = await self.maintenance.run_step("promote_due")
-        except Exception as exc:  # noqa: BLE001  the maintenance tick promotes it
-            logger.debug("early promotion failed: %s", exc)
-            return
-        if promoted:
-            self.wake.wake(promoted)
-
-    def _spawn_background(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        # Keep a reference until done: the loop holds tasks only weakly.
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     @staticmethod
     def _log_finish_error(job: ClaimedJob, error: object) -> None:

@@ -104,9 +104,12 @@ class Server:
                 server_ttl_ms=max(4 * conf.millis("PARTITION_HEARTBEAT_TTL"), 60_000),
                 vacuum_interval_ms=int(vacuum.total_seconds() * 1000) if vacuum else None,
                 leader=self.leader,
+                missed_grace_ms=conf.millis("RECURRING_MISSED_GRACE"),
+                schedule_ahead_ms=2 * conf.millis("MAINTENANCE_INTERVAL"),
             ),
             conf.seconds("MAINTENANCE_INTERVAL"),
             lease=lease_ms / 1000,
+            wake=self.wake.wake,
         )
         self.leases = LeaseBook(
             store=self.store, pool=self._service_pool, owner=self.server_id, lease_ms=lease_ms

@@ -30,6 +30,7 @@ TABLES: Final = (
     "later_maintenance",
     "later_topic",
     "later_lease",
+    "later_schedule",
 )
 
 # The time of a stage change: never before the row's previous change, so a

@@ -139,6 +139,13 @@ WHERE id IN (
   AND stage IN ('delayed', 'requeued')
 """
 
+# How long until the first delayed or requeued job is due: the worker then
+# promotes it on time instead of at its next maintenance tick.
+JOB_NEXT_DUE_SQL: Final = """
+SELECT MIN(run_at_ms) - {now} FROM later_job
+WHERE namespace = %s AND stage IN ('delayed', 'requeued')
+"""
+
 JOB_STUCK_SQL: Final = """
 SELECT id, type_name, attempts, retry_policy FROM later_job
 WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
@@ -178,3 +185,6 @@ WHERE id = %s AND stage = 'waiting'
 JOB_READY_EXISTS_SQL: Final = """
 SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' LIMIT 1
 """
+
+# The database's clock, for callers that compute times from it in Python.
+CLOCK_NOW_SQL: Final = "SELECT {now}"

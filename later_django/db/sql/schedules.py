@@ -1,0 +1,87 @@
+"""SQL of ``later_schedule`` (recurring jobs) and of the occurrences it enqueues."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from later_django.db.sql.jobs import INSERT_COLUMNS
+
+SCHEDULE_COLUMNS: Final = (
+    "namespace, identifier, cron, zone, type_name, payload, priority, retry_policy, "
+    "next_run_ms, last_job_id, last_run_ms, version, created_ms, changed_ms"
+)
+
+# Registers a schedule, or updates it in place. The same cron and zone keep
+# the schedule's place (its next fire time and last occurrence): only the
+# payload and its options change. A new schedule, or another cron or zone,
+# takes the caller's first occurrence; RETURNING last_job_id tells which
+# happened. The conflicting row is locked until commit, so two callers
+# registering one identifier at once take turns, and the second sees the
+# first's schedule.
+SCHEDULE_SAVE_SQL: Final = f"""
+INSERT INTO later_schedule ({SCHEDULE_COLUMNS})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, {{now}}, {{now}})
+ON CONFLICT (namespace, identifier) DO UPDATE SET
+    type_name = excluded.type_name, payload = excluded.payload,
+    priority = excluded.priority, retry_policy = excluded.retry_policy,
+    next_run_ms = CASE WHEN {{same}} THEN later_schedule.next_run_ms
+        ELSE excluded.next_run_ms END,
+    last_job_id = CASE WHEN {{same}} THEN later_schedule.last_job_id
+        ELSE excluded.last_job_id END,
+    last_run_ms = CASE WHEN {{same}} THEN later_schedule.last_run_ms
+        ELSE excluded.last_run_ms END,
+    cron = excluded.cron, zone = excluded.zone,
+    version = later_schedule.version + 1, changed_ms = {{now}}
+RETURNING last_job_id
+""".replace("{same}", "later_schedule.cron = excluded.cron AND later_schedule.zone = excluded.zone")
+
+SCHEDULE_REMOVE_SQL: Final = """
+DELETE FROM later_schedule WHERE namespace = %s AND identifier = %s
+"""
+
+SCHEDULE_LIST_SQL: Final = """
+SELECT identifier, cron, zone, type_name, priority, next_run_ms, last_job_id, last_run_ms
+FROM later_schedule WHERE namespace = %s ORDER BY identifier
+"""
+
+# Schedules owing an occurrence within ``ahead`` ms, read without a lock: the
+# advance below is the compare-and-swap that decides who enqueues it.
+SCHEDULE_DUE_SQL: Final = """
+SELECT identifier, cron, zone, type_name, payload, priority, retry_policy, next_run_ms,
+    version, {now}
+FROM later_schedule WHERE namespace = %s AND next_run_ms <= {now} + %s
+ORDER BY next_run_ms LIMIT %s
+"""
+
+# Moves a schedule past the occurrences just enqueued, only if nobody wrote
+# it since it was read (its version); on PostgreSQL a row another server is
+# advancing is skipped, not waited for.
+SCHEDULE_ADVANCE_SQL: Final = """
+UPDATE later_schedule SET next_run_ms = %s, last_job_id = %s, last_run_ms = %s,
+    version = version + 1, changed_ms = {now}
+WHERE id IN (
+    SELECT id FROM later_schedule
+    WHERE namespace = %s AND identifier = %s AND version = %s {skip_locked})
+"""
+
+# One occurrence, due at its exact fire time even when that is already past
+# (the plain insert would move it to now): ready when due, else delayed.
+JOB_INSERT_OCCURRENCE_SQL: Final = f"""
+INSERT INTO later_job ({INSERT_COLUMNS}, recurring)
+SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
+    t.stage || '@' || t.now || ';', %s
+FROM (
+    SELECT r.now, r.run_at,
+        CASE WHEN r.run_at > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
+    FROM (SELECT {{now}} AS now, CAST(%s AS BIGINT) AS run_at) r
+) t
+RETURNING stage
+"""
+
+# Occurrences enqueued ahead, not due yet: cancelled when their schedule
+# changes its cron or is removed.
+JOB_CANCEL_OCCURRENCES_SQL: Final = """
+UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
+WHERE namespace = %s AND stage = 'delayed' AND recurring = %s
+"""

@@ -1,0 +1,1 @@
+"""Recurring jobs: cron schedules that enqueue one job per occurrence."""

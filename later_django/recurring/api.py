@@ -1,0 +1,144 @@
+"""The public API of recurring jobs: register, remove and list schedules.
+
+Each call writes through the LATER database connection of the calling
+thread, in one transaction (a savepoint inside the caller's atomic block),
+after every argument was checked: bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections, transaction
+
+from later_django import events, schema
+from later_django.builder import JobBuilder
+from later_django.clock import to_datetime
+from later_django.conf import conf
+from later_django.db import dialect_for
+from later_django.db.rows import ScheduleKey, ScheduleWrite
+from later_django.enqueue import tell_on_commit
+from later_django.ids import JobId
+from later_django.options import EnqueueOptions
+from later_django.recurring import cron as cron_mod
+from later_django.types import RecurringSchedule
+
+MAX_IDENTIFIER_LENGTH = 255
+
+
+def enqueue_recurring(
+    identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+) -> JobId | None:
+    """Run a job of ``payload`` at every fire time of ``cron``, under ``identifier``.
+
+    ``cron`` has 5 fields (minute hour day month weekday), or 6 with seconds
+    first; it is read in ``tz`` (an IANA zone name or ZoneInfo; UTC when
+    None). Calling again with the same identifier, cron and zone updates
+    the payload and priority in place and returns None: safe on every
+    start-up. A new identifier, or another cron or zone, enqueues the next
+    occurrence at once (as a delayed job) and returns its id; occurrences the
+    old cron had enqueued ahead are cancelled in the same transaction.
+
+    Raises TypeError or ValueError (bad identifier, cron or zone, 7 fields,
+    a cron that never fires), NotRegistered or TypeError for the payload, as
+    enqueue() does. Nothing is written then.
+    """
+    key = _key(identifier)
+    parsed = cron_mod.parse(cron, tz)
+    # Every check comes before the first write.
+    job = JobBuilder().build(payload, EnqueueOptions(priority=priority))
+    alias = conf.database
+    db = connections[alias]
+    dialect = dialect_for(alias)
+    try:
+        with (
+            transaction.atomic(using=alias, savepoint=db.in_atomic_block),
+            db.cursor() as cursor,
+        ):
+            first = parsed.next_after(dialect.clock_now(cursor))
+            write = ScheduleWrite(
+                key=key,
+                cron=parsed.expr,
+                zone=parsed.zone,
+                type_name=job.type_name,
+                payload=job.payload,
+                priority=job.priority,
+                retry_policy=job.retry_policy,
+                first_job_id=job.id,
+                first_run_ms=first,
+                next_run_ms=parsed.next_after(first),
+            )
+            if not dialect.schedule_save(cursor, write):
+                return None
+            dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+            job = job._replace(run_at_ms=first)
+            stage = dialect.job_insert_occurrence(cursor, job, key.identifier)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+    if events.active:
+        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+    return JobId(job.id)
+
+
+def remove_recurring(identifier: str) -> bool:
+    """Stop schedule ``identifier``; return whether it existed.
+
+    Its occurrences enqueued ahead (not due yet) are cancelled in the same
+    transaction; an occurrence already due or running is left to finish.
+    """
+    key = _key(identifier)
+    alias = conf.database
+    db = connections[alias]
+    dialect = dialect_for(alias)
+    try:
+        with (
+            transaction.atomic(using=alias, savepoint=db.in_atomic_block),
+            db.cursor() as cursor,
+        ):
+            if not dialect.schedule_remove(cursor, key):
+                return False
+            dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+            return True
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+
+
+def list_recurring() -> list[RecurringSchedule]:
+    """Every schedule of this namespace, by identifier (never a payload)."""
+    alias = conf.database
+    try:
+        with connections[alias].cursor() as cursor:
+            rows = dialect_for(alias).schedule_list(cursor, namespace=conf.namespace)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+    return [
+        RecurringSchedule(
+            identifier=row.identifier,
+            cron=row.cron,
+            zone=row.zone,
+            type_name=row.type_name,
+            priority=row.priority,
+            next_run_at=to_datetime(row.next_run_ms),
+            last_job_id=JobId(row.last_job_id) if row.last_job_id else None,
+            last_run_at=None if row.last_run_ms is None else to_datetime(row.last_run_ms),
+        )
+        for row in rows
+    ]
+
+
+def _key(identifier: object) -> ScheduleKey:
+    if not isinstance(identifier, str):
+        raise TypeError(f"identifier must be a str, got {type(identifier).__name__}")
+    if not identifier.strip() or len(identifier) > MAX_IDENTIFIER_LENGTH:
+        raise ValueError(
+            f"identifier={identifier[:40]!r} must be 1..{MAX_IDENTIFIER_LENGTH} characters "
+            "and not blank; name the schedule, e.g. 'nightly-report'"
+        )
+    return ScheduleKey(namespace=conf.namespace, identifier=identifier)
+
+
+aenqueue_recurring = sync_to_async(enqueue_recurring)
+aremove_recurring = sync_to_async(remove_recurring)
+alist_recurring = sync_to_async(list_recurring)
