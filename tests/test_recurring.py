@@ -64,6 +64,23 @@ def test_cron_is_read_in_its_zone_across_a_daylight_saving_change():
     assert cron_mod.parse("0 9 * * *").zone == "UTC"
 
 
+def test_a_local_time_that_exists_twice_fires_once_unless_the_cron_repeats_hourly():
+    # 25 October 2026: Paris goes from UTC+2 back to UTC+1 at 03:00, so
+    # 02:30 happens at 00:30 and again at 01:30 UTC.
+    daily = cron_mod.parse("30 2 * * *", "Europe/Paris")
+    first = daily.next_after(at(2026, 10, 24, 12))
+    assert first == at(2026, 10, 25, 0, 30)
+    assert daily.next_after(first) == at(2026, 10, 26, 1, 30)
+    half_hourly = cron_mod.parse("*/30 * * * *", "Europe/Paris")
+    fires = [at(2026, 10, 25, 0)]
+    for _ in range(4):
+        fires.append(half_hourly.next_after(fires[-1]))
+    assert [b - a for a, b in zip(fires, fires[1:])] == [30 * 60 * SECOND] * 4
+    # A local time that does not exist (clocks go forward) fires right after.
+    skipped = cron_mod.parse("30 2 * * *", "Europe/Paris").next_after(at(2026, 3, 28, 12))
+    assert skipped == at(2026, 3, 29, 1)  # 03:00 local, UTC+2
+
+
 @pytest.mark.parametrize(
     ("cron", "tz", "error", "names"),
     [
@@ -360,3 +377,64 @@ def test_a_server_runs_a_one_second_schedule_every_second(later_db, record, sett
         started = later_db.job_field(job_id, "started_ms")
         # Never before its second, both on the database's clock.
         assert started >= fire_times[job_id], (started, fire_times[job_id])
+
+
+# -- many servers, real processes ---------------------------------------------------
+TIMINGS = {"LEASE_DURATION": 2, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 1.0}
+HOUR = 3600.0
+
+
+def test_worker_processes_enqueue_one_occurrence_per_second_through_kills_and_skew(
+    later_db, workers
+):
+    """Three later_worker processes, two with wall clocks an hour ahead and
+    behind, over a schedule that fires every second for 20 s; one is killed
+    with SIGKILL half-way. Each second gets exactly one occurrence, due on
+    its second, and none starts before it."""
+    procs = [
+        workers.start(timings=TIMINGS, workers=2),
+        workers.start(timings=TIMINGS, workers=2, env={"LATER_TEST_CLOCK_SKEW": str(HOUR)}),
+        workers.start(timings=TIMINGS, workers=2, env={"LATER_TEST_CLOCK_SKEW": str(-HOUR)}),
+    ]
+    workers.wait_registered(*procs)
+    later.enqueue_recurring("every-second", Noop(n=1), "* * * * * *")
+
+    def succeeded() -> int:
+        return int(
+            later_db.scalar(  # type: ignore[arg-type]
+                "SELECT COUNT(*) FROM later_job WHERE recurring = %s AND stage = 'success'",
+                ["every-second"],
+            )
+        )
+
+    wait_until(lambda: succeeded() >= 8, 30, lambda: f"8 occurrences ran\n{workers.logs()}")
+    os.kill(procs[0].pid, signal.SIGKILL)
+    assert procs[0].proc.wait(10) == -signal.SIGKILL
+    wait_until(lambda: succeeded() >= 20, 40, lambda: f"20 occurrences ran\n{workers.logs()}")
+    later.remove_recurring("every-second")
+    removed_at = later_db.now_ms()
+
+    def settled() -> bool:
+        stages = {stage for _, stage, _ in occurrences(later_db, "every-second")}
+        return stages <= {"success", "cancelled"}
+
+    wait_until(settled, 30, lambda: f"every occurrence to finish\n{workers.logs()}")
+    rows = occurrences(later_db, "every-second")
+    times = [run_at for _, _, run_at in rows]
+    duplicates = [t for t, n in Counter(times).items() if n > 1]
+    assert duplicates == [], f"fire times enqueued twice: {duplicates}"
+    assert all(t % SECOND == 0 for t in times), times
+    gaps = [(a, b) for a, b in zip(times, times[1:]) if b - a != SECOND]
+    assert gaps == [], f"missing occurrences between {gaps}"
+    ran = [(job_id, run_at) for job_id, stage, run_at in rows if stage == "success"]
+    assert len(ran) >= 20
+    # Only occurrences enqueued ahead and not due yet were cancelled.
+    assert all(run_at > removed_at - SECOND for _, stage, run_at in rows if stage == "cancelled")
+    recorded = {r.job_id for r in read_records(workers.record, "noop")}
+    for job_id, run_at in ran:
+        assert job_id in recorded
+        started = later_db.job_field(job_id, "started_ms")
+        assert started >= run_at, f"{job_id} started {run_at - started} ms early"
+    # The skewed processes took part in running them.
+    pids = {r.pid for r in read_records(workers.record, "noop")}
+    assert {procs[1].pid, procs[2].pid} & pids, (pids, workers.logs())

@@ -67,3 +67,15 @@ class CancelledCoupon:
 @job
 def apply_coupon(ctx: JobContext, payload: CancelledCoupon) -> None:
     raise AssertionError("this job is cancelled before it can run")
+
+
+@dataclass
+class SalesReport:
+    period: str
+
+
+@job
+def sales_report(ctx: JobContext, payload: SalesReport) -> None:
+    """A recurring job: enqueue_recurring runs it at every fire time of a cron."""
+    paid = Order.objects.filter(paid=True).count()
+    logger.info("sales report (%s): %d paid orders", payload.period, paid)

@@ -27,15 +27,33 @@ class Cron:
     zone: str
 
     def next_after(self, ms: int) -> int:
-        """The first fire time strictly after ``ms``."""
-        return _to_ms(self._iter(ms).get_next(dt.datetime))
+        """The first fire time strictly after ``ms``.
+
+        When clocks go back, a local time exists twice. A cron that names its
+        hours ("30 2 * * *") fires at the first of the two only, once a day as
+        its wall clock says; one that repeats through the hours ("*/15 * * *
+        *") fires by real time through both."""
+        times = self._iter(ms)
+        zone = zoneinfo.ZoneInfo(self.zone)
+        while True:
+            fire = _to_ms(times.get_next(dt.datetime))
+            if not (self._names_hours and _local(fire, zone).fold):
+                return fire
+
+    @property
+    def _names_hours(self) -> bool:
+        if self.expr.startswith("@"):
+            return self.expr not in ("@hourly", "@minutely")
+        fields = self.expr.split(" ")
+        hours = fields[2] if len(fields) == FIELDS_WITH_SECONDS else fields[1]
+        return "*" not in hours
 
     def last_before(self, ms: int) -> int:
         """The last fire time strictly before ``ms``."""
         return _to_ms(self._iter(ms).get_prev(dt.datetime))
 
     def _iter(self, ms: int) -> croniter:
-        start = dt.datetime.fromtimestamp(ms / 1000, tz=zoneinfo.ZoneInfo(self.zone))
+        start = _local(ms, zoneinfo.ZoneInfo(self.zone))
         return croniter(self.expr, start, second_at_beginning=_has_seconds(self.expr))
 
 
@@ -93,6 +111,10 @@ def _zone_name(tz: object) -> str:
             "'Europe/Paris' or 'UTC' (install the tzdata package if the system has none)"
         ) from None
     return tz
+
+
+def _local(ms: int, zone: zoneinfo.ZoneInfo) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=zone)
 
 
 def _to_ms(value: dt.datetime) -> int:

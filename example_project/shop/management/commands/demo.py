@@ -16,7 +16,14 @@ from django.db import transaction
 
 import later_django as later
 from later_django.states import TERMINAL
-from shop.jobs import AskForReview, CancelledCoupon, ChargeCard, NotifyWarehouse, SendReceipt
+from shop.jobs import (
+    AskForReview,
+    CancelledCoupon,
+    ChargeCard,
+    NotifyWarehouse,
+    SalesReport,
+    SendReceipt,
+)
 from shop.models import Order
 
 DEADLINE_SECONDS = 60
@@ -35,12 +42,17 @@ class Command(BaseCommand):
             review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
         later.cancel(coupon)
+        # Every 2 seconds (six fields: seconds first). Registering again with
+        # the same cron only updates the payload, so this is safe on every run.
+        later.remove_recurring("sales-report")
+        report = later.enqueue_recurring("sales-report", SalesReport("2s"), "*/2 * * * * *")
         jobs = {
             "charge card (sync, priority 10)": charge,
             "send receipt (async continuation)": receipt,
             "notify warehouse (fails once, retried)": warehouse,
             "ask for review (delayed 2 s)": review,
             "apply coupon (cancelled)": coupon,
+            "sales report (recurring, first occurrence)": report,
         }
         self.stdout.write(f"enqueued {len(jobs)} jobs for {order}; starting later_worker")
 
@@ -51,6 +63,13 @@ class Command(BaseCommand):
         )
         try:
             self._wait(jobs.values())
+            [schedule] = later.list_recurring()
+            self.stdout.write(
+                f"schedule {schedule.identifier!r} ({schedule.cron}, {schedule.zone}): "
+                f"last occurrence {schedule.last_job_id} at {schedule.last_run_at:%H:%M:%S}, "
+                f"next at {schedule.next_run_at:%H:%M:%S}"
+            )
+            later.remove_recurring("sales-report")
         finally:
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(timeout=30)
