@@ -21,9 +21,7 @@ from later_django.exceptions import NotRegistered
 from later_django.recurring import cron as cron_mod
 from later_django.recurring.firing import fire_schedules
 from tests.helpers import (
-    await_stage,
     await_until,
-    in_thread,
     read_records,
     serve,
     set_later,
@@ -75,7 +73,7 @@ def test_a_local_time_that_exists_twice_fires_once_unless_the_cron_repeats_hourl
     fires = [at(2026, 10, 25, 0)]
     for _ in range(4):
         fires.append(half_hourly.next_after(fires[-1]))
-    assert [b - a for a, b in zip(fires, fires[1:])] == [30 * 60 * SECOND] * 4
+    assert [b - a for a, b in zip(fires, fires[1:], strict=False)] == [30 * 60 * SECOND] * 4
     # A local time that does not exist (clocks go forward) fires right after.
     skipped = cron_mod.parse("30 2 * * *", "Europe/Paris").next_after(at(2026, 3, 28, 12))
     assert skipped == at(2026, 3, 29, 1)  # 03:00 local, UTC+2
@@ -305,7 +303,7 @@ def test_firing_enqueues_each_occurrence_at_its_exact_time_once(later_db):
     times = [run_at for _, _, run_at in rows]
     assert len(set(times)) == len(times) == fired
     assert all(t % SECOND == 0 for t in times)
-    assert [b - a for a, b in zip(times, times[1:])] == [SECOND] * (fired - 1)
+    assert [b - a for a, b in zip(times, times[1:], strict=False)] == [SECOND] * (fired - 1)
     now = later_db.now_ms()
     for _, stage, run_at in rows:
         assert stage == ("enqueued" if run_at <= now else "delayed")
@@ -335,10 +333,10 @@ def test_two_servers_firing_at_once_enqueue_each_occurrence_once(later_db):
             for _ in range(5):
                 try:
                     fire(later_db)
-                except Exception as exc:  # noqa: BLE001  SQLite: busy, retried next pass
+                except Exception as exc:  # SQLite: busy, retried next pass
                     if "locked" not in str(exc):
                         raise
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
@@ -351,7 +349,7 @@ def test_two_servers_firing_at_once_enqueue_each_occurrence_once(later_db):
     assert errors == []
     times = [run_at for _, _, run_at in occurrences(later_db, "race")]
     assert len(times) == len(set(times)) >= 21
-    assert [b - a for a, b in zip(times, times[1:])] == [SECOND] * (len(times) - 1)
+    assert [b - a for a, b in zip(times, times[1:], strict=False)] == [SECOND] * (len(times) - 1)
 
 
 def test_a_server_runs_a_one_second_schedule_every_second(later_db, record, settings):
@@ -424,7 +422,7 @@ def test_worker_processes_enqueue_one_occurrence_per_second_through_kills_and_sk
     duplicates = [t for t, n in Counter(times).items() if n > 1]
     assert duplicates == [], f"fire times enqueued twice: {duplicates}"
     assert all(t % SECOND == 0 for t in times), times
-    gaps = [(a, b) for a, b in zip(times, times[1:]) if b - a != SECOND]
+    gaps = [(a, b) for a, b in zip(times, times[1:], strict=False) if b - a != SECOND]
     assert gaps == [], f"missing occurrences between {gaps}"
     ran = [(job_id, run_at) for job_id, stage, run_at in rows if stage == "success"]
     assert len(ran) >= 20
