@@ -1535,6 +1535,9 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     other_schedule = insert_occurrence(later_db, "hourly", now + HOUR_MS)
     other_namespace = insert_occurrence(later_db, "nightly", now + HOUR_MS, namespace="other")
     plain = insert(later_db, delay_ms=HOUR_MS)
+    # A continuation of an occurrence (and its own) fails with it, as job_cancel's do.
+    child = insert_child(later_db, ahead[0])[0]
+    grandchild = insert_child(later_db, child)[0]
     # A row changed later than this database's now (a writer whose clock ran
     # ahead) is stamped no earlier than that change.
     stamped_ahead = now + DAY_MS
@@ -1564,6 +1567,8 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     assert before + HOUR_MS <= row["expires_ms"] <= after + HOUR_MS
     assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
     assert job_row(later_db, ahead[1])["finished_ms"] == stamped_ahead
+    assert stages(later_db, child, grandchild) == ["failed", "failed"]
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
     assert cancel(namespace="other") == 1
     assert stages(later_db, other_namespace) == ["cancelled"]
     assert_counts(later_db)

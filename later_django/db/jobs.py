@@ -23,9 +23,11 @@ from later_django.db.rows import (
     Orphan,
     OwnerFence,
     RetryWrite,
+    ScheduleKey,
     StuckJob,
 )
 from later_django.db.sql import jobs as jobs_sql
+from later_django.db.sql import schedules as schedules_sql
 from later_django.db.statements import Statements
 from later_django.states import PARENT_FAILED, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
@@ -99,6 +101,21 @@ class JobOperations(Statements):
             return False
         self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
+
+    def job_cancel_occurrences(
+        self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
+    ) -> int:
+        """Cancel the occurrences of schedule ``key`` enqueued ahead and not
+        due yet, and fail their waiting descendants, as job_cancel does; return
+        how many were cancelled. Run in one transaction."""
+        cursor.execute(
+            self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
+            [retention_ms, key.namespace, key.identifier],
+        )
+        cancelled = [row[0] for row in cursor.fetchall()]
+        for job_id in cancelled:
+            self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        return len(cancelled)
 
     # -- the worker's hot path: one pair, chosen by supports_async_connection --------
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:

@@ -123,13 +123,3 @@ class ScheduleOperations(Statements):
             ],
         )
         return str(cursor.fetchone()[0])
-
-    def job_cancel_occurrences(
-        self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
-    ) -> int:
-        """Cancel the occurrences of ``key`` enqueued ahead and not due yet."""
-        cursor.execute(
-            self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
-            [retention_ms, key.namespace, key.identifier],
-        )
-        return int(cursor.rowcount)

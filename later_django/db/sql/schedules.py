@@ -84,4 +84,5 @@ JOB_CANCEL_OCCURRENCES_SQL: Final = """
 UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
     expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
 WHERE namespace = %s AND stage = 'delayed' AND recurring = %s
+RETURNING id
 """
