@@ -4,6 +4,10 @@ synthetic handler records, faults and worker logs: no database, no process.
 Two runs of one job may overlap only when the older run's process was
 stopped (SIGSTOP) and, for an async handler, the run ended within 100 ms of
 the SIGCONT, or when the older run is a sync handler its worker abandoned.
+
+A recurring schedule's occurrences (rows with ``recurring`` set) must fall
+on its cron's grid, once per fire time, with none missing between its
+registration and its removal, and each must run, never before its fire time.
 """
 
 from __future__ import annotations
@@ -16,13 +20,18 @@ from tests.chaos.faults import FaultEvent
 from tests.chaos.procs import Life
 from tests.chaos.records import Run, read_runs
 from tests.chaos.report import (
+    Occurrence,
+    Row,
     analyse,
+    check_schedule,
     find_overlaps,
+    fire_time,
     process_deaths,
     render,
+    unattended_spans,
     worker_log_marks,
 )
-from tests.chaos.workload import Plan
+from tests.chaos.workload import Plan, Recurring
 
 JOB = "01m8rjk1723gqtq0t5q2pach91"
 OTHER = "01m8rjk1bv3bq84bveaqg9z74h"
@@ -240,7 +249,14 @@ def test_records_read_the_cancelled_outcome(tmp_path):
     ]
 
 
-def _analyse(tmp_path: Path, runs: list[Run], faults: list[FaultEvent], log: str = ""):
+def _analyse(
+    tmp_path: Path,
+    runs: list[Run],
+    faults: list[FaultEvent],
+    log: str = "",
+    rows: dict[str, Row] | None = None,
+    recurring: list[Recurring] | None = None,
+):
     lives = []
     for slot, pid in enumerate((OLD, NEW)):
         path = tmp_path / f"worker-{slot}.log"
@@ -253,7 +269,7 @@ def _analyse(tmp_path: Path, runs: list[Run], faults: list[FaultEvent], log: str
         processes=2,
         workers=4,
         plan=Plan(),
-        rows={},
+        rows=rows or {},
         runs=runs,
         faults=faults,
         lives=lives,
@@ -263,6 +279,9 @@ def _analyse(tmp_path: Path, runs: list[Run], faults: list[FaultEvent], log: str
         lease=3.0,
         grace=1.0,
         injection_errors=[],
+        recurring=recurring,
+        recurring_grace=60.0,
+        schedule_ahead=0.6,
     )
 
 
@@ -336,3 +355,238 @@ def test_a_run_stopped_at_its_deadline_during_a_database_fault_is_explained(tmp_
     # Nor is a deadline stop with no database fault around it.
     result = _analyse(tmp_path, runs, [], stopped)
     assert result["duplicates"]["unexplained"] == 1
+
+
+# -- recurring schedules ------------------------------------------------------------------
+
+T0 = 1_796_112_000_000  # 2026-12-01 08:00:00 UTC, epoch ms (database clock)
+EVERY_SECOND = "* * * * * *"
+
+
+def schedule(cron: str = EVERY_SECOND, removed_at: int = T0 + 9_300) -> Recurring:
+    # Registered 0.6 s before T0 (its first occurrence is T0), removed at
+    # 9.3 s: the fire times T0 .. T0 + 9 s are owed, 10 of them.
+    return Recurring(
+        n=0,
+        identifier="every-second",
+        cron=cron,
+        registered=(T0 - 610, T0 - 600),
+        removed=(removed_at, removed_at + 10),
+    )
+
+
+def occurrence(fire: int, job_id: str | None = None, claim_after: int = 5) -> Occurrence:
+    """An occurrence enqueued 0.4 s ahead, promoted at its fire time, claimed
+    ``claim_after`` ms later and run to success."""
+    claim = fire + claim_after
+    return Occurrence(
+        job_id=job_id or f"occ{fire}",
+        stage="success",
+        fire_ms=fire,
+        run_at_ms=fire,
+        started_ms=claim,
+        history=f"delayed@{fire - 400};enqueued@{fire};running@{claim};success@{claim + 2};",
+        ran_ok=True,
+        ran=True,
+    )
+
+
+def cancelled(fire: int) -> Occurrence:
+    """One enqueued ahead and cancelled by the removal."""
+    return Occurrence(
+        job_id=f"occ{fire}",
+        stage="cancelled",
+        fire_ms=fire,
+        run_at_ms=fire,
+        started_ms=None,
+        history=f"delayed@{fire - 500};cancelled@{fire - 300};",
+    )
+
+
+def clean() -> list[Occurrence]:
+    return [occurrence(T0 + i * 1000) for i in range(10)] + [cancelled(T0 + 10_000)]
+
+
+def check(occurrences, sched=None, unattended=None, grace_ms=60_000):
+    return check_schedule(
+        sched or schedule(),
+        occurrences,
+        grace_ms=grace_ms,
+        ahead_ms=600,
+        unattended=unattended,
+    )
+
+
+def problems(checked) -> dict[str, int]:
+    return {kind: n for kind, n in checked["counts"].items() if n}
+
+
+def test_a_clean_schedule_passes():
+    c = check(clean())
+    assert problems(c) == {}
+    assert (c["expected"], c["enqueued"], c["ran"], c["cancelled"]) == (10, 11, 10, 1)
+    assert (c["duplicates"], c["missing"], c["max_start_lag_ms"]) == (0, 0, 5)
+    # Every other second: 5 fire times in T0 .. T0 + 9.3 s.
+    even = [occurrence(T0 + i * 2000) for i in range(5)]
+    c = check(even, schedule("*/2 * * * * *"))
+    assert problems(c) == {} and c["expected"] == 5
+
+
+def test_a_fire_time_enqueued_twice_fails():
+    c = check([*clean(), occurrence(T0 + 3000, job_id="again")])
+    assert problems(c) == {"duplicate": 1}
+    assert c["duplicates"] == 1
+    dup = c["problems"]["duplicate"][0]
+    assert dup["fire_ms"] == T0 + 3000 and dup["fire"] == "08:00:03.000"
+    assert sorted(dup["job_ids"]) == ["again", f"occ{T0 + 3000}"]
+    # A second occurrence cancelled by the removal is still a second enqueue.
+    c = check([*clean(), cancelled(T0 + 10_000)])
+    assert problems(c) == {"duplicate": 1}
+
+
+def test_a_missing_fire_time_fails():
+    occurrences = [o for o in clean() if o.fire_ms != T0 + 4000]
+    c = check(occurrences)
+    assert problems(c) == {"missing": 1}
+    assert c["problems"]["missing"] == [{"fire": "08:00:04.000", "fire_ms": T0 + 4000}]
+    # The first one too: it is owed from the registration on.
+    c = check(clean()[1:])
+    assert c["problems"]["missing"] == [{"fire": "08:00:00.000", "fire_ms": T0}]
+
+
+def test_a_gap_is_allowed_only_where_no_worker_ran_for_longer_than_the_grace():
+    occurrences = [o for o in clean() if o.fire_ms not in (T0 + 3000, T0 + 4000)]
+    # Nobody ran from T0 + 2.5 s to T0 + 5.2 s; with a grace of 1 s the
+    # occurrences missed by more than that (3 s and 4 s, at 5.2 s) collapse.
+    down = [(T0 + 2500, T0 + 5200)]
+    c = check(occurrences, unattended=down, grace_ms=1000)
+    assert problems(c) == {} and (c["missing"], c["missing_allowed"]) == (0, 2)
+    # With the default grace of a minute the same stretch excuses nothing.
+    assert problems(check(occurrences, unattended=down)) == {"missing": 2}
+    # Nor does a stretch elsewhere.
+    assert check(occurrences, unattended=[(T0 + 6000, T0 + 9000)], grace_ms=1000)["missing"] == 2
+
+
+def test_an_off_grid_fire_time_fails():
+    c = check([*clean(), occurrence(T0 + 4500)])
+    assert problems(c) == {"off_grid": 1}
+    assert c["problems"]["off_grid"][0]["fire"] == "08:00:04.500"
+    # A minute cron is not on the seconds' grid.
+    minutes = schedule("* * * * *", removed_at=T0 + 90_000)
+    c = check([occurrence(T0), occurrence(T0 + 60_000)], minutes)
+    assert problems(c) == {} and c["expected"] == 2
+    c = check([occurrence(T0), occurrence(T0 + 61_000)], minutes)
+    assert problems(c) == {"off_grid": 1, "missing": 1}
+
+
+def test_an_occurrence_claimed_before_its_fire_time_fails():
+    occurrences = clean()
+    occurrences[5] = occurrence(T0 + 5000, claim_after=-10)
+    c = check(occurrences)
+    assert problems(c) == {"early": 1}
+    early = c["problems"]["early"][0]
+    assert (early["fire"], early["first_claim"]) == ("08:00:05.000", "08:00:04.990")
+    # The last claim (started_ms) against run_at_ms counts too.
+    occurrences[5] = occurrence(T0 + 5000)
+    occurrences[5].started_ms = T0 + 4999
+    assert problems(check(occurrences)) == {"early": 1}
+    # And the handler's own start line (wall clock, a few ms of slack).
+    occurrences[5] = occurrence(T0 + 5000)
+    occurrences[5].first_start_ms = T0 + 4996
+    assert problems(check(occurrences)) == {}
+    occurrences[5].first_start_ms = T0 + 4900
+    assert problems(check(occurrences)) == {"early": 1}
+    assert check(occurrences)["problems"]["early"][0]["handler_start"] == "08:00:04.900"
+
+
+def test_every_occurrence_due_before_the_removal_runs_and_later_ones_are_cancelled():
+    occurrences = clean()
+    occurrences[2].ran_ok = False  # success without a recorded handler run
+    occurrences[3].stage = "failed"
+    occurrences[4] = cancelled(T0 + 4000)  # due, yet cancelled
+    occurrences[10] = occurrence(T0 + 10_000)  # due after the removal, yet ran
+    c = check(occurrences)
+    assert problems(c) == {"not_run": 2, "cancelled_due": 1, "not_cancelled": 1}
+
+
+def test_a_retried_occurrence_keeps_the_fire_time_seen_before_its_retry():
+    history = f"delayed@{T0 - 400};enqueued@{T0};running@{T0 + 5};requeued@{T0 + 4100};"
+    row = Row("r1", "tick", "success", 2, b"", None, None, history, "s", T0 + 4200, T0 + 4210)
+    assert fire_time(row, {"r1": T0}) == T0
+    assert fire_time(row, {}) is None
+    row.history = f"delayed@{T0 - 400};enqueued@{T0};running@{T0 + 5};success@{T0 + 7};"
+    row.run_at_ms = T0
+    assert fire_time(row, {}) == T0
+    # One whose fire time nobody saw cannot be checked: a failure.
+    occurrences = clean()
+    occurrences[0].fire_ms = None
+    assert problems(check(occurrences)) == {"unknown_fire_time": 1, "missing": 1}
+
+
+def test_unattended_spans():
+    lives = [
+        Life(0, OLD, 10.0, Path("w-0.log"), ended=20.0, end_reason="killed", exit_code=-9),
+        Life(0, NEW, 22.0, Path("w-1.log"), ended=50.0, end_reason="stopped", exit_code=0),
+    ]
+    # A kill, then the replacement paused from 30 s to 40 s.
+    assert unattended_spans(lives, [pause(1, NEW, 30.0, 40.0)], 5.0, 50.0) == [
+        (5.0, 10.0),
+        (20.0, 22.0),
+        (30.0, 40.0),
+    ]
+    other = Life(1, THIRD, 0.0, Path("w-2.log"), ended=50.0, end_reason="stopped", exit_code=0)
+    assert unattended_spans([*lives, other], [pause(1, NEW, 30.0, 40.0)], 5.0, 50.0) == []
+
+
+def _recurring_rows(occurrences: list[Occurrence]) -> tuple[dict[str, Row], list[Run]]:
+    rows, runs = {}, []
+    for o in occurrences:
+        rows[o.job_id] = Row(
+            o.job_id,
+            "tick",
+            o.stage,
+            1,
+            b"",
+            None,
+            None,
+            o.history,
+            "every-second",
+            o.run_at_ms,
+            o.started_ms,
+        )
+        if o.ran_ok:
+            start = (o.started_ms or 0) / 1000
+            runs.append(Run(o.job_id, 1, OLD, start, "tick", 0, start + 0.001, "ok"))
+    return rows, runs
+
+
+def test_the_recurring_check_passes_a_run_and_prints_its_counts(tmp_path):
+    rows, runs = _recurring_rows(clean())
+    result = _analyse(tmp_path, runs, [], rows=rows, recurring=[schedule()])
+    assert result["passed"], result["violations"]
+    assert result["jobs"]["unknown_rows"] == 0  # occurrences are not strangers
+    text = render(result, 0.0)
+    assert "recurring schedules       1" in text
+    assert "  every-second         * * * * * *           10       11    10         1" in text
+    assert text.splitlines()[-1].startswith("RESULT: PASS")
+
+
+def test_a_duplicate_occurrence_fails_the_run(tmp_path):
+    rows, runs = _recurring_rows([*clean(), occurrence(T0 + 3000, job_id="again")])
+    result = _analyse(tmp_path, runs, [], rows=rows, recurring=[schedule()])
+    assert not result["passed"]
+    assert result["violations"] == [
+        "recurring 'every-second': 1 fire times enqueued more than once (08:00:03.000)"
+    ]
+    checked = result["recurring"]["schedules"][0]
+    assert (checked["enqueued"], checked["ran"], checked["duplicates"]) == (12, 11, 1)
+    text = render(result, 0.0)
+    assert "  recurring every-second duplicate (first 1):" in text
+    assert text.endswith("RESULT: FAIL")
+    # A missing one is as fatal.
+    rows, runs = _recurring_rows([o for o in clean() if o.fire_ms != T0 + 4000])
+    result = _analyse(tmp_path, runs, [], rows=rows, recurring=[schedule()])
+    assert result["violations"] == [
+        "recurring 'every-second': 1 fire times between registration and removal with no "
+        "occurrence (08:00:04.000)"
+    ]

@@ -144,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
 
         import later_django as later
+        from later_django.conf import conf
         from tests.chaos import settings as chaos_settings
         from tests.chaos.procs import WorkerPool
         from tests.chaos.report import Row
-        from tests.chaos.workload import Plan, Producer
+        from tests.chaos.workload import OccurrenceWatcher, Plan, Producer
 
         call_command("later_migrate", verbosity=0)
         lease, grace = chaos_settings.LEASE_DURATION, chaos_settings.STUCK_JOB_GRACE
@@ -181,6 +182,11 @@ def main(argv: list[str] | None = None) -> int:
         t_start = time.time()
         faults_module.T0[0] = t_start
         hangs = [producer.enqueue_hang(i) for i in range(profile.hangs)]
+        watcher = OccurrenceWatcher()
+        watcher.start()
+        schedules = producer.register_recurring()
+        for schedule in schedules:
+            print(f"  recurring {schedule.identifier!r} ({schedule.cron}) registered", flush=True)
         injector = faults_module.FaultInjector(
             db=db,
             pool=pool,
@@ -220,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         producer.produce(profile.load_seconds, threading.Event())
         load_end = time.time()
         fault_thread.join()
+        # No fault runs any more: the schedules stop before the drain, which
+        # then waits for their last occurrences too.
+        producer.remove_recurring(schedules)
+        print(f"  recurring schedules removed at +{time.time() - t_start:.1f}s", flush=True)
         print(
             f"  load done at +{load_end - t_start:.1f}s: {len(plan.jobs)} jobs; draining",
             flush=True,
@@ -241,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         pool.check_exits()  # a process that exited by itself is a violation in the report
         forced = pool.stop_all()
+        watcher.finish()
         end = time.time()
         print(
             f"  drained at +{drained - t_start:.1f}s ({len(pending)} pending); workers stopped",
@@ -257,10 +268,13 @@ def main(argv: list[str] | None = None) -> int:
                 last_error=r[5],
                 parent_id=r[6],
                 history=r[7],
+                recurring=r[8],
+                run_at_ms=int(r[9]),
+                started_ms=None if r[10] is None else int(r[10]),
             )
             for r in query(
-                "SELECT id, type_name, stage, attempts, payload, last_error, parent_id, history "
-                "FROM later_job"
+                "SELECT id, type_name, stage, attempts, payload, last_error, parent_id, history, "
+                "recurring, run_at_ms, started_ms FROM later_job"
             )
         }
         state = {
@@ -284,10 +298,15 @@ def main(argv: list[str] | None = None) -> int:
             "producer": {
                 "enqueue_errors": producer.enqueue_errors,
                 "last_error": producer.last_error,
+                "occurrence_watcher_errors": watcher.errors,
             },
             "lease": lease,
             "grace": grace,
             "injection_errors": injector.errors,
+            "recurring": schedules,
+            "fire_seen": watcher.fire_ms,
+            "recurring_grace": conf.seconds("RECURRING_MISSED_GRACE"),
+            "schedule_ahead": 2 * conf.seconds("MAINTENANCE_INTERVAL"),
         }
         # Kept so the report can be computed again: ``--reanalyse WORKDIR``.
         with open(workdir / "state.pickle", "wb") as fh:

@@ -20,7 +20,13 @@ Definitions (docs/chaos.md):
   worker log); any other overlap is a violation;
 - **longest wait after a fault**: the largest of, over all faults, the time
   from the fault's end to the first handler start after it, and the longest
-  time a job that was ready at the fault's end stayed ready after it.
+  time a job that was ready at the fault's end stayed ready after it;
+- **recurring schedules** (``check_schedule``): per schedule, from its
+  occurrence rows, every fire time on the cron's grid and enqueued once, none
+  missing between registration and removal (unless no worker process ran for
+  longer than ``RECURRING_MISSED_GRACE`` around it), every occurrence due
+  before the removal run to success and claimed no earlier than its fire
+  time, every one due after it cancelled.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any
 
 import msgpack
 
+from later_django.recurring import cron as cron_mod
 from tests.chaos.faults import PROCESS_FAULTS, FaultEvent
 from tests.chaos.procs import Life
 from tests.chaos.records import Run
@@ -45,6 +52,7 @@ from tests.chaos.workload import (
     SUCCESS,
     Plan,
     Planned,
+    Recurring,
 )
 
 TERMINAL = {"success", "failed", "cancelled"}
@@ -113,6 +121,11 @@ class Row:
     last_error: str | None
     parent_id: str | None
     history: str
+    # The schedule whose occurrence this is; its fire time (until a retry
+    # moves it) and its last claim, on the database's clock.
+    recurring: str | None = None
+    run_at_ms: int | None = None
+    started_ms: int | None = None
 
 
 def _hist(history: str) -> list[tuple[str, float]]:
@@ -339,6 +352,280 @@ def summarise_overlaps(overlaps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+# -- recurring schedules ---------------------------------------------------------------
+# What each check of a schedule's occurrences found, by the key the report uses.
+RECURRING_PROBLEMS = {
+    "duplicate": "fire times enqueued more than once",
+    "missing": "fire times between registration and removal with no occurrence",
+    "off_grid": "occurrences whose fire time is not on the cron's grid",
+    "before_registration": "occurrences due before the schedule was registered",
+    "early": "occurrences claimed or started before their fire time",
+    "not_run": "occurrences due before the removal that did not run to success",
+    "cancelled_due": "occurrences due before the removal that the removal cancelled",
+    "not_cancelled": "occurrences due after the removal that were not cancelled",
+    "cancelled_ran": "cancelled occurrences whose handler ran",
+    "unknown_fire_time": "occurrences retried before the runner saw their fire time",
+}
+MAX_FIRE_TIMES = 10
+# A handler's recorded start (time.time() in the worker) may read a hair
+# before the database's millisecond clock that stamped its claim.
+HANDLER_CLOCK_SLACK_MS = 5
+
+
+@dataclass
+class Occurrence:
+    """One occurrence row of a schedule."""
+
+    job_id: str
+    stage: str
+    # Its fire time: ``run_at_ms`` until a retry moved that to the retry's
+    # time; then what the runner saw before (None: it saw nothing).
+    fire_ms: int | None
+    run_at_ms: int
+    started_ms: int | None
+    history: str
+    # Its handler recorded a run that ended ``ok``.
+    ran_ok: bool = False
+    # Its handler recorded any run.
+    ran: bool = False
+    # The first handler start it recorded (wall clock, epoch ms; the same
+    # host's clock as the database's).
+    first_start_ms: int | None = None
+
+
+def fire_time(row: Row, seen: dict[str, int]) -> int | None:
+    """The fire time of an occurrence row: its ``run_at_ms``, unless a retry
+    moved it (``requeued`` in its history); then the value the runner's
+    watcher saw before the retry, if it saw one."""
+    if "requeued@" not in row.history:
+        return row.run_at_ms
+    return seen.get(row.id)
+
+
+def _first_claim_ms(history: str) -> int | None:
+    """The first ``running@`` stamp of a stage history: the first claim."""
+    for entry in history.split(";"):
+        stage, _, at = entry.partition("@")
+        if stage == "running":
+            return int(at)
+    return None
+
+
+def _at(ms: int) -> str:
+    """A database-clock time, to the millisecond, UTC."""
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def unattended_spans(
+    lives: list[Life], faults: list[FaultEvent], start: float, end: float
+) -> list[tuple[float, float]]:
+    """The spans of [start, end] (wall clock, s) during which no worker process
+    ran: none was alive, or every live one was stopped by a pause."""
+    running: list[tuple[float, float]] = []
+    pauses: dict[int, list[FaultEvent]] = defaultdict(list)
+    for fault in faults:
+        if fault.kind == "pause" and fault.pid is not None:
+            pauses[fault.pid].append(fault)
+    for life in lives:
+        at, until = life.started, life.ended if life.ended is not None else end
+        for pause in sorted(pauses.get(life.pid, []), key=lambda f: f.start):
+            if pause.start > at:
+                running.append((at, min(pause.start, until)))
+            at = max(at, pause.end)
+        if until > at:
+            running.append((at, until))
+    spans: list[tuple[float, float]] = []
+    covered = start
+    for at, until in sorted(running):
+        if at > covered:
+            spans.append((covered, min(at, end)))
+        covered = max(covered, until)
+        if covered >= end:
+            break
+    if covered < end:
+        spans.append((covered, end))
+    return [(a, b) for a, b in spans if b > a]
+
+
+def check_schedule(
+    schedule: Recurring,
+    occurrences: list[Occurrence],
+    *,
+    grace_ms: int,
+    ahead_ms: int,
+    unattended: list[tuple[int, int]] | None = None,
+) -> dict[str, Any]:
+    """Check one schedule's occurrences against its cron; return its counts
+    and, under ``problems``, the fire times (or jobs) behind each violation.
+
+    Times are the database's epoch ms. The schedule was registered within
+    ``schedule.registered`` and removed within ``schedule.removed`` (before,
+    after). Required: every grid point from the first after registration to
+    the removal has exactly one occurrence, except a fire time in a span of
+    ``unattended`` (no worker process ran) longer than ``grace_ms``: those
+    missed by more than the grace collapse into one (from ``ahead_ms`` before
+    the span, when the last scheduler tick could have enqueued it, to the
+    grace before its end). Every occurrence due before the removal runs to
+    success (its handler recorded ``ok``); one due after it is cancelled; an
+    occurrence is never claimed (its first ``running@``, and its last claim
+    ``started_ms`` against its ``run_at_ms``) nor its handler started (its
+    first record, within ``HANDLER_CLOCK_SLACK_MS``) before its fire time.
+    """
+    cron = cron_mod.parse(schedule.cron)
+    problems: dict[str, list[Any]] = {kind: [] for kind in RECURRING_PROBLEMS}
+    by_fire: dict[int, list[Occurrence]] = defaultdict(list)
+    registered_before, registered_after = schedule.registered
+    removed_before, removed_after = schedule.removed or (None, None)
+    lags: list[int] = []
+    for occ in sorted(occurrences, key=lambda o: (o.fire_ms or 0, o.job_id)):
+        info = {"job_id": occ.job_id, "stage": occ.stage, "history": occ.history}
+        first_claim = _first_claim_ms(occ.history)
+        if occ.fire_ms is None:
+            problems["unknown_fire_time"].append(info)
+        else:
+            info["fire"] = _at(occ.fire_ms)
+            by_fire[occ.fire_ms].append(occ)
+            if cron.next_after(occ.fire_ms - 1) != occ.fire_ms:
+                problems["off_grid"].append(info)
+            elif occ.fire_ms <= registered_before:
+                problems["before_registration"].append(info)
+            if first_claim is not None:
+                lags.append(first_claim - occ.fire_ms)
+        fire = occ.fire_ms
+        if (
+            (fire is not None and first_claim is not None and first_claim < fire)
+            or (occ.started_ms is not None and occ.started_ms < occ.run_at_ms)
+            or (
+                fire is not None
+                and occ.first_start_ms is not None
+                and occ.first_start_ms < fire - HANDLER_CLOCK_SLACK_MS
+            )
+        ):
+            problems["early"].append(
+                {
+                    **info,
+                    "first_claim": None if first_claim is None else _at(first_claim),
+                    "started": None if occ.started_ms is None else _at(occ.started_ms),
+                    "run_at": _at(occ.run_at_ms),
+                    "handler_start": (
+                        None if occ.first_start_ms is None else _at(occ.first_start_ms)
+                    ),
+                }
+            )
+        due = occ.fire_ms is None or removed_before is None or occ.fire_ms <= removed_before
+        after = (
+            removed_after is not None and occ.fire_ms is not None and occ.fire_ms > removed_after
+        )
+        if occ.stage == "cancelled":
+            if occ.ran:
+                problems["cancelled_ran"].append(info)
+            elif due:
+                problems["cancelled_due"].append(info)
+        elif after:
+            problems["not_cancelled"].append(info)
+        elif occ.stage != SUCCESS or not occ.ran_ok:
+            problems["not_run"].append({**info, "handler_ok": occ.ran_ok})
+    for fire, occs in sorted(by_fire.items()):
+        if len(occs) > 1:
+            problems["duplicate"].append(
+                {"fire": _at(fire), "fire_ms": fire, "job_ids": [o.job_id for o in occs]}
+            )
+    required: list[int] = []
+    if removed_before is not None:
+        at = cron.next_after(registered_after)
+        while at <= removed_before:
+            required.append(at)
+            at = cron.next_after(at)
+    allowed: list[int] = []
+    for fire in required:
+        if fire in by_fire:
+            continue
+        if any(
+            b - a > grace_ms and a - ahead_ms <= fire < b - grace_ms for a, b in unattended or []
+        ):
+            allowed.append(fire)
+        else:
+            problems["missing"].append({"fire": _at(fire), "fire_ms": fire})
+    return {
+        "identifier": schedule.identifier,
+        "cron": schedule.cron,
+        "registered_ms": list(schedule.registered),
+        "removed_ms": None if schedule.removed is None else list(schedule.removed),
+        "expected": len(required),
+        "enqueued": len(occurrences),
+        "fire_times": len(by_fire),
+        "ran": sum(1 for o in occurrences if o.ran_ok),
+        "cancelled": sum(1 for o in occurrences if o.stage == "cancelled"),
+        "retried": sum(1 for o in occurrences if "requeued@" in o.history),
+        "duplicates": sum(len(d["job_ids"]) - 1 for d in problems["duplicate"]),
+        "missing": len(problems["missing"]),
+        "missing_allowed": len(allowed),
+        "max_start_lag_ms": max(lags, default=None),
+        "counts": {kind: len(items) for kind, items in problems.items()},
+        "problems": problems,
+        "removed": schedule.removed is not None,
+    }
+
+
+def recurring_violations(checked: dict[str, Any]) -> list[str]:
+    """The violations of one checked schedule (``check_schedule``), one a kind."""
+    name = checked["identifier"]
+    out = []
+    if not checked["removed"]:
+        out.append(f"recurring {name!r}: was never removed")
+    for kind, items in checked["problems"].items():
+        if not items:
+            continue
+        shown = [item.get("fire") or item["job_id"] for item in items[:MAX_FIRE_TIMES]]
+        more = f", ... {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+        out.append(
+            f"recurring {name!r}: {len(items)} {RECURRING_PROBLEMS[kind]} "
+            f"({', '.join(shown)}{more})"
+        )
+    return out
+
+
+def analyse_recurring(
+    schedules: list[Recurring],
+    rows: dict[str, Row],
+    runs_by_job: dict[str, list[Run]],
+    seen: dict[str, int],
+    *,
+    grace_ms: int,
+    ahead_ms: int,
+    unattended: list[tuple[int, int]],
+) -> list[dict[str, Any]]:
+    """``check_schedule`` for every schedule of the run, over its rows."""
+    by_schedule: dict[str, list[Occurrence]] = defaultdict(list)
+    for row in rows.values():
+        if row.recurring is None or row.run_at_ms is None:
+            continue
+        runs = runs_by_job.get(row.id, [])
+        by_schedule[row.recurring].append(
+            Occurrence(
+                job_id=row.id,
+                stage=row.stage,
+                fire_ms=fire_time(row, seen),
+                run_at_ms=row.run_at_ms,
+                started_ms=row.started_ms,
+                history=row.history,
+                ran_ok=any(r.outcome == "ok" for r in runs),
+                ran=bool(runs),
+                first_start_ms=min((round(r.start * 1000) for r in runs), default=None),
+            )
+        )
+    return [
+        check_schedule(
+            schedule,
+            by_schedule.get(schedule.identifier, []),
+            grace_ms=grace_ms,
+            ahead_ms=ahead_ms,
+            unattended=unattended,
+        )
+        for schedule in schedules
+    ]
+
+
 def analyse(
     *,
     vendor: str,
@@ -357,6 +644,10 @@ def analyse(
     lease: float,
     grace: float,
     injection_errors: list[str],
+    recurring: list[Recurring] | None = None,
+    fire_seen: dict[str, int] | None = None,
+    recurring_grace: float = 60.0,
+    schedule_ahead: float = 0.6,
 ) -> dict[str, Any]:
     end_time = times["end"]
     violations: list[str] = []
@@ -412,8 +703,9 @@ def analyse(
     extra_rows: list[dict[str, Any]] = []
     unknown_rows: list[dict[str, Any]] = []
     by_n = {job.n: job for job in planned}
+    identifiers = {schedule.identifier for schedule in recurring or []}
     for row in rows.values():
-        if row.id in plan.by_id:
+        if row.id in plan.by_id or row.recurring in identifiers:
             continue
         n = _payload_n(row.payload)
         info = {"job_id": row.id, "n": n, "type": row.type_name, "stage": row.stage}
@@ -708,6 +1000,23 @@ def analyse(
             f"hung job {item['job_id']} was not recovered after kill #{item['fault']}"
         )
 
+    # -- recurring schedules -------------------------------------------------------------------
+    unattended = [
+        (int(a * 1000), int(b * 1000))
+        for a, b in unattended_spans(lives, faults, times["start"], end_time)
+    ]
+    schedules = analyse_recurring(
+        recurring or [],
+        rows,
+        runs_by_job,
+        fire_seen or {},
+        grace_ms=int(recurring_grace * 1000),
+        ahead_ms=int(schedule_ahead * 1000),
+        unattended=unattended,
+    )
+    for schedule_check in schedules:
+        violations.extend(recurring_violations(schedule_check))
+
     # -- verdict -------------------------------------------------------------------------------
     if lost:
         violations.append(f"{len(lost)} lost jobs")
@@ -805,6 +1114,11 @@ def analyse(
             },
         },
         "overlapping_runs": overlap_summary,
+        "recurring": {
+            "missed_grace_seconds": recurring_grace,
+            "unattended_spans": unattended,
+            "schedules": schedules,
+        },
         "order_violations": {
             "count": 0,
             "note": "n/a: ordered (partitioned) work does not exist yet",
@@ -896,6 +1210,37 @@ def _overlap_lines(summary: dict[str, Any], t0: float) -> list[str]:
     return lines
 
 
+def _recurring_lines(section: dict[str, Any] | None) -> list[str]:
+    """The recurring schedules' table: one row of counts per schedule."""
+    if not section or not section["schedules"]:
+        return []
+    grace = section["missed_grace_seconds"]
+    lines = [
+        f"recurring schedules {len(section['schedules']):>7}   (occurrences from later_job; a "
+        f"gap is allowed only where no worker process ran for more than {grace:g}s)",
+        f"  {'schedule':<20} {'cron':<15} {'expected':>8} {'enqueued':>8} {'ran':>5} "
+        f"{'cancelled':>9} {'retried':>7} {'dups':>5} {'missing':>7} {'off-grid':>8} "
+        f"{'early':>5} {'not-run':>7} {'max lag':>8}",
+    ]
+    for c in section["schedules"]:
+        counts = c["counts"]
+        lag = "-" if c["max_start_lag_ms"] is None else f"{c['max_start_lag_ms']}ms"
+        other = sum(
+            n
+            for kind, n in counts.items()
+            if kind not in ("duplicate", "missing", "off_grid", "early", "not_run")
+        )
+        lines.append(
+            f"  {c['identifier']:<20} {c['cron']:<15} {c['expected']:>8} {c['enqueued']:>8} "
+            f"{c['ran']:>5} {c['cancelled']:>9} {c['retried']:>7} {c['duplicates']:>5} "
+            f"{c['missing']:>7} {counts['off_grid']:>8} {counts['early']:>5} "
+            f"{counts['not_run']:>7} {lag:>8}"
+            + (f"  (+{other} other problems, listed below)" if other else "")
+            + (f"  ({c['missing_allowed']} gaps allowed)" if c["missing_allowed"] else "")
+        )
+    return lines
+
+
 def render(result: dict[str, Any], t0: float) -> str:
     jobs, dups, procs, hung = (
         result["jobs"],
@@ -931,6 +1276,7 @@ def render(result: dict[str, Any], t0: float) -> str:
         f"  by fault kind    {dups['by_fault_kind']}; max time to re-run an interrupted job "
         f"{dups['max_recovery_seconds_by_fault_kind']}",
         *_overlap_lines(result["overlapping_runs"], t0),
+        *_recurring_lines(result.get("recurring")),
         f"order violations   {result['order_violations']['count']:>8}   "
         f"({result['order_violations']['note']})",
         f"longest wait after a fault: {result['longest_wait_after_fault']['seconds']:.2f}s "
@@ -974,6 +1320,14 @@ def render(result: dict[str, Any], t0: float) -> str:
             if items and name != "extra_rows":
                 lines.append(f"  {name} (first {len(items)}):")
                 lines += [f"    {item}" for item in items]
+        for checked in result.get("recurring", {}).get("schedules", []):
+            for kind, items in checked["problems"].items():
+                if items:
+                    lines.append(
+                        f"  recurring {checked['identifier']} {kind} (first "
+                        f"{min(len(items), MAX_DETAILS)}):"
+                    )
+                    lines += [f"    {item}" for item in items[:MAX_DETAILS]]
         lines.append("RESULT: FAIL")
     else:
         lines.append(

@@ -12,11 +12,17 @@ Expected outcomes:
   the decode error (set by the fault when its UPDATE hits the row);
 - ``Hang`` / ``AsyncHang``: ``running`` forever (or waiting to be re-run after
   its process was killed): still legitimately pending at the end.
+
+Besides the plan, the producer registers the profile's recurring schedules
+(``Tick`` payloads) before the load and removes them when it ends; their
+occurrences are rows with ``recurring = identifier``, checked by the report
+against the cron (``Recurring``, ``OccurrenceWatcher``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 import threading
 import time
@@ -29,7 +35,8 @@ from django.db import connections
 
 import later_django as later
 from later_django import LaterBusy
-from tests.chaos.app.jobs import FLAKY_RETRIES, AsyncHang, AsyncWork, Flaky, Hang, Work
+from later_django.db import dialect_for
+from tests.chaos.app.jobs import FLAKY_RETRIES, AsyncHang, AsyncWork, Flaky, Hang, Tick, Work
 
 T = TypeVar("T")
 
@@ -66,6 +73,9 @@ class Profile:
     max_delay: float  # longest delay of a delayed job
     hangs: int  # jobs whose handler never returns
     weights: dict[str, int] = field(default_factory=dict)  # extra faults, by kind
+    # Recurring schedules registered for the load: (identifier, cron, how
+    # long each occurrence's handler sleeps in ms); crons are read in UTC.
+    recurring: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 PROFILES = {
@@ -77,6 +87,10 @@ PROFILES = {
         fault_gap=(1.0, 2.5),
         max_delay=8,
         hangs=2,
+        recurring=[
+            ("chaos-every-second", "* * * * * *", 300),
+            ("chaos-every-2s", "*/2 * * * * *", 0),
+        ],
     ),
     "long": Profile(
         name="long",
@@ -86,8 +100,87 @@ PROFILES = {
         fault_gap=(4.0, 12.0),
         max_delay=30,
         hangs=3,
+        recurring=[
+            ("chaos-every-second", "* * * * * *", 300),
+            ("chaos-every-2s", "*/2 * * * * *", 0),
+            ("chaos-every-minute", "* * * * *", 0),
+        ],
     ),
 }
+
+
+@dataclass
+class Recurring:
+    """One recurring schedule of the run, and when (database clock, epoch ms)
+    it was registered and removed: each a (before, after) bracket of the
+    call, retries included, so the call's own clock read lies within it."""
+
+    n: int
+    identifier: str
+    cron: str
+    registered: tuple[int, int] = (0, 0)
+    removed: tuple[int, int] | None = None
+    # What enqueue_recurring returned: the first occurrence (None when a
+    # retried call found the schedule already registered by its first try).
+    first_job_id: str | None = None
+
+
+def db_now() -> int:
+    """The database's clock, epoch ms: what every stored time is on."""
+    with connections["default"].cursor() as cursor:
+        return dialect_for("default").clock_now(cursor)
+
+
+class OccurrenceWatcher:
+    """Remembers each recurring occurrence's ``run_at_ms`` (its fire time)
+    while it still holds it.
+
+    A retry (after a kill or a pause) moves an occurrence's ``run_at_ms`` to
+    the retry's time, so the final rows no longer tell every fire time. An
+    occurrence is visible from its insert, at least a lease before it can be
+    retried, so polling every ``interval`` seconds sees each one first.
+    """
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.fire_ms: dict[str, int] = {}
+        self.errors = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="chaos-occurrences", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def poll(self) -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT id, run_at_ms, history FROM later_job WHERE recurring IS NOT NULL "
+                "AND stage IN ('delayed', 'enqueued', 'running')"
+            )
+            rows = cursor.fetchall()
+        for job_id, run_at_ms, history in rows:
+            if job_id not in self.fire_ms and "requeued@" not in history:
+                self.fire_ms[job_id] = int(run_at_ms)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    self.poll()
+                except DjangoDbError:
+                    self.errors += 1  # the database is restarting: poll again
+                    connections["default"].close()
+                if self.stop.wait(self.interval):
+                    break
+            self.poll()  # the last word, after the workers stopped
+        except DjangoDbError:
+            self.errors += 1
+        finally:
+            connections["default"].close()
 
 
 class Plan:
@@ -152,6 +245,28 @@ class Producer:
                     raise
                 connections["default"].close()
                 time.sleep(0.2)
+
+    def register_recurring(self) -> list[Recurring]:
+        """Register the profile's schedules (``Tick(n=index)``, UTC)."""
+        schedules = []
+        for index, (identifier, cron, sleep_ms) in enumerate(self.profile.recurring):
+            schedule = Recurring(n=index, identifier=identifier, cron=cron)
+            before = self._call(db_now)
+            payload = Tick(n=index, sleep_ms=sleep_ms)
+            register = functools.partial(later.enqueue_recurring, identifier, payload, cron)
+            first = self._call(register)
+            schedule.registered = (before, self._call(db_now))
+            schedule.first_job_id = None if first is None else str(first)
+            schedules.append(schedule)
+        return schedules
+
+    def remove_recurring(self, schedules: list[Recurring]) -> None:
+        """Remove the schedules; a retried call that finds one gone is fine
+        (its first try committed)."""
+        for schedule in schedules:
+            before = self._call(db_now)
+            self._call(functools.partial(later.remove_recurring, schedule.identifier))
+            schedule.removed = (before, self._call(db_now))
 
     def enqueue_hang(self, index: int) -> Planned:
         kind, cls = ("hang", Hang) if index % 2 == 0 else ("ahang", AsyncHang)

@@ -14,6 +14,9 @@ cannot be stopped, and one its worker abandoned writes its own end line
 when it ends. No end line: the process was killed, or the run never ended
 (a ``hang``, an ``ahang`` nobody cancelled).
 
+``tick`` runs are occurrences of the recurring schedules the runner
+registers (``Tick``; ``n`` is the schedule's index in the profile).
+
 The runner reads these files back to find duplicate and overlapping runs
 and waits; worker logs only tell it which handlers a worker abandoned or
 cancelled, never when a run started or ended. Every payload carries
@@ -146,3 +149,21 @@ async def run_async_hang(ctx: JobContext, payload: AsyncHang) -> None:
     except asyncio.CancelledError:
         record_end(ctx, "cancelled")
         raise
+
+
+@dataclass
+class Tick:
+    """An occurrence of a recurring schedule; ``n`` is the schedule's index in
+    the profile (every occurrence of a schedule has the same payload). It
+    sleeps ``sleep_ms``, so that kills and pauses catch some running."""
+
+    n: int
+    sleep_ms: int = 0
+
+
+@job(retry=WORK_RETRY)
+def run_tick(ctx: JobContext, payload: Tick) -> None:
+    record_start(ctx, "tick", payload.n)
+    if payload.sleep_ms:
+        time.sleep(payload.sleep_ms / 1000)
+    record_end(ctx, "ok")
