@@ -1530,6 +1530,14 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     now = db_now(later_db)
     ahead = [insert_occurrence(later_db, "nightly", now + n * HOUR_MS) for n in (1, 2)]
     ready = insert_occurrence(later_db, "nightly", now - HOUR_MS)
+    # Due, not promoted yet: it runs, as a ready one does.
+    overdue = insert_occurrence(later_db, "nightly", now - HOUR_MS)
+    with cursor_of(later_db) as c:
+        c.execute(
+            "UPDATE later_job SET stage = 'delayed', history = 'delayed@' || changed_ms || ';' "
+            "WHERE id = %s",
+            [overdue],
+        )
     running = insert_occurrence(later_db, "nightly", now - HOUR_MS, priority=9)
     claim_one(later_db, running)
     other_schedule = insert_occurrence(later_db, "hourly", now + HOUR_MS)
@@ -1553,10 +1561,13 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     assert cancel() == 2
     after = db_now(later_db)
     assert [cancel(), cancel(identifier="missing"), cancel(namespace="third")] == [0, 0, 0]
-    assert stages(later_db, *ahead, ready, running, other_schedule, other_namespace, plain) == [
+    assert stages(
+        later_db, *ahead, ready, overdue, running, other_schedule, other_namespace, plain
+    ) == [
         "cancelled",
         "cancelled",
         "enqueued",
+        "delayed",
         "running",
         "delayed",
         "delayed",

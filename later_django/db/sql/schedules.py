@@ -79,10 +79,11 @@ RETURNING stage
 """
 
 # Occurrences enqueued ahead, not due yet: cancelled when their schedule
-# changes its cron or is removed.
+# changes its cron or is removed. One already due but not promoted yet is
+# left to run, like one already ready.
 JOB_CANCEL_OCCURRENCES_SQL: Final = """
 UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
     expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
-WHERE namespace = %s AND stage = 'delayed' AND recurring = %s
+WHERE namespace = %s AND stage = 'delayed' AND recurring = %s AND run_at_ms > {now}
 RETURNING id
 """
