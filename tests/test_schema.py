@@ -75,8 +75,11 @@ def test_schema_api_on_missing_tables_raises_not_migrated(later_db):
         "cancel": lambda: later.cancel(new_job_id()),
         "get_job": lambda: later.get_job(new_job_id()),
         "stage_counts": later.stage_counts,
+        "enqueue_recurring": lambda: later.enqueue_recurring("r", Noop(), "* * * * *"),
+        "remove_recurring": lambda: later.remove_recurring("r"),
+        "list_recurring": later.list_recurring,
     }
-    with tables_away(later_db, "later_job", "later_stage_count"):
+    with tables_away(later_db, "later_job", "later_stage_count", "later_schedule"):
         for name, call in calls.items():
             with pytest.raises(later.NotMigrated) as raised:
                 call()

@@ -7,14 +7,19 @@ after every argument was checked: bad input writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
+from django.db.backends.utils import CursorWrapper
 
 from later_django import events, schema
 from later_django.builder import JobBuilder
 from later_django.clock import to_datetime
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.base import Dialect
 from later_django.db.rows import ScheduleKey, ScheduleWrite
 from later_django.enqueue import tell_on_commit
 from later_django.ids import JobId
@@ -46,37 +51,27 @@ def enqueue_recurring(
     parsed = cron_mod.parse(cron, tz)
     # Every check comes before the first write.
     job = JobBuilder().build(payload, EnqueueOptions(priority=priority))
-    alias = conf.database
-    db = connections[alias]
-    dialect = dialect_for(alias)
-    try:
-        with (
-            transaction.atomic(using=alias, savepoint=db.in_atomic_block),
-            db.cursor() as cursor,
-        ):
-            first = parsed.next_after(dialect.clock_now(cursor))
-            write = ScheduleWrite(
-                key=key,
-                cron=parsed.expr,
-                zone=parsed.zone,
-                type_name=job.type_name,
-                payload=job.payload,
-                priority=job.priority,
-                retry_policy=job.retry_policy,
-                first_job_id=job.id,
-                first_run_ms=first,
-                next_run_ms=parsed.next_after(first),
-            )
-            if not dialect.schedule_save(cursor, write):
-                return None
-            dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
-            job = job._replace(run_at_ms=first)
-            stage = dialect.job_insert_occurrence(cursor, job, key.identifier)
-    except DatabaseError as exc:
-        schema.raise_if_not_migrated(alias, exc)
-        raise
+    with _transaction() as (dialect, cursor):
+        first = parsed.next_after(dialect.clock_now(cursor))
+        write = ScheduleWrite(
+            key=key,
+            cron=parsed.expr,
+            zone=parsed.zone,
+            type_name=job.type_name,
+            payload=job.payload,
+            priority=job.priority,
+            retry_policy=job.retry_policy,
+            first_job_id=job.id,
+            first_run_ms=first,
+            next_run_ms=parsed.next_after(first),
+        )
+        if not dialect.schedule_save(cursor, write):
+            return None
+        dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        job = job._replace(run_at_ms=first)
+        stage = dialect.job_insert_occurrence(cursor, job, key.identifier)
     if events.active:
-        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(conf.database, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 
 
@@ -87,21 +82,11 @@ def remove_recurring(identifier: str) -> bool:
     transaction; an occurrence already due or running is left to finish.
     """
     key = _key(identifier)
-    alias = conf.database
-    db = connections[alias]
-    dialect = dialect_for(alias)
-    try:
-        with (
-            transaction.atomic(using=alias, savepoint=db.in_atomic_block),
-            db.cursor() as cursor,
-        ):
-            if not dialect.schedule_remove(cursor, key):
-                return False
-            dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
-            return True
-    except DatabaseError as exc:
-        schema.raise_if_not_migrated(alias, exc)
-        raise
+    with _transaction() as (dialect, cursor):
+        if not dialect.schedule_remove(cursor, key):
+            return False
+        dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        return True
 
 
 def list_recurring() -> list[RecurringSchedule]:
@@ -126,6 +111,20 @@ def list_recurring() -> list[RecurringSchedule]:
         )
         for row in rows
     ]
+
+
+@contextmanager
+def _transaction() -> Iterator[tuple[Dialect, CursorWrapper]]:
+    """A transaction on the LATER database (a savepoint inside the caller's
+    atomic block) and a cursor in it; a missing table raises NotMigrated."""
+    alias = conf.database
+    db = connections[alias]
+    try:
+        with transaction.atomic(using=alias, savepoint=db.in_atomic_block), db.cursor() as cursor:
+            yield dialect_for(alias), cursor
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
 
 
 def _key(identifier: object) -> ScheduleKey:
