@@ -25,3 +25,12 @@ class LaterDjangoConfig(AppConfig):
         # handlers. A value that is no module name is left to later.E019.
         if is_module_name(conf.JOBS_MODULE):
             autodiscover(conf.JOBS_MODULE)
+
+        # A web process that serves django-prometheus's /metrics shows
+        # later's too (later_worker serves its own with --metrics-port).
+        from django.apps import apps
+
+        if apps.is_installed("django_prometheus"):
+            from later_django import metrics
+
+            metrics.install_for_web(conf.seconds("METRICS_REFRESH_INTERVAL"))

@@ -17,8 +17,9 @@ subscriber, nothing is built: every emitting site checks ``events.active``
 first, so jobs pay nothing for this hook.
 
 Times: durations are measured on the process's monotonic clock; ``waited``
-compares this host's clock with the job's due time as the database stored
-it, so it is approximate on hosts whose clock is off.
+and ``since_created`` compare this host's clock with the job's due and
+creation times as the database stored them, so they are approximate on
+hosts whose clock is off.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class JobFinished(Event):
     attempt: int
     outcome: Literal["succeeded", "retry", "failed"]
     handler_seconds: float  # how long the handler ran
+    since_created: float  # seconds from the job's creation to this outcome
+    worker: int  # the worker of this server that ran it
     server_id: str
 
 
@@ -79,6 +82,7 @@ class LeaseLost(Event):
     job_id: str
     attempt: int
     why: str
+    worker: int
     server_id: str
 
 

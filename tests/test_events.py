@@ -35,7 +35,16 @@ def test_subscribers_get_the_events_of_their_kind_only():
     stop_finished = events.subscribe(finished.append, events.JobFinished)
     assert events.active
     started = events.JobStarted("j1", "T", 1, waited=0.0, worker=0, server_id="s")
-    done = events.JobFinished("j1", "T", 1, outcome="succeeded", handler_seconds=0.1, server_id="s")
+    done = events.JobFinished(
+        "j1",
+        "T",
+        1,
+        outcome="succeeded",
+        handler_seconds=0.1,
+        since_created=0.2,
+        worker=0,
+        server_id="s",
+    )
     events.emit(started)
     events.emit(done)
     stop_finished()

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from later_django import events
 from later_django.db.errors import is_transient
@@ -28,6 +29,14 @@ from later_django.worker.notifier import Wakeup
 from later_django.worker.status import OutcomeCounts
 
 logger = logging.getLogger(__name__)
+
+
+class Ran(NamedTuple):
+    """How a handler ran: for how long, and on which worker of this server."""
+
+    seconds: float
+    worker: int
+
 
 COMPLETE_BATCH = 256  # successes stored by one statement at most
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
@@ -64,8 +73,8 @@ class Completer:
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
 
-    def store_outcome(self, job: ClaimedJob, outcome: Outcome, ran: float) -> asyncio.Future[None]:
-        """Store ``outcome`` of a handler that ran ``ran`` seconds, apart from
+    def store_outcome(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
+        """Store ``outcome`` of a handler that ran as ``ran`` says, apart from
         the worker (a cancelled worker must still record what its job did);
         the future is done once it is stored."""
         claim = (job.id, job.attempts)
@@ -107,9 +116,7 @@ class Completer:
         completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 
-    def _finish_in_task(
-        self, job: ClaimedJob, outcome: Outcome, ran: float
-    ) -> asyncio.Future[None]:
+    def _finish_in_task(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
         claim = (job.id, job.attempts)
         task = asyncio.ensure_future(self._finish(job, outcome, ran))
         self._finishing.add(task)
@@ -122,7 +129,7 @@ class Completer:
         task.add_done_callback(done)
         return task
 
-    async def _finish(self, job: ClaimedJob, outcome: Outcome, ran: float) -> None:
+    async def _finish(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> None:
         """Store ``outcome``, retrying transient errors while the lease holds."""
         claim = (job.id, job.attempts)
         loop = asyncio.get_running_loop()
@@ -186,7 +193,7 @@ class Completer:
             extra={"action": "finish_error", "job_id": job.id},
         )
 
-    def _stored(self, job: ClaimedJob, outcome: Outcome, stored: bool, ran: float) -> None:
+    def _stored(self, job: ClaimedJob, outcome: Outcome, stored: bool, ran: Ran) -> None:
         """Count, log and tell subscribers what became of an outcome."""
         self._log_outcome(job, outcome, stored)
         if not events.active:
@@ -198,12 +205,18 @@ class Completer:
                     job.type_name,
                     job.attempts,
                     outcome=outcome.kind,
-                    handler_seconds=ran,
+                    handler_seconds=ran.seconds,
+                    since_created=time.time() - job.created_ms / 1000,
+                    worker=ran.worker,
                     server_id=self.owner,
                 )
             )
         else:
-            events.emit(events.LeaseLost(job.id, job.attempts, why=DISCARDED, server_id=self.owner))
+            events.emit(
+                events.LeaseLost(
+                    job.id, job.attempts, why=DISCARDED, worker=ran.worker, server_id=self.owner
+                )
+            )
 
     def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
         extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from later_django import events
+from later_django import events, metrics
 from later_django.conf import conf
 from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
@@ -222,6 +222,13 @@ class Server:
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))
         self.services.start("status", self.status.run)
+        installed = metrics.installed()
+        if installed is not None:
+            installed.workers.count = self._worker_counts
+            # Fed by this service: a scrape (on a thread of the HTTP server)
+            # never opens a connection of its own.
+            installed.queue.read = None
+            self.services.start("metrics", lambda: self._refresh_metrics(installed))
         if self.autoscale:
             self.services.start("autoscale", lambda: supervisor.autoscale(self))
         logger.info(
@@ -232,6 +239,22 @@ class Server:
             self.namespace,
             extra={"action": "server_started"},
         )
+
+    def _worker_counts(self) -> tuple[int, int]:
+        """(workers, busy workers) of this server, for later_workers."""
+        busy = sum(1 for slot in self.pool.slots if slot.busy_since is not None)
+        return self.worker_count, busy
+
+    async def _refresh_metrics(self, installed: metrics.Metrics) -> None:
+        """Keep later_queue_jobs at the namespace's counts, read every
+        METRICS_REFRESH_INTERVAL (one cheap read of the counters)."""
+        interval = conf.seconds("METRICS_REFRESH_INTERVAL")
+        while True:
+            counts = await self.store.run(
+                self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
+            )
+            installed.queue.set(counts)
+            await asyncio.sleep(interval)
 
     async def add_worker(self) -> int:
         """Start one more worker (at most 255); return the new count."""

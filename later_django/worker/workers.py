@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from later_django import events
 from later_django.worker.claimer import Claimer
-from later_django.worker.completer import Completer
+from later_django.worker.completer import Completer, Ran
 from later_django.worker.executor import Executor, Outcome
 from later_django.worker.lease_book import Claim
 from later_django.worker.notifier import Wakeup
@@ -180,7 +180,7 @@ class WorkerPool:
                     if not slot.lease_lost:
                         raise  # this worker itself is being stopped
                     continue  # the lease is gone: the job is not this worker's now
-                ran = time.monotonic() - slot.busy_since
+                ran = Ran(time.monotonic() - slot.busy_since, slot.id)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)
             finally:
@@ -244,4 +244,6 @@ class WorkerPool:
         if slot.run_task is not None:
             slot.run_task.cancel()
         if events.active:
-            events.emit(events.LeaseLost(job_id, attempt, why=why, server_id=self.owner))
+            events.emit(
+                events.LeaseLost(job_id, attempt, why=why, worker=slot.id, server_id=self.owner)
+            )

@@ -12,11 +12,12 @@ import threading
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
+import prometheus_client
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from later_django import schema
+from later_django import metrics, schema
 from later_django.conf import conf
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -53,6 +54,16 @@ def seconds(value: str) -> float:
     return result
 
 
+def port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= number <= 65535:
+        raise ArgumentTypeError(f"a port is 1..65535, got {number}")
+    return number
+
+
 class Command(BaseCommand):
     help = "Run a later worker process: a supervised pool of workers on LATER['DATABASE']."
 
@@ -76,6 +87,17 @@ class Command(BaseCommand):
             default=None,
             help="seconds running jobs get to finish on SIGTERM",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            help="serve Prometheus metrics over HTTP on this port (path /metrics)",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",
+            help="the address --metrics-port listens on (default 0.0.0.0)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         _check_tables(conf.database)
@@ -83,12 +105,19 @@ class Command(BaseCommand):
         # count, later.E015) must stop a worker before it claims anything.
         self.check(databases=[conf.database], tags=[Tags.database])
         _configure_logging(int(options["verbosity"]))
+        endpoint = None
+        if options["metrics_port"] is not None:
+            endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
         server = Server(
             workers=options["workers"],
             autoscale=options["autoscale"],
             shutdown_timeout=options["shutdown_timeout"],
         )
-        code = asyncio.run(_serve(server))
+        try:
+            code = asyncio.run(_serve(server))
+        finally:
+            if endpoint is not None:
+                endpoint.shutdown()
         # A sync handler stuck past the deadline keeps its thread alive, and
         # Python would wait for it at exit; its lease recovers the job instead.
         if any(t.name.startswith("later-handler") for t in threading.enumerate()):
@@ -97,6 +126,25 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             sys.exit(code)
+
+
+def _serve_metrics(addr: str, port: int) -> Any:
+    """Install later's metrics and serve them on ``addr:port`` from a thread."""
+    metrics.install()
+    try:
+        httpd, _ = prometheus_client.start_http_server(port, addr)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}; pick another "
+            "--metrics-port (or --metrics-addr)"
+        ) from exc
+    logger.info(
+        "serving Prometheus metrics on http://%s:%d/metrics",
+        addr,
+        port,
+        extra={"action": "metrics_serving"},
+    )
+    return httpd
 
 
 def _check_tables(alias: str) -> None:

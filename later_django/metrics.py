@@ -1,0 +1,189 @@
+"""Prometheus metrics, fed by the events hook (never by a write per job).
+
+Nothing here runs until ``install()``: ``later_worker --metrics-port`` calls
+it in the worker process, and the app calls it in a web process that has
+``django_prometheus`` installed. Until then no subscriber exists, and jobs
+pay nothing. Metrics go to prometheus_client's default registry, the one
+django-prometheus and ``--metrics-port`` serve.
+
+Labels are bounded: the queue, the payload type, a worker's number in its
+process, an outcome or a stage. Never a job id, an error text or a server
+id: Prometheus's ``instance`` label tells processes apart.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from later_django import events
+
+# Named queues do not exist yet: every job is in this one.
+QUEUE = "default"
+# The stage a stored outcome moves its job to.
+OUTCOME_STAGE = {"succeeded": "success", "retry": "requeued", "failed": "failed"}
+# What an attempt's end counts as in later_worker_commands_total.
+COMMAND_OUTCOME = {"succeeded": "succeeded", "retry": "failed", "failed": "failed"}
+# From a millisecond's dispatch to a long batch job.
+DURATION_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
+
+StageCounts = Callable[[], dict[str, int]]
+
+
+class Metrics:
+    """later's metric families, and the events subscriber that feeds them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.transitions = Counter(
+            "later_job_transitions_total",
+            "Durable stage changes of jobs seen by this process.",
+            ["queue", "job_type", "state"],
+            registry=registry,
+        )
+        self.handler_duration = Histogram(
+            "later_job_handler_duration_seconds",
+            "How long handlers ran, per worker and outcome.",
+            ["queue", "job_type", "worker_id", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.job_duration = Histogram(
+            "later_job_duration_seconds",
+            "From a job's creation to the stored outcome of an attempt.",
+            ["queue", "job_type", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.wait_duration = Histogram(
+            "later_job_wait_duration_seconds",
+            "From a job's due time to the start of its handler.",
+            ["queue", "job_type"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.commands = Counter(
+            "later_worker_commands_total",
+            "Attempts a worker finished: succeeded, failed, or discarded (lease lost).",
+            ["worker_id", "outcome"],
+            registry=registry,
+        )
+        self.queue = QueueCollector()
+        self.workers = WorkersCollector()
+        registry.register(self.queue)
+        registry.register(self.workers)
+
+    def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.JobStarted):
+            self.transitions.labels(QUEUE, event.job_type, "running").inc()
+            self.wait_duration.labels(QUEUE, event.job_type).observe(max(event.waited, 0.0))
+        elif isinstance(event, events.JobFinished):
+            worker = str(event.worker)
+            self.transitions.labels(QUEUE, event.job_type, OUTCOME_STAGE[event.outcome]).inc()
+            self.handler_duration.labels(QUEUE, event.job_type, worker, event.outcome).observe(
+                event.handler_seconds
+            )
+            self.job_duration.labels(QUEUE, event.job_type, event.outcome).observe(
+                max(event.since_created, 0.0)
+            )
+            self.commands.labels(worker, COMMAND_OUTCOME[event.outcome]).inc()
+        elif isinstance(event, events.JobEnqueued):
+            self.transitions.labels(QUEUE, event.job_type, event.stage).inc()
+        elif isinstance(event, events.LeaseLost):
+            self.commands.labels(str(event.worker), "discarded").inc()
+
+
+class QueueCollector(Collector):
+    """``later_queue_jobs``: jobs per stage in the namespace, from the
+    database's counters, read at most once per refresh interval.
+
+    A worker feeds it from a service of its own (``set``); elsewhere (a web
+    process) a scrape reads the counters itself when they are stale. Every
+    process reports the same shared value: aggregate with ``max``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._read_at = float("-inf")
+        # Set in a process without a worker: how to read the counts, and how
+        # old they may be before a scrape reads them again.
+        self.read: StageCounts | None = None
+        self.max_age = 5.0
+
+    def set(self, counts: dict[str, int]) -> None:
+        with self._lock:
+            self._counts, self._read_at = dict(counts), time.monotonic()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.read is not None and time.monotonic() - self._read_at >= self.max_age:
+            self.set(self.read())
+        family = GaugeMetricFamily(
+            "later_queue_jobs", "Jobs per stage in the namespace (use max across instances).",
+            labels=["queue", "state"],
+        )  # fmt: skip
+        with self._lock:
+            for stage, count in self._counts.items():
+                family.add_metric([QUEUE, stage], count)
+        yield family
+
+
+class WorkersCollector(Collector):
+    """``later_workers``: this process's worker tasks, all of them (active)
+    and those running a handler now (busy)."""
+
+    def __init__(self) -> None:
+        self.count: Callable[[], tuple[int, int]] | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "later_workers", "Worker tasks of this process: active, and busy running a handler.",
+            labels=["state"],
+        )  # fmt: skip
+        if self.count is not None:
+            active, busy = self.count()
+            family.add_metric(["active"], active)
+            family.add_metric(["busy"], busy)
+        yield family
+
+
+_installed: Metrics | None = None
+_install_lock = threading.Lock()
+
+
+def install(registry: CollectorRegistry = REGISTRY) -> Metrics:
+    """Create later's metrics in ``registry`` and subscribe them to events,
+    once per process; return them."""
+    global _installed
+    with _install_lock:
+        if _installed is None:
+            metrics = Metrics(registry)
+            events.subscribe(metrics.on_event)
+            _installed = metrics
+        return _installed
+
+
+def installed() -> Metrics | None:
+    """later's metrics if install() ran in this process."""
+    return _installed
+
+
+def read_stage_counts() -> dict[str, int]:
+    """The namespace's counts per stage, through the calling thread's connection."""
+    from later_django.lookup import stage_counts
+
+    return stage_counts()
+
+
+def install_for_web(refresh_seconds: float) -> Metrics:
+    """Metrics in a web process: stage counts read on scrape, at most once
+    per ``refresh_seconds``."""
+    metrics = install()
+    metrics.queue.read, metrics.queue.max_age = read_stage_counts, refresh_seconds
+    return metrics

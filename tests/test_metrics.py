@@ -1,0 +1,216 @@
+"""Prometheus metrics: what the events hook feeds them, what a running
+worker serves over HTTP, and that no label can carry a job, an error or a
+server."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+import later_django as later
+from later_django import events, metrics
+from tests.helpers import wait_until
+from tests.jobapp.jobs import Flaky, NoRetry, Noop
+
+FAMILIES = {
+    "later_job_transitions",
+    "later_job_handler_duration_seconds",
+    "later_job_duration_seconds",
+    "later_job_wait_duration_seconds",
+    "later_queue_jobs",
+    "later_worker_commands",
+    "later_workers",
+}
+FORBIDDEN_LABELS = {"job_id", "id", "error", "message", "owner", "server_id", "server"}
+# A job id (26 lowercase base32 characters) or a server id (host-pid-hex).
+LEAKED_VALUE = re.compile(r"^[0-9a-z]{26}$|-\d+-[0-9a-f]{6}$|error|Error|refused")
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse(text: str) -> tuple[Samples, list[Any]]:
+    # prometheus_client also exports each counter's and histogram's start
+    # time as a *_created family of its own.
+    families = [
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("later_") and not f.name.endswith("_created")
+    ]
+    samples: Samples = {}
+    for family in families:
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples, families
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(value for (n, got), value in samples.items() if n == name and wanted <= set(got))
+
+
+def assert_no_leak(families: Iterable[Any]) -> None:
+    for family in families:
+        for sample in family.samples:
+            assert not FORBIDDEN_LABELS & set(sample.labels), (family.name, sample.labels)
+            for value in sample.labels.values():
+                assert not LEAKED_VALUE.search(value), (family.name, sample.labels)
+
+
+# -- fed by events (no database) --------------------------------------------------
+
+
+def test_events_feed_every_family_with_bounded_labels():
+    registry = CollectorRegistry()
+    fed = metrics.Metrics(registry)
+    fed.workers.count = lambda: (4, 1)
+    fed.queue.set({"enqueued": 7, "delayed": 2})
+    job_id, server = "01m8s8vv2x5gqem8s8yze4en1y", "host-123-abcdef"
+    fed.on_event(events.JobEnqueued(job_id, "app.jobs.Mail", "enqueued", "default"))
+    fed.on_event(
+        events.JobStarted(job_id, "app.jobs.Mail", 1, waited=0.02, worker=3, server_id=server)
+    )
+    for outcome, seconds in (("retry", 0.1), ("succeeded", 0.3)):
+        fed.on_event(
+            events.JobFinished(
+                job_id, "app.jobs.Mail", 1, outcome=outcome, handler_seconds=seconds,
+                since_created=1.5, worker=3, server_id=server,
+            )
+        )  # fmt: skip
+    fed.on_event(events.LeaseLost(job_id, 2, why="lease expired", worker=1, server_id=server))
+    samples, families = parse(generate_latest(registry).decode())
+    assert {f.name for f in families} == FAMILIES
+    mail = {"queue": "default", "job_type": "app.jobs.Mail"}
+    assert total(samples, "later_job_transitions_total", state="enqueued", **mail) == 1
+    assert total(samples, "later_job_transitions_total", state="running", **mail) == 1
+    assert total(samples, "later_job_transitions_total", state="requeued", **mail) == 1
+    assert total(samples, "later_job_transitions_total", state="success", **mail) == 1
+    handler = "later_job_handler_duration_seconds"
+    assert total(samples, f"{handler}_count", worker_id="3", outcome="retry") == 1
+    assert total(samples, f"{handler}_sum", worker_id="3", outcome="succeeded") == 0.3
+    assert total(samples, "later_job_duration_seconds_sum", outcome="succeeded") == 1.5
+    assert total(samples, "later_job_wait_duration_seconds_count", **mail) == 1
+    commands = "later_worker_commands_total"
+    assert total(samples, commands, worker_id="3", outcome="succeeded") == 1
+    assert total(samples, commands, worker_id="3", outcome="failed") == 1
+    assert total(samples, commands, worker_id="1", outcome="discarded") == 1
+    assert total(samples, "later_queue_jobs", state="enqueued", queue="default") == 7
+    assert total(samples, "later_workers", state="active") == 4
+    assert total(samples, "later_workers", state="busy") == 1
+    assert_no_leak(families)
+
+
+def test_the_leak_check_catches_a_job_id_or_an_error_as_a_label():
+    """The guard above can fail: a family labelled with an id or an error."""
+    from prometheus_client import Counter
+
+    registry = CollectorRegistry()
+    bad = Counter("later_bad_total", "", ["job_type"], registry=registry)
+    bad.labels("01m8s8vv2x5gqem8s8yze4en1y").inc()
+    _, families = parse(generate_latest(registry).decode())
+    with pytest.raises(AssertionError):
+        assert_no_leak(families)
+    registry = CollectorRegistry()
+    Counter("later_worse_total", "", ["error"], registry=registry).labels("boom").inc()
+    _, families = parse(generate_latest(registry).decode())
+    with pytest.raises(AssertionError):
+        assert_no_leak(families)
+
+
+def test_a_web_process_reads_the_counters_on_scrape_at_most_once_per_interval():
+    collector = metrics.QueueCollector()
+    reads: list[int] = []
+
+    def read() -> dict[str, int]:
+        reads.append(1)
+        return {"enqueued": len(reads)}
+
+    collector.read, collector.max_age = read, 3600.0
+    registry = CollectorRegistry()
+    registry.register(collector)
+    for _ in range(3):
+        samples, _ = parse(generate_latest(registry).decode())
+    assert len(reads) == 1
+    assert total(samples, "later_queue_jobs", state="enqueued") == 1
+
+
+# -- a running worker, scraped over HTTP -------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:  # noqa: S310
+        return str(response.read().decode())
+
+
+def test_a_worker_serves_what_happened_on_its_metrics_port(later_db, workers):
+    """After a known workload, the worker's endpoint counts exactly its
+    transitions, handler runs by outcome, commands, queue depths and workers."""
+    port = free_port()
+    proc = workers.start(
+        "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
+        timings={"METRICS_REFRESH_INTERVAL": 0.2}, workers=3,
+    )  # fmt: skip
+    workers.wait_registered(proc)
+    noops = later.enqueue_many([Noop(n=n) for n in range(20)])
+    flaky = later.enqueue(Flaky(succeed_on=2))  # fails once, then succeeds
+    refused = later.enqueue(NoRetry())  # fails for good
+    for n in range(3):
+        later.enqueue_delayed(Noop(n=100 + n), timedelta(hours=1))
+    for job_id in [*noops, flaky]:
+        workers.wait_stage(job_id, "success", 30)
+    workers.wait_stage(refused, "failed", 30)
+
+    def settled() -> Samples | None:
+        samples, _ = parse(scrape(port))
+        done = total(samples, "later_worker_commands_total")
+        depth = total(samples, "later_queue_jobs", state="success")
+        return samples if done == 23 and depth == 21 else None
+
+    samples = wait_until(settled, 20, lambda: f"the scrape to settle:\n{scrape(port)}")
+    transitions = "later_job_transitions_total"
+    assert total(samples, transitions, state="running") == 23
+    assert total(samples, transitions, state="success") == 21
+    assert total(samples, transitions, state="requeued") == 1
+    assert total(samples, transitions, state="failed") == 1
+    assert total(samples, transitions, state="running", job_type="tests.jobapp.jobs.Flaky") == 2
+    handler = "later_job_handler_duration_seconds_count"
+    assert total(samples, handler, outcome="succeeded") == 21
+    assert total(samples, handler, outcome="retry") == 1
+    assert total(samples, handler, outcome="failed") == 1
+    assert total(samples, "later_job_wait_duration_seconds_count") == 23
+    assert total(samples, "later_job_duration_seconds_count") == 23
+    assert total(samples, "later_worker_commands_total", outcome="succeeded") == 21
+    assert total(samples, "later_worker_commands_total", outcome="failed") == 2
+    assert total(samples, "later_queue_jobs", state="delayed") == 3
+    assert total(samples, "later_queue_jobs", state="failed") == 1
+    assert total(samples, "later_queue_jobs", state="enqueued") == 0
+    assert total(samples, "later_workers", state="active") == 3
+    assert total(samples, "later_workers", state="busy") == 0
+    _, families = parse(scrape(port))
+    assert FAMILIES <= {f.name for f in families}
+    assert_no_leak(families)
+
+
+def test_worker_metrics_port_in_use_is_a_clear_error(later_db, workers):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = workers.start("--metrics-port", str(port), "--metrics-addr", "127.0.0.1")
+        assert proc.proc.wait(60) != 0
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in proc.output()
+    assert "pick another --metrics-port" in proc.output()
