@@ -117,6 +117,10 @@ if os.environ.get("LATER_TEST_TIMINGS"):
 if os.environ.get("LATER_TEST_DB_OVERRIDE"):
     DATABASES[str(LATER["DATABASE"])].update(json.loads(os.environ["LATER_TEST_DB_OVERRIDE"]))
 
+# LATER_TEST_EXTRA_APPS="django_prometheus" adds installed apps to a child process.
+if os.environ.get("LATER_TEST_EXTRA_APPS"):
+    INSTALLED_APPS += os.environ["LATER_TEST_EXTRA_APPS"].split(",")
+
 # LATER_TEST_SETTINGS='{"CONTEXT": "x.y"}' is merged into LATER as it is.
 if os.environ.get("LATER_TEST_SETTINGS"):
     LATER.update(json.loads(os.environ["LATER_TEST_SETTINGS"]))

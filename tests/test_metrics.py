@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterable
 from datetime import timedelta
@@ -17,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import later_django as later
 from later_django import events, metrics
-from tests.helpers import wait_until
+from tests.helpers import PROJECT_DIR, wait_until
 from tests.jobapp.jobs import Flaky, NoRetry, Noop
 
 FAMILIES = {
@@ -214,3 +216,37 @@ def test_worker_metrics_port_in_use_is_a_clear_error(later_db, workers):
         assert proc.proc.wait(60) != 0
     assert f"cannot serve metrics on 127.0.0.1:{port}" in proc.output()
     assert "pick another --metrics-port" in proc.output()
+
+
+# -- a web process with django-prometheus ------------------------------------------
+WEB_SCRAPE = """
+import datetime as dt
+import django
+django.setup()
+from django.test import RequestFactory
+from django_prometheus.exports import ExportToDjangoView
+import later_django as later
+from tests.jobapp.jobs import Noop
+later.enqueue(Noop(n=1))
+later.enqueue_delayed(Noop(n=2), dt.timedelta(hours=1))
+print(ExportToDjangoView(RequestFactory().get("/metrics")).content.decode())
+"""
+
+
+def test_a_web_process_with_django_prometheus_exports_later_metrics(later_db):
+    """django-prometheus's /metrics view shows the enqueues of its process
+    and the namespace's queue depth read from the counters."""
+    pytest.importorskip("django_prometheus", reason="django-prometheus supports Django < 6.1")
+    env = {**later_db.worker_env(), "LATER_TEST_EXTRA_APPS": "django_prometheus"}
+    done = subprocess.run(
+        [sys.executable, "-c", WEB_SCRAPE],
+        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    samples, families = parse(done.stdout)
+    transitions = "later_job_transitions_total"
+    assert total(samples, transitions, state="enqueued", job_type="tests.jobapp.jobs.Noop") == 1
+    assert total(samples, transitions, state="delayed") == 1
+    assert total(samples, "later_queue_jobs", state="enqueued") == 1
+    assert total(samples, "later_queue_jobs", state="delayed") == 1
+    assert_no_leak(families)

@@ -28,6 +28,17 @@ INSTALLED_APPS = [
     "shop",
 ]
 
+# later's metrics on /metrics next to Django's own, when the `prometheus`
+# extra is installed (pip install "later-django[prometheus]"); workers serve
+# theirs with `manage.py later_worker --metrics-port 9100`.
+try:
+    import django_prometheus  # noqa: F401
+except ImportError:
+    HAS_PROMETHEUS = False
+else:
+    HAS_PROMETHEUS = True
+    INSTALLED_APPS.append("django_prometheus")
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
