@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Sequence
 from datetime import timedelta
@@ -228,6 +229,7 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
                 "prepared statements (PgBouncer in transaction mode before 1.21).",
             )
         )
+    messages += _check_tracing(merged["TRACING"])
     partitions = merged["RECURRING_SEQUENTIAL_PARTITIONS"]
     if partitions is not None and (
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1
@@ -241,6 +243,27 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+def _check_tracing(tracing: object) -> list[CheckMessage]:
+    if not isinstance(tracing, bool):
+        return [
+            _error(
+                "E020",
+                f"LATER['TRACING'] is {tracing!r}; it must be True or False.",
+                "Set True to trace each job's run with OpenTelemetry, else leave it out.",
+            )
+        ]
+    if tracing and importlib.util.find_spec("opentelemetry") is None:
+        return [
+            _error(
+                "E021",
+                "LATER['TRACING'] is True but opentelemetry-api is not installed.",
+                'pip install "later-django[tracing]" (and an OpenTelemetry SDK and '
+                "exporter), or set LATER['TRACING'] = False.",
+            )
+        ]
+    return []
 
 
 def _check_context(path: object) -> list[CheckMessage]:

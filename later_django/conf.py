@@ -30,6 +30,9 @@ DEFAULTS: dict[str, Any] = {
     # PostgreSQL: plan later's own statements once per connection. Turn off
     # behind a pooler that cannot keep prepared statements (docs/settings.md).
     "PREPARED_STATEMENTS": True,
+    # OpenTelemetry: a span around each handler run, parented to the span
+    # that enqueued the job (needs opentelemetry-api; docs/metrics.md).
+    "TRACING": False,
     "LEASE_DURATION": timedelta(seconds=30),
     "STUCK_JOB_GRACE": timedelta(seconds=30),
     "MAINTENANCE_INTERVAL": timedelta(seconds=2),

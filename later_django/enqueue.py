@@ -12,12 +12,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import events, schema, wakeup
+from later_django import events, schema, tracing, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -117,9 +117,26 @@ def enqueue_with(payload: object, options: EnqueueOptions) -> JobId:
     before anything is written; the options were checked when made.
     """
     job = JobBuilder().build(payload, options)
+    if tracing.enabled() and (context := tracing.current_context()):
+        # The job and its trace context commit together: a worker never
+        # runs it without the span it continues.
+        alias = conf.database
+        with transaction.atomic(using=alias):
+            job_id = _insert(job)
+            _record_trace(alias, [job.id], context)
+        return job_id
+    return _insert(job)
+
+
+def _insert(job: NewJob) -> JobId:
     if job.parent_id is not None:
         return _insert_continuation(job)
     return _insert_one(job)
+
+
+def _record_trace(alias: str, job_ids: Sequence[str], context: str) -> None:
+    with connections[alias].cursor() as cursor:
+        dialect_for(alias).job_set_trace(cursor, job_ids, context)
 
 
 def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> list[JobId]:
@@ -149,9 +166,12 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
         jobs = iter(built)
     alias = conf.database
     db = connections[alias]
+    context = tracing.current_context() if tracing.enabled() else None
     try:
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
             dialect_for(alias).job_insert_many(db, jobs)
+            if context:
+                _record_trace(alias, ids, context)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

@@ -59,6 +59,9 @@ class Job(models.Model):
     # The identifier of the schedule whose occurrence this is; written only
     # by the scheduler's insert.
     recurring = models.CharField(max_length=255, null=True)
+    # With LATER["TRACING"]: the enqueuing span's context (W3C headers as
+    # JSON) that the handler's span continues; written only then.
+    trace_context = models.TextField(null=True)
 
     class Meta:
         db_table = "later_job"

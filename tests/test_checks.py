@@ -90,6 +90,7 @@ BAD_SETTINGS = [
     ({"JOBS_MODULE": "shop/jobs"}, "later.E019", "LATER['JOBS_MODULE']"),
     ({"JOBS_MODULE": ""}, "later.E019", "LATER['JOBS_MODULE']"),
     ({"JOBS_MODULE": None}, "later.E019", "LATER['JOBS_MODULE']"),
+    ({"TRACING": "on"}, "later.E020", "LATER['TRACING']"),
 ]
 
 

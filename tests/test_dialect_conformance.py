@@ -91,6 +91,9 @@ COVERED = frozenset(
         "job_resolve_orphan",
         "job_prune",
         "job_next_due_in",
+        # tracing
+        "job_set_trace",
+        "job_trace_context",
         # wake-ups and counters
         "job_ready_exists",
         "stage_counts",
@@ -1582,6 +1585,27 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
     assert cancel(namespace="other") == 1
     assert stages(later_db, other_namespace) == ["cancelled"]
+    assert_counts(later_db)
+
+
+def test_job_set_trace_marks_only_the_named_jobs_in_batches(later_db, dialect):
+    """The enqueuing span's context lands on the jobs named (more of them than
+    one statement takes), with no stage change; others stay NULL."""
+    from later_django.db.jobs import TRACE_BATCH
+
+    marked = [insert(later_db) for _ in range(TRACE_BATCH + 3)]
+    other = insert(later_db)
+    context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.job_set_trace(c, marked, context)
+    with cursor_of(later_db) as c:
+        assert dialect.job_trace_context(c, job_id=marked[0]) == context
+        assert dialect.job_trace_context(c, job_id=marked[-1]) == context
+        assert dialect.job_trace_context(c, job_id=other) is None
+        assert dialect.job_trace_context(c, job_id=new_job_id()) is None
+    traced = later_db.scalar("SELECT COUNT(*) FROM later_job WHERE trace_context IS NOT NULL")
+    assert traced == len(marked)
+    assert stages(later_db, marked[0], other) == ["enqueued", "enqueued"]
     assert_counts(later_db)
 
 

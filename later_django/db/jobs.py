@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
 
 Settled = Literal["released", "failed", "waiting"]
+# Ids per statement when tracing marks a bulk enqueue's jobs.
+TRACE_BATCH = 500
 
 
 class JobOperations(Statements):
@@ -116,6 +118,20 @@ class JobOperations(Statements):
         for job_id in cancelled:
             self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return len(cancelled)
+
+    # -- tracing (LATER["TRACING"] only) ----------------------------------------------
+    def job_set_trace(self, cursor: CursorWrapper, job_ids: Sequence[str], context: str) -> None:
+        """Record the enqueuing span's ``context`` on jobs just inserted."""
+        for start in range(0, len(job_ids), TRACE_BATCH):
+            batch = job_ids[start : start + TRACE_BATCH]
+            sql = self._sql(jobs_sql.JOB_SET_TRACE_SQL).format(ids=", ".join(["%s"] * len(batch)))
+            cursor.execute(sql, [context, *batch])
+
+    def job_trace_context(self, cursor: CursorWrapper, *, job_id: str) -> str | None:
+        """The enqueuing span's context recorded on ``job_id``, if any."""
+        cursor.execute(self._sql(jobs_sql.JOB_TRACE_CONTEXT_SQL), [job_id])
+        row = cursor.fetchone()
+        return None if row is None else row[0]
 
     # -- the worker's hot path: one pair, chosen by supports_async_connection --------
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:

@@ -7,6 +7,8 @@ the payload, calls the handler and classifies the result as an Outcome.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +54,14 @@ def describe(exc: BaseException) -> str:
 class Executor:
     """Runs handlers: async ones on the loop, sync ones in ``handler_pool``."""
 
-    def __init__(self, handler_pool: ThreadPoolExecutor, app: Any = None) -> None:
+    def __init__(
+        self, handler_pool: ThreadPoolExecutor, app: Any = None, *, traced: bool = False
+    ) -> None:
         self.handler_pool = handler_pool
         self.app = app
+        # With tracing, a sync handler's thread runs in a copy of the
+        # caller's context, so the job's span is current there too.
+        self.traced = traced
 
     @staticmethod
     def is_async(job: ClaimedJob) -> bool:
@@ -77,7 +84,10 @@ class Executor:
                 await handler.func(ctx, payload)
             else:
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self.handler_pool, call_sync, handler.func, ctx, payload)
+                call: Any = call_sync
+                if self.traced:
+                    call = functools.partial(contextvars.copy_context().run, call_sync)  # type: ignore[arg-type]
+                await loop.run_in_executor(self.handler_pool, call, handler.func, ctx, payload)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure

@@ -20,7 +20,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from later_django import events, metrics
+from later_django import events, metrics, tracing
 from later_django.conf import conf
 from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
@@ -144,7 +144,7 @@ class Server:
         self.pool = WorkerPool(
             claimer=self.claimer,
             completer=self.completer,
-            executor=Executor(self._handler_pool, app=self._build_app()),
+            executor=Executor(self._handler_pool, app=self._build_app(), traced=tracing.enabled()),
             owner=self.server_id,
             tasks=self.services,
             wake=self.wake,

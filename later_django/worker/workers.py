@@ -15,7 +15,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from later_django import events
+from later_django import events, tracing
+from later_django.types import ClaimedJob
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer, Ran
 from later_django.worker.executor import Executor, Outcome
@@ -161,7 +162,8 @@ class WorkerPool:
             slot.current_job, slot.current_claim = job.id, (job.id, job.attempts)
             slot.busy_since, slot.reported_slow = time.monotonic(), False
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
-            slot.run_task = asyncio.create_task(self.executor.run(job))
+            run = self._run_traced(job) if self.executor.traced else self.executor.run(job)
+            slot.run_task = asyncio.create_task(run)
             if events.active:
                 events.emit(
                     events.JobStarted(
@@ -188,6 +190,21 @@ class WorkerPool:
                 slot.busy_since, slot.run_task = None, None
             self.processed += 1
         await self._outcome_stored(slot)
+
+    async def _run_traced(self, job: ClaimedJob) -> Outcome:
+        """Run ``job`` inside its span, continuing the span that enqueued it."""
+        store, pool = self.completer.store, self.completer.pool
+        try:
+            context = await store.run(pool, lambda d, c: d.job_trace_context(c, job_id=job.id))
+        except Exception as exc:  # noqa: BLE001  the run matters more than its trace
+            logger.debug("could not read the trace context of job %s: %s", job.id, exc)
+            context = None
+        with tracing.job_span(
+            job_id=job.id, job_type=job.type_name, attempt=job.attempts, context=context
+        ) as span:
+            outcome = await self.executor.run(job)
+            tracing.mark_outcome(span, outcome.kind, outcome.exc)
+            return outcome
 
     async def run_backstop(self) -> None:
         """Wake every idle worker once a poll interval in which nothing else

@@ -171,3 +171,31 @@ class Order:
 @job
 def run_order(ctx: JobContext, payload: Order) -> None:
     _record("order", ctx, str(payload.id))
+
+
+def _current_span() -> str:
+    """The current OpenTelemetry span as "<trace id>/<span id>" (hex)."""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}/{context.span_id:016x}"
+
+
+@dataclass
+class TraceProbe:
+    n: int = 0
+
+
+@job
+def run_trace_probe(ctx: JobContext, payload: TraceProbe) -> None:
+    _record("trace", ctx, _current_span())
+
+
+@dataclass
+class AsyncTraceProbe:
+    n: int = 0
+
+
+@job
+async def run_async_trace_probe(ctx: JobContext, payload: AsyncTraceProbe) -> None:
+    _record("trace", ctx, _current_span())

@@ -188,3 +188,9 @@ SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' LIMIT 1
 
 # The database's clock, for callers that compute times from it in Python.
 CLOCK_NOW_SQL: Final = "SELECT {now}"
+
+# Tracing only: the enqueuing span's context, set in the enqueue's own
+# transaction right after the insert, and read by the worker before the run.
+# The statement-level counter trigger finds no stage change in it.
+JOB_SET_TRACE_SQL: Final = "UPDATE later_job SET trace_context = %s WHERE id IN ({ids})"
+JOB_TRACE_CONTEXT_SQL: Final = "SELECT trace_context FROM later_job WHERE id = %s"
