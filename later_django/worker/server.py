@@ -250,10 +250,14 @@ class Server:
         METRICS_REFRESH_INTERVAL (one cheap read of the counters)."""
         interval = conf.seconds("METRICS_REFRESH_INTERVAL")
         while True:
-            counts = await self.store.run(
-                self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
-            )
-            installed.queue.set(counts)
+            try:
+                counts = await self.store.run(
+                    self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
+                )
+            except Exception as exc:  # noqa: BLE001  the gauge keeps its last value
+                logger.debug("could not refresh later_queue_jobs: %s", exc)
+            else:
+                installed.queue.set(counts)
             await asyncio.sleep(interval)
 
     async def add_worker(self) -> int:
