@@ -15,7 +15,7 @@ from opentelemetry.trace import StatusCode
 
 import later_django as later
 from tests.helpers import await_stage, read_records, serve, set_later
-from tests.jobapp.jobs import AsyncTraceProbe, NoRetry, Noop, TraceProbe
+from tests.jobapp.jobs import AsyncTraceProbe, Noop, NoRetry, TraceProbe
 
 _exporter = InMemorySpanExporter()
 
