@@ -16,11 +16,11 @@ import os
 import secrets
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import import_string
 
-from later_django import events, metrics, tracing
+from later_django import events, tracing
 from later_django.conf import conf
 from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
@@ -38,6 +38,9 @@ from later_django.worker.status import StatusReporter
 from later_django.worker.workers import MAX_WORKERS, WorkerPool, WorkerSlot
 
 __all__ = ["MAX_WORKERS", "Server", "WorkerSlot"]
+
+if TYPE_CHECKING:
+    from later_django.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +63,10 @@ class Server:
         workers: int | None = None,
         autoscale: tuple[int, int] | None = None,
         shutdown_timeout: float | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        # The metrics this server feeds (later_worker --metrics-port), if any.
+        self.metrics = metrics
         self.alias = conf.database
         self.namespace = conf.namespace
         self.initial_workers = int(workers if workers is not None else conf.WORKERS)
@@ -222,7 +228,7 @@ class Server:
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))
         self.services.start("status", self.status.run)
-        installed = metrics.installed()
+        installed = self.metrics
         if installed is not None:
             installed.workers.count = self._worker_counts
             # Fed by this service: a scrape (on a thread of the HTTP server)
@@ -245,7 +251,7 @@ class Server:
         busy = sum(1 for slot in self.pool.slots if slot.busy_since is not None)
         return self.worker_count, busy
 
-    async def _refresh_metrics(self, installed: metrics.Metrics) -> None:
+    async def _refresh_metrics(self, installed: Metrics) -> None:
         """Keep later_queue_jobs at the namespace's counts, read every
         METRICS_REFRESH_INTERVAL (one cheap read of the counters)."""
         interval = conf.seconds("METRICS_REFRESH_INTERVAL")

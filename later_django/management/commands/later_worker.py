@@ -12,12 +12,11 @@ import threading
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
-import prometheus_client
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from later_django import metrics, schema
+from later_django import schema
 from later_django.conf import conf
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -105,13 +104,14 @@ class Command(BaseCommand):
         # count, later.E015) must stop a worker before it claims anything.
         self.check(databases=[conf.database], tags=[Tags.database])
         _configure_logging(int(options["verbosity"]))
-        endpoint = None
+        endpoint = fed = None
         if options["metrics_port"] is not None:
-            endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
+            fed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
         server = Server(
             workers=options["workers"],
             autoscale=options["autoscale"],
             shutdown_timeout=options["shutdown_timeout"],
+            metrics=fed,
         )
         try:
             code = asyncio.run(_serve(server))
@@ -128,9 +128,15 @@ class Command(BaseCommand):
             sys.exit(code)
 
 
-def _serve_metrics(addr: str, port: int) -> Any:
-    """Install later's metrics and serve them on ``addr:port`` from a thread."""
-    metrics.install()
+def _serve_metrics(addr: str, port: int) -> tuple[Any, Any]:
+    """Install later's metrics and serve them on ``addr:port`` from a thread;
+    return them and the HTTP server. Imported only here: a worker without
+    --metrics-port never loads prometheus_client."""
+    import prometheus_client
+
+    from later_django import metrics
+
+    installed = metrics.install()
     try:
         httpd, _ = prometheus_client.start_http_server(port, addr)
     except OSError as exc:
@@ -144,7 +150,7 @@ def _serve_metrics(addr: str, port: int) -> Any:
         port,
         extra={"action": "metrics_serving"},
     )
-    return httpd
+    return installed, httpd
 
 
 def _check_tables(alias: str) -> None:
