@@ -25,6 +25,7 @@ hosts whose clock is off.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
@@ -32,12 +33,12 @@ from typing import Literal, TypeVar
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """Base of every event."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobEnqueued(Event):
     """A job was committed (emitted after its transaction committed)."""
 
@@ -47,7 +48,7 @@ class JobEnqueued(Event):
     namespace: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobStarted(Event):
     """A worker started a job's handler."""
 
@@ -59,7 +60,7 @@ class JobStarted(Event):
     server_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JobFinished(Event):
     """An attempt's outcome was stored."""
 
@@ -69,11 +70,12 @@ class JobFinished(Event):
     outcome: Literal["succeeded", "retry", "failed"]
     handler_seconds: float  # how long the handler ran
     since_created: float  # seconds from the job's creation to this outcome
+    waited: float  # seconds from the job's due time to the handler's start
     worker: int  # the worker of this server that ran it
     server_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LeaseLost(Event):
     """An attempt stopped counting: its handler was stopped because its lease
     was lost or not confirmed in time, or its outcome was discarded because
@@ -86,14 +88,14 @@ class LeaseLost(Event):
     server_id: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ServerStarted(Event):
     server_id: str
     namespace: str
     workers: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ServerStopped(Event):
     server_id: str
     namespace: str
@@ -104,40 +106,73 @@ E = TypeVar("E", bound=Event)
 Subscriber = Callable[[E], None]
 
 _subscribers: list[tuple[type[Event], Callable[[Event], None]]] = []
+# Per event class, the callbacks it goes to: worked out on the first emit of
+# that class after a (un)subscribe, so an emit costs one dict lookup.
+_routes: dict[type[Event], tuple[Callable[[Event], None], ...]] = {}
+# Held to change the subscribers and to work out a route, so a route is never
+# stored from a list that changed meanwhile.
+_lock = threading.Lock()
 # Read by every emitting site before it builds an event.
 active = False
+# The event classes somebody subscribed to: a site that emits on every job
+# checks its own class here, so events nobody wants cost a job nothing.
+listening: frozenset[type[Event]] = frozenset()
 
 
 def subscribe(callback: Callable[[E], None], kind: type[E] = Event) -> Callable[[], None]:  # type: ignore[assignment]
     """Call ``callback(event)`` for every event of ``kind`` (default: all).
 
     Returns a function that unsubscribes."""
-    global active
     checked: object = kind  # callers without type checking may pass anything
     if not (isinstance(checked, type) and issubclass(checked, Event)):
         raise TypeError(f"kind must be an event class from later_django.events, got {kind!r}")
     entry = (kind, callback)
-    _subscribers.append(entry)  # type: ignore[arg-type]
-    active = True
+    with _lock:
+        _subscribers.append(entry)  # type: ignore[arg-type]
+        _changed()
 
     def unsubscribe() -> None:
-        global active
-        if entry in _subscribers:
-            _subscribers.remove(entry)
-        active = bool(_subscribers)
+        with _lock:
+            if entry in _subscribers:
+                _subscribers.remove(entry)
+            _changed()
 
     return unsubscribe
 
 
+def _changed() -> None:
+    """Recompute what emitting sites read; the caller holds ``_lock``."""
+    global active, listening
+    _routes.clear()
+    active = bool(_subscribers)
+    listening = frozenset(
+        cls for cls in _event_classes() if any(issubclass(cls, kind) for kind, _ in _subscribers)
+    )
+
+
+def _event_classes() -> list[type[Event]]:
+    found, todo = [], [Event]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
 def emit(event: Event) -> None:
     """Hand ``event`` to its subscribers; a failing one never stops the others."""
-    for kind, callback in tuple(_subscribers):
-        if isinstance(event, kind):
-            try:
-                callback(event)
-            except Exception:
-                logger.exception(
-                    "an events subscriber failed on %s",
-                    type(event).__name__,
-                    extra={"action": "event_subscriber_error"},
-                )
+    callbacks = _routes.get(type(event))
+    if callbacks is None:
+        with _lock:
+            callbacks = _routes[type(event)] = tuple(
+                callback for kind, callback in _subscribers if isinstance(event, kind)
+            )
+    for callback in callbacks:
+        try:
+            callback(event)
+        except Exception:
+            logger.exception(
+                "an events subscriber failed on %s",
+                type(event).__name__,
+                extra={"action": "event_subscriber_error"},
+            )

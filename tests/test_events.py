@@ -31,9 +31,12 @@ def test_subscribers_get_the_events_of_their_kind_only():
     everything: list[events.Event] = []
     finished: list[events.Event] = []
     assert not events.active
-    stop_all = events.subscribe(everything.append)
     stop_finished = events.subscribe(finished.append, events.JobFinished)
     assert events.active
+    # Sites that emit on every job build only events somebody listens to.
+    assert events.listening == {events.JobFinished}
+    stop_all = events.subscribe(everything.append)
+    assert events.JobStarted in events.listening and events.ServerStopped in events.listening
     started = events.JobStarted("j1", "T", 1, waited=0.0, worker=0, server_id="s")
     done = events.JobFinished(
         "j1",
@@ -42,6 +45,7 @@ def test_subscribers_get_the_events_of_their_kind_only():
         outcome="succeeded",
         handler_seconds=0.1,
         since_created=0.2,
+        waited=0.05,
         worker=0,
         server_id="s",
     )
@@ -51,6 +55,7 @@ def test_subscribers_get_the_events_of_their_kind_only():
     events.emit(done)
     stop_all()
     assert not events.active, "no subscriber left: emitting sites build nothing"
+    assert events.listening == frozenset()
     events.emit(started)
     assert everything == [started, done, done]
     assert finished == [done]

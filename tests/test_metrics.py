@@ -76,32 +76,38 @@ def test_events_feed_every_family_with_bounded_labels():
     fed.workers.count = lambda: (4, 1)
     fed.queue.set({"enqueued": 7, "delayed": 2})
     job_id, server = "01m8s8vv2x5gqem8s8yze4en1y", "host-123-abcdef"
-    fed.on_event(events.JobEnqueued(job_id, "app.jobs.Mail", "enqueued", "default"))
-    fed.on_event(
-        events.JobStarted(job_id, "app.jobs.Mail", 1, waited=0.02, worker=3, server_id=server)
-    )
-    for outcome, seconds in (("retry", 0.1), ("succeeded", 0.3)):
-        fed.on_event(
+    fed.on_enqueued(events.JobEnqueued(job_id, "app.jobs.Mail", "enqueued", "default"))
+    # The second success finds the series the first one made.
+    for outcome, seconds, waited in (
+        ("retry", 0.1, 0.02),
+        ("succeeded", 0.3, 0.04),
+        ("succeeded", 0.2, -0.01),
+    ):
+        fed.on_finished(
             events.JobFinished(
                 job_id, "app.jobs.Mail", 1, outcome=outcome, handler_seconds=seconds,
-                since_created=1.5, worker=3, server_id=server,
+                since_created=1.5, waited=waited, worker=3, server_id=server,
             )
         )  # fmt: skip
-    fed.on_event(events.LeaseLost(job_id, 2, why="lease expired", worker=1, server_id=server))
+    fed.on_lease_lost(events.LeaseLost(job_id, 2, why="lease expired", worker=1, server_id=server))
     samples, families = parse(generate_latest(registry).decode())
     assert {f.name for f in families} == FAMILIES
     mail = {"queue": "default", "job_type": "app.jobs.Mail"}
     assert total(samples, "later_job_transitions_total", state="enqueued", **mail) == 1
-    assert total(samples, "later_job_transitions_total", state="running", **mail) == 1
+    assert total(samples, "later_job_transitions_total", state="running", **mail) == 3
     assert total(samples, "later_job_transitions_total", state="requeued", **mail) == 1
-    assert total(samples, "later_job_transitions_total", state="success", **mail) == 1
+    assert total(samples, "later_job_transitions_total", state="success", **mail) == 2
     handler = "later_job_handler_duration_seconds"
     assert total(samples, f"{handler}_count", worker_id="3", outcome="retry") == 1
-    assert total(samples, f"{handler}_sum", worker_id="3", outcome="succeeded") == 0.3
-    assert total(samples, "later_job_duration_seconds_sum", outcome="succeeded") == 1.5
-    assert total(samples, "later_job_wait_duration_seconds_count", **mail) == 1
+    assert total(samples, f"{handler}_sum", worker_id="3", outcome="succeeded") == 0.5
+    assert total(samples, f"{handler}_bucket", le="0.25", outcome="succeeded") == 1
+    assert total(samples, "later_job_duration_seconds_sum", outcome="succeeded") == 3.0
+    # A wait below zero (this host's clock behind the database's) counts as 0.
+    assert total(samples, "later_job_wait_duration_seconds_bucket", le="0.001", **mail) == 1
+    assert total(samples, "later_job_wait_duration_seconds_count", **mail) == 3
+    assert total(samples, "later_job_wait_duration_seconds_sum", **mail) == pytest.approx(0.06)
     commands = "later_worker_commands_total"
-    assert total(samples, commands, worker_id="3", outcome="succeeded") == 1
+    assert total(samples, commands, worker_id="3", outcome="succeeded") == 2
     assert total(samples, commands, worker_id="3", outcome="failed") == 1
     assert total(samples, commands, worker_id="1", outcome="discarded") == 1
     assert total(samples, "later_queue_jobs", state="enqueued", queue="default") == 7

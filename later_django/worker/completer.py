@@ -199,16 +199,18 @@ class Completer:
         if not events.active:
             return
         if stored:
+            now = time.time()
             events.emit(
                 events.JobFinished(
                     job.id,
                     job.type_name,
                     job.attempts,
-                    outcome=outcome.kind,
-                    handler_seconds=ran.seconds,
-                    since_created=time.time() - job.created_ms / 1000,
-                    worker=ran.worker,
-                    server_id=self.owner,
+                    outcome.kind,
+                    ran.seconds,
+                    now - job.created_ms / 1000,
+                    now - ran.seconds - job.run_at_ms / 1000,
+                    ran.worker,
+                    self.owner,
                 )
             )
         else:
