@@ -26,6 +26,21 @@ class LaterDjangoConfig(AppConfig):
         if is_module_name(conf.JOBS_MODULE):
             autodiscover(conf.JOBS_MODULE)
 
+        # Task jobs are named by their task's path: workers find their
+        # handlers through the Tasks backend, when a TASKS entry uses it.
+        from django.conf import settings
+
+        backends = getattr(settings, "TASKS", None) or {}
+        if any(
+            str(entry.get("BACKEND", "")) == "later_django.tasks.LaterBackend"
+            for entry in backends.values()
+            if isinstance(entry, dict)
+        ):
+            from later_django import registry
+            from later_django.tasks import runner
+
+            registry.add_resolver(runner.resolve)
+
         # A web process that serves django-prometheus's /metrics shows
         # later's too (later_worker serves its own with --metrics-port).
         from django.apps import apps

@@ -116,7 +116,12 @@ def enqueue_with(payload: object, options: EnqueueOptions) -> JobId:
     callers such as schedules and the Tasks backend. The payload is checked
     before anything is written; the options were checked when made.
     """
-    job = JobBuilder().build(payload, options)
+    return insert_built(JobBuilder().build(payload, options))
+
+
+def insert_built(job: NewJob) -> JobId:
+    """Write one job a JobBuilder built, through the calling thread's
+    connection (the Tasks backend renames a job before writing it)."""
     if tracing.enabled() and (context := tracing.current_context()):
         # The job and its trace context commit together: a worker never
         # runs it without the span it continues.

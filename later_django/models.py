@@ -238,3 +238,20 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.identifier} ({self.cron} {self.zone})"
+
+
+class TaskResult(models.Model):
+    """What the Django Tasks backend keeps beside a task's job: the return
+    value, the errors and the workers of its attempts. Only tasks write it;
+    its stage and times are the job's own. Deleted with the job (pruning)."""
+
+    job_id = JobIdField(primary_key=True)
+    # JSON lists: one worker id per attempt started; one error per attempt
+    # failed ({"exception_class_path", "traceback"}).
+    worker_ids = models.TextField(default="[]")
+    errors = models.TextField(default="[]")
+    # JSON of the task's return value once an attempt succeeded.
+    return_value = models.TextField(null=True)
+
+    class Meta:
+        db_table = "later_task_result"

@@ -33,6 +33,9 @@ class Handler:
 
 _by_type: dict[type[Any], Handler] = {}
 _by_name: dict[str, Handler] = {}
+# Find handlers of names no @job registered, on first use: the Django Tasks
+# backend's jobs are named by their task's import path (later_django.tasks).
+_resolvers: list[Callable[[str], Handler | None]] = []
 
 
 def default_name(payload_type: type[Any]) -> str:
@@ -128,7 +131,26 @@ def handler_for_payload(payload: object) -> Handler:
 
 
 def handler_by_name(name: str) -> Handler | None:
-    return _by_name.get(name)
+    handler = _by_name.get(name)
+    if handler is None and _resolvers:
+        handler = _resolve(name)
+    return handler
+
+
+def _resolve(name: str) -> Handler | None:
+    for resolver in _resolvers:
+        handler = resolver(name)
+        if handler is not None:
+            _by_name[name] = handler  # the next job of this name is a dict hit
+            return handler
+    return None
+
+
+def add_resolver(resolver: Callable[[str], Handler | None]) -> None:
+    """Let ``resolver(name)`` supply the handler of jobs named ``name`` that no
+    @job registered (it returns None for names that are not its own)."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
 
 
 def is_module_name(value: object) -> TypeGuard[str]:

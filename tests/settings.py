@@ -124,3 +124,20 @@ if os.environ.get("LATER_TEST_EXTRA_APPS"):
 # LATER_TEST_SETTINGS='{"CONTEXT": "x.y"}' is merged into LATER as it is.
 if os.environ.get("LATER_TEST_SETTINGS"):
     LATER.update(json.loads(os.environ["LATER_TEST_SETTINGS"]))
+
+# Django's Tasks API on later (tests/test_tasks.py): django.tasks on Django 6,
+# the django_tasks backport (the "tasks" extra) on Django 5.2.
+try:
+    import django.tasks  # noqa: F401
+
+    HAS_TASKS_API = True
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+
+        INSTALLED_APPS.append("django_tasks")
+        HAS_TASKS_API = True
+    except ImportError:
+        HAS_TASKS_API = False
+if HAS_TASKS_API:
+    TASKS = {"default": {"BACKEND": "later_django.tasks.LaterBackend"}}

@@ -269,9 +269,16 @@ class JobOperations(Statements):
         self._fail_descendants(cursor, job_id=orphan.job_id, retention_ms=retention_ms)
 
     def job_prune(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
-        """Delete up to ``limit`` finished jobs past their retention; return how many."""
+        """Delete up to ``limit`` finished jobs past their retention, and the
+        task results of those that were tasks; return how many jobs.
+
+        Run it in a transaction: a result must not outlive its job."""
         cursor.execute(self._sql(jobs_sql.JOB_PRUNE_SQL), [namespace, limit])
-        return int(cursor.rowcount)
+        ids = [row[0] for row in cursor.fetchall()]
+        if ids:
+            placeholders = ", ".join(["%s"] * len(ids))
+            cursor.execute(jobs_sql.TASK_RESULT_PRUNE_SQL.format(ids=placeholders), ids)
+        return len(ids)
 
     # -- wake-ups -------------------------------------------------------------------------
     def job_ready_exists(self, cursor: CursorWrapper, *, namespace: str) -> bool:

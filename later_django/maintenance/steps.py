@@ -125,7 +125,8 @@ def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> 
     """Finished jobs past their retention are deleted, a small batch at a time."""
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = dialect.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
+        with transaction.atomic(using=ctx.alias):
+            n = dialect.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break

@@ -31,6 +31,7 @@ TABLES: Final = (
     "later_topic",
     "later_lease",
     "later_schedule",
+    "later_task_result",
 )
 
 # The time of a stage change: never before the row's previous change, so a

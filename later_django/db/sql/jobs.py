@@ -158,7 +158,11 @@ DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
     LIMIT %s {skip_locked})
+RETURNING id
 """
+
+# The Tasks backend's results of jobs just pruned, in the same transaction.
+TASK_RESULT_PRUNE_SQL: Final = "DELETE FROM later_task_result WHERE job_id IN ({ids})"
 
 JOB_ORPHANS_SQL: Final = """
 SELECT c.id, p.stage FROM later_job c
