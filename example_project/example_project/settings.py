@@ -39,6 +39,14 @@ else:
     HAS_PROMETHEUS = True
     INSTALLED_APPS.append("django_prometheus")
 
+# Django's own @task functions (shop/tasks.py) run on later's workers.
+# Django 6.x has django.tasks; Django 5.2 needs the backport (the "tasks" extra).
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+TASKS = {"default": {"BACKEND": "later_django.tasks.LaterBackend"}}
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

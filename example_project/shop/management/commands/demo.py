@@ -25,6 +25,7 @@ from shop.jobs import (
     SendReceipt,
 )
 from shop.models import Order
+from shop.tasks import order_total
 
 DEADLINE_SECONDS = 60
 
@@ -41,6 +42,8 @@ class Command(BaseCommand):
             warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
             review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
+            # A Django task (shop/tasks.py) joins the same transaction.
+            total = order_total.enqueue(order.pk)
         later.cancel(coupon)
         # Every 2 seconds (six fields: seconds first). Registering again with
         # the same cron only updates the payload, so this is safe on every run.
@@ -53,6 +56,7 @@ class Command(BaseCommand):
             "ask for review (delayed 2 s)": review,
             "apply coupon (cancelled)": coupon,
             "sales report (recurring, first occurrence)": report,
+            "order total (a Django @task)": total.id,
         }
         self.stdout.write(f"enqueued {len(jobs)} jobs for {order}; starting later_worker")
 
@@ -74,6 +78,8 @@ class Command(BaseCommand):
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(timeout=30)
         self._report(jobs)
+        result = order_total.get_result(total.id)
+        self.stdout.write(f"  task result: {result.status}, returned {result.return_value}")
         order.refresh_from_db()
         self.stdout.write(f"\n{order}: paid={order.paid}; worker exited with code {code}")
         self.stdout.write(f"stage counts: {later.stage_counts()}")
