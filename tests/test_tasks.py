@@ -3,6 +3,7 @@ with django.tasks (Django 6) or the django_tasks backport (Django 5.2)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
@@ -189,3 +190,27 @@ def test_results_go_with_their_jobs_and_plain_jobs_write_none(later_db, record):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as cursor:
         assert dialect.job_prune(cursor, namespace="default", limit=10) == 2
     assert result_rows(later_db) == 0
+
+
+def test_a_queues_list_beyond_default_is_a_system_check_error(settings):
+    settings.TASKS = {
+        "default": {
+            "BACKEND": "later_django.tasks.LaterBackend",
+            "QUEUES": ["default", "emails"],
+        }
+    }
+    errors = list(compat.task_backends["default"].check())
+    assert [error.id for error in errors] == ["later.E022"]
+    assert "remove queue_name=" in errors[0].msg and "'emails'" in errors[0].msg
+
+
+def test_aenqueue_and_aget_result_work_from_async_code(later_db):
+    async def enqueue_and_read() -> tuple[str, str]:
+        result = await tasks.add.aenqueue(20, 22)
+        fetched = await tasks.add.aget_result(result.id)
+        return result.id, str(fetched.status)
+
+    result_id, status = asyncio.run(enqueue_and_read())
+    assert status == "READY"
+    run_until(result_id)
+    assert tasks.add.get_result(result_id).return_value == 42

@@ -43,21 +43,21 @@ def resolve(name: str) -> registry.Handler | None:
         results.record_return(ctx.job_id, value)
         _succeeded(result, value)
 
+    # An async task's result writes go through sync_to_async's default,
+    # thread-sensitive thread, like Django's own async ORM calls: under
+    # later_django.testing's drain() that is the test's thread, inside its
+    # transaction.
     async def run_async(ctx: JobContext, call: TaskCall) -> None:
-        attempt = await sync_to_async(results.start_attempt, thread_sensitive=False)(
-            ctx.job_id, ctx.attempt
-        )
+        attempt = await sync_to_async(results.start_attempt)(ctx.job_id, ctx.attempt)
         result = _started(task, ctx, call, attempt)
         try:
             raw = await task.func(*_arguments(task, result, call), **call.kwargs)
             value = compat.normalize_json(raw)
         except BaseException as exc:
-            error = await sync_to_async(results.record_error, thread_sensitive=False)(
-                ctx.job_id, exc
-            )
+            error = await sync_to_async(results.record_error)(ctx.job_id, exc)
             _failed(result, error)
             raise
-        await sync_to_async(results.record_return, thread_sensitive=False)(ctx.job_id, value)
+        await sync_to_async(results.record_return)(ctx.job_id, value)
         _succeeded(result, value)
 
     return registry.Handler(
