@@ -242,6 +242,18 @@ def test_drain_stops_a_queue_that_never_empties(later_db):
     assert later.stage_counts()["success"] == 5
 
 
+def test_drain_runs_a_django_task_and_stores_its_result(later_db):
+    """A Django @task enqueued through the Tasks backend runs under drain()
+    in the test's transaction; its result is readable afterwards."""
+    from tests.jobapp import tasks
+
+    result = tasks.add.enqueue(2, 3)
+
+    assert _outcomes(drain()) == [("add", 1, "succeeded")]
+    result.refresh()
+    assert (str(result.status), result.return_value) == ("SUCCESSFUL", 5)
+
+
 def test_drain_refuses_bad_arguments_and_async_callers(later_db):
     """max_jobs must be a positive int; from async code drain() points to
     adrain() instead of touching the database."""
