@@ -14,7 +14,10 @@ class LaterDjangoConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from later_django import checks  # noqa: F401  (registers the checks)
+        from later_django import (
+            checks,  # noqa: F401  (registers the checks)
+            inline,
+        )
         from later_django.conf import conf
         from later_django.registry import autodiscover, is_module_name
         from later_django.signals import reinstall_triggers
@@ -40,6 +43,10 @@ class LaterDjangoConfig(AppConfig):
             from later_django.tasks import runner
 
             registry.add_resolver(runner.resolve)
+
+        # LATER["RUN_INLINE"]: listen for commits now, and again whenever
+        # a test overrides the setting.
+        inline.sync_with_settings()
 
         # A web process that serves django-prometheus's /metrics shows
         # later's too (later_worker serves its own with --metrics-port).

@@ -230,6 +230,16 @@ def _check_values(merged: dict[str, Any]) -> list[CheckMessage]:
             )
         )
     messages += _check_tracing(merged["TRACING"])
+    run_inline = merged["RUN_INLINE"]
+    if not isinstance(run_inline, bool):
+        messages.append(
+            _error(
+                "E023",
+                f"LATER['RUN_INLINE'] is {run_inline!r}; it must be True or False.",
+                "Set LATER['RUN_INLINE'] = True in test settings to run jobs when their "
+                "enqueue commits, or leave the key out.",
+            )
+        )
     partitions = merged["RECURRING_SEQUENTIAL_PARTITIONS"]
     if partitions is not None and (
         not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1

@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry: a span around each handler run, parented to the span
     # that enqueued the job (needs opentelemetry-api; docs/metrics.md).
     "TRACING": False,
+    # Tests and local development: run jobs in the enqueuing process when
+    # their enqueue commits, with no worker (docs/testing.md).
+    "RUN_INLINE": False,
     "LEASE_DURATION": timedelta(seconds=30),
     "STUCK_JOB_GRACE": timedelta(seconds=30),
     "MAINTENANCE_INTERVAL": timedelta(seconds=2),

@@ -1,4 +1,5 @@
-"""JobContext: what a handler receives besides its payload."""
+"""JobContext: what a handler receives besides its payload, and the
+LATER["CONTEXT"] factory's result it carries as ``app``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from django.utils.module_loading import import_string
+
 from later_django import enqueue as api
+from later_django.conf import conf
 from later_django.ids import JobId
 from later_django.recurring import api as recurring
 from later_django.types import RecurringSchedule
@@ -98,3 +102,14 @@ class JobContext:
 
     def enqueue_to_partition(self, *args: Any, **kwargs: Any) -> JobId:
         raise NotImplementedError("partitioned topics are not available yet")
+
+
+def build_app() -> Any:
+    """Call the LATER["CONTEXT"] factory and return its result, or None
+    when the key is not set. A worker process calls it once, at start-up;
+    later_django.testing's drain() once per call."""
+    path = conf.CONTEXT
+    if not path:
+        return None
+    factory = import_string(path) if isinstance(path, str) else path
+    return factory()

@@ -12,6 +12,9 @@ from django.db import connections
 from later_django.db.base import TABLES
 from tests.helpers import LaterDb, Workers
 
+# later_drain and later_inline, enabled the way docs/testing.md tells users to.
+pytest_plugins = ["later_django.testing.pytest_plugin"]
+
 ALIASES = {"sqlite": "default", "postgresql": "pg"}
 LATER_TABLES = TABLES  # later_job first: deleting jobs fires the counter triggers
 

@@ -15,7 +15,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from django.db.backends.utils import CursorWrapper
+
 from later_django import events
+from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
 from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
 from later_django.db.sessions import HotPath
@@ -159,16 +162,9 @@ class Completer:
             self.maintenance.promote_after(outcome.delay_ms)
 
     def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
-        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
-        if outcome.kind == "retry":
-            retry = RetryWrite(
-                delay_ms=outcome.delay_ms or 0,
-                error=outcome.error,
-                retry_policy=outcome.resolved_policy,
-            )
-            return bool(dialect.job_retry(cursor, fence, retry))
-        failure = FailureWrite(error=outcome.error, retention_ms=self.retention_ms)
-        return bool(dialect.job_fail(cursor, fence, failure))
+        return store_failure(
+            dialect, cursor, job, outcome, owner=self.owner, retention_ms=self.retention_ms
+        )
 
     def _give_up(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
         claim = (job.id, job.attempts)
@@ -293,6 +289,31 @@ class Completer:
 
     async def close(self) -> None:
         await self.path.close()
+
+
+def store_failure(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: ClaimedJob,
+    outcome: Outcome,
+    *,
+    owner: str,
+    retention_ms: int,
+) -> bool:
+    """Store a retry or a terminal failure of ``owner``'s claim of ``job``,
+    fenced by the claim; return whether the fence held. Run in one
+    transaction. The worker's completer and later_django.testing's drain()
+    both store failures through this."""
+    fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
+    if outcome.kind == "retry":
+        retry = RetryWrite(
+            delay_ms=outcome.delay_ms or 0,
+            error=outcome.error,
+            retry_policy=outcome.resolved_policy,
+        )
+        return dialect.job_retry(cursor, fence, retry)
+    failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
+    return dialect.job_fail(cursor, fence, failure)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

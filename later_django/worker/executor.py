@@ -71,13 +71,11 @@ class Executor:
     async def run(self, job: ClaimedJob) -> Outcome:
         handler = registry.handler_by_name(job.type_name)
         if handler is None:
-            # Retried by policy, so a rolling deploy that adds the handler heals.
-            error = f"no handler for {job.type_name}"
-            return self._after_failure(job, error, _stored_policy(job) or default_policy())
+            return outcome_without_handler(job)
         try:
             payload = codec.decode(job.payload, handler.payload_type)
         except codec.PayloadDecodeError as exc:
-            return Outcome(kind="failed", error=f"{exc} (type {job.type_name})")
+            return outcome_of_bad_payload(job, exc)
         ctx = JobContext(job_id=JobId(job.id), attempt=job.attempts, app=self.app)
         try:
             if handler.is_async:
@@ -91,51 +89,80 @@ class Executor:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
-            policy, resolved = self._policy(job, handler, ctx, payload)
-            return self._after_failure(job, describe(exc), policy, resolved, exc)
+            return outcome_of_error(job, handler, ctx, payload, exc)
         return SUCCEEDED
 
-    def _policy(
-        self, job: ClaimedJob, handler: registry.Handler, ctx: JobContext, payload: object
-    ) -> tuple[RetryPolicy, str | None]:
-        stored = _stored_policy(job)
-        if stored is not None:
-            return stored, None
-        if isinstance(handler.retry, RetryPolicy):
-            return handler.retry, None
-        if handler.retry is not None:
-            try:
-                policy = handler.retry(ctx, payload)
-                if not isinstance(policy, RetryPolicy):
-                    raise TypeError(f"returned {type(policy).__name__}, not a RetryPolicy")
-            except Exception:
-                logger.exception(
-                    "retry policy callable of %s failed; using the default policy",
-                    job.type_name,
-                    extra={"action": "retry_policy_error", "job_id": job.id},
-                )
-                return default_policy(), None
-            return policy, policy.to_json()
-        return default_policy(), None
 
-    @staticmethod
-    def _after_failure(
-        job: ClaimedJob,
-        error: str,
-        policy: RetryPolicy,
-        resolved: str | None = None,
-        exc: BaseException | None = None,
-    ) -> Outcome:
-        delay = policy.next_delay(job.attempts)
-        if delay is None:
-            return Outcome(kind="failed", error=error, exc=exc)
-        return Outcome(
-            kind="retry",
-            error=error,
-            delay_ms=int(delay.total_seconds() * 1000),
-            resolved_policy=resolved,
-            exc=exc,
-        )
+# What a job's run that did not succeed means. The worker's executor and
+# later_django.testing's drain() both decide through these, so a job fails,
+# retries and resolves its policy the same way under both.
+
+
+def outcome_without_handler(job: ClaimedJob) -> Outcome:
+    """A job whose type has no handler here: retried by its policy, so a
+    rolling deploy that adds the handler heals."""
+    error = f"no handler for {job.type_name}"
+    return _after_failure(job, error, _stored_policy(job) or default_policy())
+
+
+def outcome_of_bad_payload(job: ClaimedJob, exc: codec.PayloadDecodeError) -> Outcome:
+    """A payload that does not decode fails its job at once."""
+    return Outcome(kind="failed", error=f"{exc} (type {job.type_name})")
+
+
+def outcome_of_error(
+    job: ClaimedJob,
+    handler: registry.Handler,
+    ctx: JobContext,
+    payload: object,
+    exc: BaseException,
+) -> Outcome:
+    """A handler that raised ``exc``: a retry or a failure, by the job's policy."""
+    policy, resolved = _policy(job, handler, ctx, payload)
+    return _after_failure(job, describe(exc), policy, resolved, exc)
+
+
+def _policy(
+    job: ClaimedJob, handler: registry.Handler, ctx: JobContext, payload: object
+) -> tuple[RetryPolicy, str | None]:
+    stored = _stored_policy(job)
+    if stored is not None:
+        return stored, None
+    if isinstance(handler.retry, RetryPolicy):
+        return handler.retry, None
+    if handler.retry is not None:
+        try:
+            policy = handler.retry(ctx, payload)
+            if not isinstance(policy, RetryPolicy):
+                raise TypeError(f"returned {type(policy).__name__}, not a RetryPolicy")
+        except Exception:
+            logger.exception(
+                "retry policy callable of %s failed; using the default policy",
+                job.type_name,
+                extra={"action": "retry_policy_error", "job_id": job.id},
+            )
+            return default_policy(), None
+        return policy, policy.to_json()
+    return default_policy(), None
+
+
+def _after_failure(
+    job: ClaimedJob,
+    error: str,
+    policy: RetryPolicy,
+    resolved: str | None = None,
+    exc: BaseException | None = None,
+) -> Outcome:
+    delay = policy.next_delay(job.attempts)
+    if delay is None:
+        return Outcome(kind="failed", error=error, exc=exc)
+    return Outcome(
+        kind="retry",
+        error=error,
+        delay_ms=int(delay.total_seconds() * 1000),
+        resolved_policy=resolved,
+        exc=exc,
+    )
 
 
 def _stored_policy(job: ClaimedJob) -> RetryPolicy | None:

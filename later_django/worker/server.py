@@ -18,10 +18,9 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from django.utils.module_loading import import_string
-
 from later_django import events, tracing
 from later_django.conf import conf
+from later_django.context import build_app
 from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
@@ -150,7 +149,7 @@ class Server:
         self.pool = WorkerPool(
             claimer=self.claimer,
             completer=self.completer,
-            executor=Executor(self._handler_pool, app=self._build_app(), traced=tracing.enabled()),
+            executor=Executor(self._handler_pool, app=build_app(), traced=tracing.enabled()),
             owner=self.server_id,
             tasks=self.services,
             wake=self.wake,
@@ -160,14 +159,6 @@ class Server:
         self.status = StatusReporter(
             self.completer.outcomes, self.ready_backlog, lambda: self.worker_count
         )
-
-    @staticmethod
-    def _build_app() -> Any:
-        path = conf.CONTEXT
-        if not path:
-            return None
-        factory = import_string(path) if isinstance(path, str) else path
-        return factory()
 
     def _claim_given_up(self, claim: Claim, why: str) -> None:
         self.claimer.drop(claim)

@@ -199,3 +199,77 @@ class AsyncTraceProbe:
 @job
 async def run_async_trace_probe(ctx: JobContext, payload: AsyncTraceProbe) -> None:
     _record("trace", ctx, _current_span())
+
+
+# -- jobs that write to the database (tests/test_testing.py) -------------------------
+
+
+def _notes():  # the LATER database, so a job's writes join a test's transaction there
+    from later_django.conf import conf
+    from tests.jobapp.models import Note
+
+    return Note.objects.using(conf.database)
+
+
+@dataclass
+class WriteNote:
+    """Writes a Note of ``text``; a second one of the same text raises IntegrityError."""
+
+    text: str
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_write_note(ctx: JobContext, payload: WriteNote) -> None:
+    _notes().create(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+
+
+@dataclass
+class AsyncWriteNote:
+    text: str
+
+
+@job
+async def run_async_write_note(ctx: JobContext, payload: AsyncWriteNote) -> None:
+    await _notes().acreate(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+    # Enqueued through the async twin from the handler, as users write it.
+    await ctx.aenqueue(WriteNote(text=f"{payload.text} (after)"))
+
+
+@dataclass
+class NoteThenFail:
+    """Writes a Note, then fails: the write stays, as under a worker."""
+
+    text: str
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_note_then_fail(ctx: JobContext, payload: NoteThenFail) -> None:
+    _notes().create(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+    raise RuntimeError(f"failed after writing {payload.text!r}")
+
+
+@dataclass
+class RetryAtOnce:
+    """Fails until attempt ``succeed_on``; its retries are due at once."""
+
+    text: str
+    succeed_on: int
+
+
+@job(retry=RetryPolicy.fixed(3, timedelta(0)))
+def run_retry_at_once(ctx: JobContext, payload: RetryAtOnce) -> None:
+    if ctx.attempt < payload.succeed_on:
+        raise RuntimeError(f"not yet (attempt {ctx.attempt})")
+    _notes().create(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+
+
+@dataclass
+class Again:
+    """Enqueues itself again: a queue that never empties."""
+
+    n: int = 0
+
+
+@job
+def run_again(ctx: JobContext, payload: Again) -> None:
+    ctx.enqueue(Again(n=payload.n + 1))

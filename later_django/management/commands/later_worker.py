@@ -99,6 +99,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if conf.RUN_INLINE:
+            # Jobs enqueued by this worker's handlers would run inline, in
+            # the handler's thread, beside the worker's own claims.
+            raise CommandError(
+                "LATER['RUN_INLINE'] is True: jobs run in the process that enqueues "
+                "them, with no worker. Turn it off to run later_worker."
+            )
         _check_tables(conf.database)
         # Checks that read the database (e.g. a topic's changed partition
         # count, later.E015) must stop a worker before it claims anything.
