@@ -70,6 +70,15 @@ def new_job_ids(count: int, now_ms: int | None = None) -> list[JobId]:
     return ids
 
 
+def id_time_ms(job_id: str) -> int:
+    """The time part of a job id: when it was made, on the enqueuing host's
+    clock, in epoch ms."""
+    ms = 0
+    for char in job_id[:10]:
+        ms = ms * 32 + _ALPHABET.index(char)
+    return ms
+
+
 def as_job_id(value: object, *, argument: str = "job_id") -> JobId:
     """Validate ``value`` as a job id, raising ValueError naming ``argument``."""
     if not isinstance(value, str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 from hypothesis import given
@@ -81,3 +82,14 @@ def test_forked_processes_never_continue_the_parents_ids():
     ).stdout.split()
     assert len(out) == 2 and len(out[0]) == 26
     assert out[0] != out[1]
+
+
+def test_an_ids_time_part_reads_back_as_the_time_it_was_made():
+    from later_django.ids import id_time_ms
+
+    alphabet = "0123456789abcdefghjkmnpqrstvwxyz"
+    for ms in (0, 1, 1_700_000_000_123, 2**48 - 1):
+        time_part = "".join(alphabet[(ms >> (5 * (9 - i))) & 31] for i in range(10))
+        assert id_time_ms(time_part + "0" * 16) == ms
+    made = ids.new_job_id()
+    assert abs(id_time_ms(made) - time.time() * 1000) < 5_000

@@ -3,12 +3,12 @@ with django.tasks (Django 6) or the django_tasks backport (Django 5.2)."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings as django_settings
 from django.db import connections, transaction
 from django.utils import timezone
@@ -210,7 +210,9 @@ def test_aenqueue_and_aget_result_work_from_async_code(later_db):
         fetched = await tasks.add.aget_result(result.id)
         return result.id, str(fetched.status)
 
-    result_id, status = asyncio.run(enqueue_and_read())
+    # As in an async view: the thread-sensitive ORM calls come back to this
+    # thread and its connection.
+    result_id, status = async_to_sync(enqueue_and_read)()
     assert status == "READY"
     run_until(result_id)
     assert tasks.add.get_result(result_id).return_value == 42

@@ -24,6 +24,7 @@ from later_django.db.schedules import ScheduleOperations
 from later_django.db.servers import ServerOperations
 from later_django.db.sql import TABLES as TABLES
 from later_django.db.sql import jobs as jobs_sql
+from later_django.db.tasks import TaskResultOperations
 from later_django.db.topics import TopicOperations
 
 # Operations a dialect implements exactly when it declares the capability,
@@ -44,6 +45,7 @@ class Dialect(
     TopicOperations,
     LeaseOperations,
     ScheduleOperations,
+    TaskResultOperations,
     abc.ABC,
 ):
     """SQL operations on later's tables for one database vendor."""

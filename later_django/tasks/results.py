@@ -7,19 +7,19 @@ row goes when the job is pruned (``DASHBOARD_RETENTION`` after it finished).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connections
 from django.utils.module_loading import import_string
 
 from later_django.clock import to_datetime
 from later_django.codec import decode
 from later_django.conf import conf
 from later_django.context import JobContext
+from later_django.db import dialect_for
 from later_django.lookup import parse_history
 from later_django.models import Job
 from later_django.models import TaskResult as ResultRow
@@ -75,17 +75,30 @@ def get_result(result_id: str, backend_alias: str) -> TaskResult:
     row = (
         Job.objects.using(alias)
         .filter(id=str(result_id), namespace=conf.namespace)
-        .values_list("type_name", "stage", "created_ms", "finished_ms", "history", "payload")
+        .values_list(
+            "type_name",
+            "stage",
+            "created_ms",
+            "finished_ms",
+            "history",
+            "payload",
+            "attempts",
+            "lease_owner",
+        )  # fmt: skip
         .first()
     )
     task = find_task(row[0]) if row is not None else None
     if row is None or task is None:
         raise compat.TaskResultDoesNotExist(result_id)
-    type_name, stage, created_ms, finished_ms, history, payload = row
+    type_name, stage, created_ms, finished_ms, history, payload, attempts, owner = row
     call = decode(bytes(payload), TaskCall)
     kept = ResultRow.objects.using(alias).filter(job_id=str(result_id)).first()
     running = [change.at for change in parse_history(history) if change.stage == Stage.RUNNING]
     status = STATUS[Stage(stage)]
+    workers = json.loads(kept.worker_ids) if kept else []
+    if stage == Stage.RUNNING and len(workers) < attempts:
+        # The running attempt writes its worker id when it ends.
+        workers += [UNKNOWN_WORKER] * (attempts - 1 - len(workers)) + [owner or UNKNOWN_WORKER]
     result = TaskResult(
         task=task,
         id=str(result_id),
@@ -100,7 +113,7 @@ def get_result(result_id: str, backend_alias: str) -> TaskResult:
         kwargs=call.kwargs,
         backend=backend_alias,
         errors=[TaskError(**error) for error in json.loads(kept.errors)] if kept else [],
-        worker_ids=json.loads(kept.worker_ids) if kept else [],
+        worker_ids=workers,
     )
     if status == TaskResultStatus.SUCCESSFUL and kept and kept.return_value is not None:
         compat.set_field(result, "_return_value", json.loads(kept.return_value))
@@ -108,49 +121,70 @@ def get_result(result_id: str, backend_alias: str) -> TaskResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Attempt:
-    """What a starting attempt knows of its task job."""
+class Earlier:
+    """What the attempts before this one left: their worker ids (one per
+    attempt, padded with ``unknown``) and their errors, as stored."""
 
-    worker_ids: list[str]  # one per attempt so far, this one last
-    enqueued_at: dt.datetime | None
-
-
-def start_attempt(job_id: str, attempt: int) -> Attempt:
-    """Record that ``attempt`` of the task job started, by the server holding
-    its lease (its worker id)."""
-    alias = conf.database
-    with transaction.atomic(using=alias):
-        job = Job.objects.using(alias).filter(id=job_id).values_list("lease_owner", "created_ms")
-        owner, created_ms = next(iter(job), (None, None))
-        row, _ = ResultRow.objects.using(alias).select_for_update().get_or_create(job_id=job_id)
-        ids = json.loads(row.worker_ids)[: attempt - 1]
-        ids += [UNKNOWN_WORKER] * (attempt - 1 - len(ids)) + [owner or UNKNOWN_WORKER]
-        row.worker_ids = json.dumps(ids)
-        row.save(using=alias, update_fields=["worker_ids"])
-    return Attempt(ids, to_datetime(created_ms) if created_ms is not None else None)
+    worker_ids: list[str]
+    errors: list[dict[str, str]]
 
 
-def record_error(job_id: str, exc: BaseException) -> TaskError:
-    """Append the error of a failed attempt; return it."""
+NONE_EARLIER = Earlier([], [])
+
+
+def earlier_attempts(job_id: str, attempt: int) -> Earlier:
+    """Read what attempts before ``attempt`` stored (nothing to read for the
+    first attempt)."""
+    if attempt <= 1:
+        return NONE_EARLIER
+    kept = (
+        ResultRow.objects.using(conf.database)
+        .filter(job_id=job_id)
+        .values_list("worker_ids", "errors")
+        .first()
+    )
+    ids, errors = (json.loads(kept[0]), json.loads(kept[1])) if kept else ([], [])
+    ids = ids[: attempt - 1] + [UNKNOWN_WORKER] * (attempt - 1 - len(ids))
+    return Earlier(ids, errors)
+
+
+def lease_holder(job_id: str) -> str:
+    """The id of the server that holds the job's lease (the running attempt's worker)."""
+    owner = Job.objects.using(conf.database).filter(id=job_id).values_list("lease_owner", flat=True)
+    return next(iter(owner), None) or UNKNOWN_WORKER
+
+
+def error_of(exc: BaseException) -> TaskError:
     kind = type(exc)
-    error = TaskError(
+    return TaskError(
         exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
         traceback="".join(traceback.format_exception(exc)),
     )
-    alias = conf.database
-    with transaction.atomic(using=alias):
-        row, _ = ResultRow.objects.using(alias).select_for_update().get_or_create(job_id=job_id)
-        errors = json.loads(row.errors)
+
+
+def save_attempt(
+    job_id: str,
+    attempt: int,
+    earlier: Earlier,
+    *,
+    error: TaskError | None = None,
+    value: Any = None,
+) -> None:
+    """Store the end of an attempt in one statement: its worker id, its
+    error (if it failed) after the earlier ones, or its return value."""
+    errors = list(earlier.errors)
+    if error is not None:
         errors.append(
             {"exception_class_path": error.exception_class_path, "traceback": error.traceback}
         )
-        row.errors = json.dumps(errors)
-        row.save(using=alias, update_fields=["errors"])
-    return error
-
-
-def record_return(job_id: str, value: Any) -> None:
-    """Store the (JSON-normalised) return value of the attempt that succeeded."""
-    ResultRow.objects.using(conf.database).filter(job_id=job_id).update(
-        return_value=json.dumps(value)
-    )
+    workers = json.dumps(earlier.worker_ids)[:-1] + ("," if earlier.worker_ids else "")
+    alias = conf.database
+    with connections[alias].cursor() as cursor:
+        dialect_for(alias).task_result_save(
+            cursor,
+            job_id=job_id,
+            attempt=attempt,
+            earlier_workers=workers,
+            errors=json.dumps(errors),
+            return_value=None if error is not None else json.dumps(value),
+        )

@@ -8,18 +8,25 @@ job, so retries, leases and recovery are the same as for plain jobs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from inspect import iscoroutinefunction
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
 from later_django import registry
+from later_django.clock import to_datetime
+from later_django.conf import conf
 from later_django.context import JobContext
+from later_django.ids import id_time_ms
 from later_django.retry import RetryPolicy
 from later_django.tasks import compat, results
 from later_django.tasks.compat import Task, TaskContext, TaskResult, TaskResultStatus
 from later_django.tasks.results import TaskCall
+
+T = TypeVar("T")
 
 
 def resolve(name: str) -> registry.Handler | None:
@@ -33,31 +40,44 @@ def resolve(name: str) -> registry.Handler | None:
     is_async = iscoroutinefunction(task.func)
     retry = getattr(task, "retry", None)
 
+    # An attempt reads what earlier attempts stored only when there were
+    # some (or the task takes a context), and writes once, at its end: the
+    # first attempt of a task without context costs one statement.
     def run_sync(ctx: JobContext, call: TaskCall) -> None:
-        result = _started(task, ctx, call, results.start_attempt(ctx.job_id, ctx.attempt))
+        earlier = results.earlier_attempts(ctx.job_id, ctx.attempt)
+        holder = results.lease_holder(ctx.job_id) if task.takes_context else None
+        result = _started(task, ctx, call, earlier, holder)
         try:
             value = compat.normalize_json(task.func(*_arguments(task, result, call), **call.kwargs))
         except BaseException as exc:
-            _failed(result, results.record_error(ctx.job_id, exc))
+            error = results.error_of(exc)
+            results.save_attempt(ctx.job_id, ctx.attempt, earlier, error=error)
+            _failed(result, error)
             raise
-        results.record_return(ctx.job_id, value)
+        results.save_attempt(ctx.job_id, ctx.attempt, earlier, value=value)
         _succeeded(result, value)
 
-    # An async task's result writes go through sync_to_async's default,
-    # thread-sensitive thread, like Django's own async ORM calls: under
-    # later_django.testing's drain() that is the test's thread, inside its
-    # transaction.
+    # An async task's result reads and writes go through sync_to_async's
+    # default, thread-sensitive thread, like Django's own async ORM calls:
+    # under later_django.testing's drain() that is the test's thread, inside
+    # its transaction.
     async def run_async(ctx: JobContext, call: TaskCall) -> None:
-        attempt = await sync_to_async(results.start_attempt)(ctx.job_id, ctx.attempt)
-        result = _started(task, ctx, call, attempt)
+        earlier = results.NONE_EARLIER
+        if ctx.attempt > 1:
+            earlier = await _db(results.earlier_attempts, ctx.job_id, ctx.attempt)
+        holder = None
+        if task.takes_context:
+            holder = await _db(results.lease_holder, ctx.job_id)
+        result = _started(task, ctx, call, earlier, holder)
         try:
             raw = await task.func(*_arguments(task, result, call), **call.kwargs)
             value = compat.normalize_json(raw)
         except BaseException as exc:
-            error = await sync_to_async(results.record_error)(ctx.job_id, exc)
+            error = results.error_of(exc)
+            await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, error=error)
             _failed(result, error)
             raise
-        await sync_to_async(results.record_return)(ctx.job_id, value)
+        await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, value=value)
         _succeeded(result, value)
 
     return registry.Handler(
@@ -69,23 +89,44 @@ def resolve(name: str) -> registry.Handler | None:
     )
 
 
-def _started(task: Task, ctx: JobContext, call: TaskCall, attempt: results.Attempt) -> TaskResult:
+async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn`` in sync_to_async's thread-sensitive thread and, outside a
+    transaction, let that thread's connection go as Django's request cycle
+    would (CONN_MAX_AGE): in a worker that thread outlives every job."""
+
+    def call() -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection = connections[conf.database]
+            if not connection.in_atomic_block:
+                connection.close_if_unusable_or_obsolete()
+
+    return await sync_to_async(call)()
+
+
+def _started(
+    task: Task, ctx: JobContext, call: TaskCall, earlier: results.Earlier, holder: str | None
+) -> TaskResult:
+    """The attempt's TaskResult, for its signals and its context: the worker
+    ids are the earlier attempts' and, when read, this one's."""
     from later_django.tasks.backend import LaterBackend
 
     now = timezone.now()
+    workers = [*earlier.worker_ids, holder or results.UNKNOWN_WORKER]
     result = TaskResult(
         task=task,
         id=str(ctx.job_id),
         status=TaskResultStatus.RUNNING,
-        enqueued_at=attempt.enqueued_at,
+        enqueued_at=to_datetime(id_time_ms(ctx.job_id)),
         started_at=now,
         last_attempted_at=now,
         finished_at=None,
         args=call.args,
         kwargs=call.kwargs,
         backend=task.backend,
-        errors=[],
-        worker_ids=attempt.worker_ids,
+        errors=[compat.TaskError(**error) for error in earlier.errors],
+        worker_ids=workers,
     )
     compat.task_started.send(sender=LaterBackend, task_result=result)
     return result
