@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -115,6 +116,8 @@ COVERED = frozenset(
         "schedule_advance",
         "job_insert_occurrence",
         "job_cancel_occurrences",
+        # the Django Tasks backend's results
+        "task_result_save",
     }
 )
 DIALECTS = (SqliteDialect, PostgresDialect)
@@ -950,10 +953,16 @@ def test_job_orphans_are_resolved_by_their_parents_end(later_db, dialect):
 
 
 def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect):
-    """Only finished jobs whose expiry passed go, at most ``limit`` a call."""
+    """Only finished jobs whose expiry passed go, at most ``limit`` a call,
+    and the task results of those that go with them."""
     gone = [insert(later_db) for _ in range(3)]
     kept, running = insert(later_db), insert(later_db)
     claim(later_db, limit=5)
+    for job_id in (gone[0], kept):
+        with cursor_of(later_db) as c:
+            assert dialect.task_result_save(
+                c, job_id=job_id, attempt=1, earlier_workers="[", errors="[]", return_value="1"
+            )
     ready = insert(later_db)
     assert len(complete(later_db, [(job_id, 1) for job_id in gone], retention_ms=0).done_ids) == 3
     assert complete(later_db, [(kept, 1)], retention_ms=HOUR_MS).done_ids == [kept]
@@ -964,7 +973,37 @@ def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect)
         assert dialect.job_prune(c, namespace=NS, limit=10) == 0
     remaining = {str(r[0]) for r in later_db.rows("SELECT id FROM later_job")}
     assert remaining == {kept, running, ready}
+    assert later_db.rows("SELECT job_id FROM later_task_result") == [(kept,)]
     assert_counts(later_db)
+
+
+def test_task_result_save_stores_an_attempts_end_fenced_by_the_attempt(later_db, dialect):
+    """One statement: the worker ids before it plus the lease holder's, the
+    errors and the return value; nothing for an attempt the job is past."""
+    job_id = insert(later_db)
+    claim_one(later_db, job_id)
+
+    def save(attempt: int, earlier: str, errors: str, value: str | None) -> bool:
+        with cursor_of(later_db) as c:
+            return dialect.task_result_save(
+                c, job_id=job_id, attempt=attempt, earlier_workers=earlier, errors=errors,
+                return_value=value,
+            )  # fmt: skip
+
+    def row() -> tuple[object, ...]:
+        sql = "SELECT worker_ids, errors, return_value FROM later_task_result WHERE job_id = %s"
+        return later_db.rows(sql, [job_id])[0]
+
+    assert save(1, "[", '[{"e": 1}]', None) is True
+    assert row() == (f'["{OWNER}"]', '[{"e": 1}]', None)
+    assert save(1, '["a", "b",', "[]", '{"x": 2}') is True  # an upsert
+    assert json.loads(str(row()[0])) == ["a", "b", OWNER] and row()[2] == '{"x": 2}'
+    assert save(2, "[", "[]", "3") is False, "the job is at attempt 1"
+    assert row()[2] == '{"x": 2}'
+    assert (
+        save(1, "[", "[]", None) is True
+        and later_db.scalar("SELECT COUNT(*) FROM later_task_result") == 1
+    )
 
 
 # -- wake-ups and counters -----------------------------------------------------------------

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-import time
 import sys
+import time
 
 from hypothesis import given
 from hypothesis import strategies as st

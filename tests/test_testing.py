@@ -110,6 +110,21 @@ class DrainTestCase(TestCase):
         ]
         self.assertEqual(notes, ["async", "async (after)"])
 
+    def test_drain_runs_sync_and_async_django_tasks_in_the_test_transaction(self) -> None:
+        """Django @task functions, sync and async, run under drain() and their
+        results are written in the test's transaction (the async one's
+        through the thread-sensitive sync_to_async, back in this thread)."""
+        from tests.jobapp import tasks
+
+        added = tasks.add.enqueue(2, 3)
+        doubled = tasks.on_the_loop.enqueue(4)
+
+        runs = drain()
+
+        self.assertEqual(sorted(r.outcome for r in runs), ["succeeded", "succeeded"])
+        self.assertEqual(tasks.add.get_result(added.id).return_value, 5)
+        self.assertEqual(tasks.on_the_loop.get_result(doubled.id).return_value["doubled"], 8)
+
 
 class DrainPostgresTestCase(DrainTestCase):
     """The same tests on PostgreSQL ("pg")."""
