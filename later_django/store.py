@@ -150,6 +150,11 @@ class ThreadPool(ThreadPoolExecutor):
         with self._count_lock:
             every_thread_busy = self._unfinished > len(self._threads)
         if every_thread_busy:
+            # The base class would not start a thread while it holds an "idle"
+            # credit, and credits pile up when it is not asked: every thread is
+            # busy (some maybe hung in an abandoned handler), so drop them.
+            while self._idle_semaphore.acquire(timeout=0):
+                pass
             super()._adjust_thread_count()
 
 

@@ -49,6 +49,7 @@ from later_django.db.rows import (
     ScheduleKey,
     ScheduleWrite,
     StuckJob,
+    TaskAttemptEnd,
 )
 from later_django.db.schedules import DUE_BATCH
 from later_django.db.sqlite import SqliteDialect
@@ -960,9 +961,10 @@ def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect)
     claim(later_db, limit=5)
     for job_id in (gone[0], kept):
         with cursor_of(later_db) as c:
-            assert dialect.task_result_save(
-                c, job_id=job_id, attempt=1, earlier_workers="[", errors="[]", return_value="1"
+            end = TaskAttemptEnd(
+                job_id=job_id, attempt=1, earlier_workers="[", errors="[]", return_value="1"
             )
+            assert dialect.task_result_save(c, end)
     ready = insert(later_db)
     assert len(complete(later_db, [(job_id, 1) for job_id in gone], retention_ms=0).done_ids) == 3
     assert complete(later_db, [(kept, 1)], retention_ms=HOUR_MS).done_ids == [kept]
@@ -985,10 +987,11 @@ def test_task_result_save_stores_an_attempts_end_fenced_by_the_attempt(later_db,
 
     def save(attempt: int, earlier: str, errors: str, value: str | None) -> bool:
         with cursor_of(later_db) as c:
-            return dialect.task_result_save(
-                c, job_id=job_id, attempt=attempt, earlier_workers=earlier, errors=errors,
+            end = TaskAttemptEnd(
+                job_id=job_id, attempt=attempt, earlier_workers=earlier, errors=errors,
                 return_value=value,
             )  # fmt: skip
+            return dialect.task_result_save(c, end)
 
     def row() -> tuple[object, ...]:
         sql = "SELECT worker_ids, errors, return_value FROM later_task_result WHERE job_id = %s"

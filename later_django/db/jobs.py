@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
@@ -42,6 +42,9 @@ TRACE_BATCH = 500
 
 class JobOperations(Statements):
     """Every operation on job rows."""
+
+    # The promotion of due jobs; a vendor may need its own form.
+    promote_due_sql: ClassVar[str] = jobs_sql.JOB_PROMOTE_DUE_SQL
 
     # -- enqueue ----------------------------------------------------------------------
     @abc.abstractmethod
@@ -236,7 +239,7 @@ class JobOperations(Statements):
     def job_promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
         """Make up to ``limit`` delayed or requeued jobs whose time has come
         ready; return how many."""
-        cursor.execute(self._sql(jobs_sql.JOB_PROMOTE_DUE_SQL), [namespace, limit])
+        cursor.execute(self._sql(self.promote_due_sql), [namespace, limit])
         return int(cursor.rowcount)
 
     def job_stuck(

@@ -46,6 +46,7 @@ class PostgresDialect(Dialect):
     now_sql: ClassVar[str] = pg_sql.NOW_SQL
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
     share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
+    promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
 
     def __init__(self) -> None:
         super().__init__()

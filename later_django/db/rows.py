@@ -208,3 +208,16 @@ class DueSchedule:
     next_run_ms: int
     version: int
     now_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskAttemptEnd:
+    """The end of an attempt of a Django Tasks job, stored in one statement."""
+
+    job_id: str
+    attempt: int  # the fence: nothing is stored once the job is past it
+    # The worker ids before this attempt as JSON without its closing bracket
+    # ('[' or '["a",'): the lease holder's id is added in SQL.
+    earlier_workers: str
+    errors: str  # JSON list of {"exception_class_path", "traceback"}
+    return_value: str | None  # JSON, once the attempt succeeded

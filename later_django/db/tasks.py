@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.backends.utils import CursorWrapper
 
+from later_django.db.rows import TaskAttemptEnd
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Statements
 
@@ -11,21 +12,11 @@ from later_django.db.statements import Statements
 class TaskResultOperations(Statements):
     """Task results: written once per attempt, at its end."""
 
-    def task_result_save(
-        self,
-        cursor: CursorWrapper,
-        *,
-        job_id: str,
-        attempt: int,
-        earlier_workers: str,
-        errors: str,
-        return_value: str | None,
-    ) -> bool:
-        """Store the end of ``attempt`` of a task job: ``earlier_workers`` is
-        the JSON of the worker ids before it without its closing bracket
-        (``'['`` or ``'["a",'``), to which the lease holder's id is added.
-        Return False when the job is no longer at that attempt."""
+    def task_result_save(self, cursor: CursorWrapper, end: TaskAttemptEnd) -> bool:
+        """Store the end of an attempt of a task job; return False when the
+        job is no longer at that attempt (nothing is stored)."""
         cursor.execute(
-            tasks_sql.TASK_RESULT_SAVE_SQL, [earlier_workers, errors, return_value, job_id, attempt]
+            tasks_sql.TASK_RESULT_SAVE_SQL,
+            [end.earlier_workers, end.errors, end.return_value, end.job_id, end.attempt],
         )
         return bool(cursor.rowcount == 1)

@@ -20,6 +20,7 @@ from later_django.codec import decode
 from later_django.conf import conf
 from later_django.context import JobContext
 from later_django.db import dialect_for
+from later_django.db.rows import TaskAttemptEnd
 from later_django.lookup import parse_history
 from later_django.models import Job
 from later_django.models import TaskResult as ResultRow
@@ -180,11 +181,11 @@ def save_attempt(
     workers = json.dumps(earlier.worker_ids)[:-1] + ("," if earlier.worker_ids else "")
     alias = conf.database
     with connections[alias].cursor() as cursor:
-        dialect_for(alias).task_result_save(
-            cursor,
+        end = TaskAttemptEnd(
             job_id=job_id,
             attempt=attempt,
             earlier_workers=workers,
             errors=json.dumps(errors),
             return_value=None if error is not None else json.dumps(value),
         )
+        dialect_for(alias).task_result_save(cursor, end)

@@ -35,7 +35,7 @@ JOB_COPY_SQL: Final = f"COPY later_job ({COPY_COLUMNS}) FROM STDIN"
 # assumes a large limit and hash-joins a scan of the whole table, so it plans
 # a custom plan for every single claim instead.
 JOB_CLAIM_SQL: Final = """
-WITH picked AS (
+WITH picked AS MATERIALIZED (
     SELECT id FROM later_job
     WHERE namespace = %s AND stage = 'enqueued'
     ORDER BY priority DESC, id
@@ -87,4 +87,20 @@ INSTALLED_OBJECTS_SQL: Final = (
 MISSING_TABLES_SQL: Final = """
 SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, n)
 WHERE to_regclass(t.name) IS NULL ORDER BY t.n
+"""
+
+
+# The due ids are picked once, in a MATERIALIZED CTE: PostgreSQL may run the
+# LIMIT subquery of ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)`` more than
+# once and change more rows than asked (the shared form, jobs.py's, is kept
+# for SQLite, whose driver reports no row count for a statement that starts
+# with WITH).
+JOB_PROMOTE_DUE_SQL: Final = """
+WITH due AS MATERIALIZED (
+    SELECT id FROM later_job
+    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
+    ORDER BY run_at_ms LIMIT %s {skip_locked})
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE id IN (SELECT id FROM due) AND stage IN ('delayed', 'requeued')
 """
