@@ -32,6 +32,7 @@ from later_django.exceptions import (
 )
 from later_django.ids import JobId
 from later_django.lookup import aget_job, astage_counts, get_job, stage_counts
+from later_django.partitions import partition_for_key
 from later_django.recurring.api import (
     aenqueue_recurring,
     alist_recurring,
@@ -46,6 +47,7 @@ from later_django.states import Stage
 from later_django.types import JobInfo, RecurringSchedule, StageChange
 
 __all__ = [
+    "partition_for_key",
     "AlreadyRegistered",
     "JobContext",
     "JobId",

@@ -1,0 +1,8 @@
+"""Sequential partition mode: topics whose jobs run one at a time per
+partition, in enqueue order (docs/partitions.md)."""
+
+from __future__ import annotations
+
+from later_django.partitions.hashing import PartitionKey, owner_of, partition_for_key
+
+__all__ = ["PartitionKey", "owner_of", "partition_for_key"]
