@@ -47,7 +47,6 @@ from later_django.states import Stage
 from later_django.types import JobInfo, RecurringSchedule, StageChange
 
 __all__ = [
-    "partition_for_key",
     "AlreadyRegistered",
     "JobContext",
     "JobId",
@@ -86,6 +85,7 @@ __all__ = [
     "enqueue_recurring",
     "get_job",
     "job",
+    "partition_for_key",
     "list_recurring",
     "remove_recurring",
     "stage_counts",

@@ -69,7 +69,8 @@ def murmur2(data: bytes) -> int:
 
 def partition_for_key(key: PartitionKey, count: int) -> int:
     """The partition (0..count-1) of ``key`` in a topic of ``count`` partitions."""
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    checked: object = count  # callers without type checking may pass anything
+    if isinstance(checked, bool) or not isinstance(checked, int) or count < 1:
         raise ValueError(f"count must be an int >= 1, got {count!r}")
     return (murmur2(key_bytes(key)) & 0x7FFFFFFF) % count
 
