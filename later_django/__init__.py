@@ -29,10 +29,27 @@ from later_django.exceptions import (
     NotRegistered,
     PayloadTooLarge,
     TransactionRequired,
+    UnknownTopic,
 )
 from later_django.ids import JobId
 from later_django.lookup import aget_job, astage_counts, get_job, stage_counts
 from later_django.partitions import partition_for_key
+from later_django.partitions.api import (
+    aenqueue_continue_to_partition,
+    aenqueue_to_partition,
+    aenqueue_to_partition_delayed,
+    aenqueue_to_partition_in,
+    aforce_fail_partition_head,
+    apartition_stats,
+    atruncate_partition_history,
+    enqueue_continue_to_partition,
+    enqueue_to_partition,
+    enqueue_to_partition_delayed,
+    enqueue_to_partition_in,
+    force_fail_partition_head,
+    partition_stats,
+    truncate_partition_history,
+)
 from later_django.recurring.api import (
     aenqueue_recurring,
     alist_recurring,
@@ -44,7 +61,7 @@ from later_django.recurring.api import (
 from later_django.registry import job
 from later_django.retry import RetryPolicy
 from later_django.states import Stage
-from later_django.types import JobInfo, RecurringSchedule, StageChange
+from later_django.types import JobInfo, PartitionStats, RecurringSchedule, StageChange
 
 __all__ = [
     "AlreadyRegistered",
@@ -57,36 +74,52 @@ __all__ = [
     "LeaseLost",
     "NotMigrated",
     "NotRegistered",
+    "PartitionStats",
     "PayloadTooLarge",
     "RecurringSchedule",
     "RetryPolicy",
     "Stage",
     "StageChange",
     "TransactionRequired",
+    "UnknownTopic",
     "acancel",
     "aenqueue",
     "aenqueue_continue",
+    "aenqueue_continue_to_partition",
     "aenqueue_delayed",
     "aenqueue_delayed_at",
     "aenqueue_in",
     "aenqueue_many",
     "aenqueue_recurring",
+    "aenqueue_to_partition",
+    "aenqueue_to_partition_delayed",
+    "aenqueue_to_partition_in",
+    "aforce_fail_partition_head",
     "aget_job",
     "alist_recurring",
+    "apartition_stats",
     "aremove_recurring",
     "astage_counts",
+    "atruncate_partition_history",
     "cancel",
     "enqueue",
     "enqueue_continue",
+    "enqueue_continue_to_partition",
     "enqueue_delayed",
     "enqueue_delayed_at",
     "enqueue_in",
     "enqueue_many",
     "enqueue_recurring",
+    "enqueue_to_partition",
+    "enqueue_to_partition_delayed",
+    "enqueue_to_partition_in",
+    "force_fail_partition_head",
     "get_job",
     "job",
-    "partition_for_key",
     "list_recurring",
+    "partition_for_key",
+    "partition_stats",
     "remove_recurring",
     "stage_counts",
+    "truncate_partition_history",
 ]

@@ -35,11 +35,14 @@ class JobBuilder:
     would not see a settings change, or a type's handler registered anew.
     """
 
-    __slots__ = ("max_payload_bytes", "namespace", "_types")
+    __slots__ = ("max_payload_bytes", "namespace", "partitioned", "_types")
 
-    def __init__(self) -> None:
+    def __init__(self, *, partitioned: bool = False) -> None:
         self.namespace = conf.namespace
         self.max_payload_bytes = int(conf.MAX_PAYLOAD_BYTES)
+        # Builds partition jobs (enqueue_to_partition and friends): only types
+        # with a topic are accepted then, and only those without otherwise.
+        self.partitioned = partitioned
         self._types: dict[type[Any], _TypeFacts] = {}
 
     def build(
@@ -111,6 +114,22 @@ class JobBuilder:
                     "for it"
                 )
             handler = registry.handler_for_payload(payload)
+            if (handler.topic is not None) != self.partitioned:
+                raise TypeError(_wrong_mode(handler))
             policy = handler.static_policy()
             facts = self._types[type(payload)] = (handler, policy.to_json() if policy else None)
         return facts
+
+
+def _wrong_mode(handler: registry.Handler) -> str:
+    if handler.topic is not None:
+        return (
+            f"{handler.name} belongs to topic {handler.topic!r}: its jobs run in "
+            "partition order, so enqueue it with enqueue_to_partition() (or "
+            "enqueue_to_partition_delayed, enqueue_continue_to_partition, "
+            "enqueue_to_partition_in)"
+        )
+    return (
+        f"{handler.name} has no topic: enqueue it with enqueue(), or give its @job "
+        "a topic=... to run its jobs in partition order"
+    )

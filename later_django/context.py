@@ -12,6 +12,7 @@ from django.utils.module_loading import import_string
 from later_django import enqueue as api
 from later_django.conf import conf
 from later_django.ids import JobId
+from later_django.partitions import api as partitions
 from later_django.recurring import api as recurring
 from later_django.types import RecurringSchedule
 
@@ -100,8 +101,37 @@ class JobContext:
     async def alist_recurring(self) -> list[RecurringSchedule]:
         return await recurring.alist_recurring()
 
-    def enqueue_to_partition(self, *args: Any, **kwargs: Any) -> JobId:
-        raise NotImplementedError("partitioned topics are not available yet")
+    def enqueue_to_partition(self, payload: object, *, priority: int = 0) -> JobId:
+        return partitions.enqueue_to_partition(payload, priority=priority)
+
+    def enqueue_to_partition_delayed(
+        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+    ) -> JobId:
+        return partitions.enqueue_to_partition_delayed(payload, delay, priority=priority)
+
+    def enqueue_continue_to_partition(
+        self, parent: str, payload: object, *, priority: int = 0
+    ) -> JobId:
+        return partitions.enqueue_continue_to_partition(parent, payload, priority=priority)
+
+    def enqueue_to_partition_in(self, payload: object, *, priority: int = 0) -> JobId:
+        return partitions.enqueue_to_partition_in(payload, priority=priority)
+
+    async def aenqueue_to_partition(self, payload: object, *, priority: int = 0) -> JobId:
+        return await partitions.aenqueue_to_partition(payload, priority=priority)
+
+    async def aenqueue_to_partition_delayed(
+        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+    ) -> JobId:
+        return await partitions.aenqueue_to_partition_delayed(payload, delay, priority=priority)
+
+    async def aenqueue_continue_to_partition(
+        self, parent: str, payload: object, *, priority: int = 0
+    ) -> JobId:
+        return await partitions.aenqueue_continue_to_partition(parent, payload, priority=priority)
+
+    async def aenqueue_to_partition_in(self, payload: object, *, priority: int = 0) -> JobId:
+        return await partitions.aenqueue_to_partition_in(payload, priority=priority)
 
 
 def build_app() -> Any:

@@ -40,3 +40,7 @@ class AlreadyRegistered(LaterError, ImproperlyConfigured):
 
 class PayloadTooLarge(TypeError, ValueError):
     """The encoded payload is larger than LATER["MAX_PAYLOAD_BYTES"]."""
+
+
+class UnknownTopic(LaterError, ValueError):
+    """The topic is not registered in LATER["TOPICS"]."""

@@ -59,6 +59,9 @@ def get_job(job_id: str) -> JobInfo | None:
         parent_id=JobId(row.parent_id) if row.parent_id else None,
         history=parse_history(row.history),
         recurring=row.recurring,
+        topic=row.topic,
+        partition=row.partition,
+        sequence=row.sequence,
     )
 
 

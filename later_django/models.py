@@ -62,6 +62,13 @@ class Job(models.Model):
     # With LATER["TRACING"]: the enqueuing span's context (W3C headers as
     # JSON) that the handler's span continues; written only then.
     trace_context = models.TextField(null=True)
+    # Sequential partition mode (docs/partitions.md): a topic's job runs in
+    # its turn, by sequence within (topic, partition). NULL for plain jobs:
+    # ``topic`` is the lane column of docs/design.md's rule, so every place
+    # that looks for plain ready work says ``topic IS NULL``.
+    topic = models.CharField(max_length=100, null=True)
+    partition = models.IntegerField(null=True)
+    sequence = models.BigIntegerField(null=True)
 
     class Meta:
         db_table = "later_job"
@@ -79,7 +86,13 @@ class Job(models.Model):
             models.Index(
                 fields=["namespace", "-priority", "id"],
                 name="later_job_ready",
-                condition=Q(stage="enqueued"),
+                condition=Q(stage="enqueued", topic__isnull=True),
+            ),
+            # A partition's head: its unfinished job of the lowest sequence.
+            models.Index(
+                fields=["namespace", "topic", "partition", "sequence"],
+                name="later_job_partition_head",
+                condition=Q(topic__isnull=False) & ~Q(stage__in=["success", "failed", "cancelled"]),
             ),
             models.Index(
                 fields=["namespace", "run_at_ms"],
@@ -117,6 +130,9 @@ class StageCount(models.Model):
 
     namespace = models.CharField(max_length=64)
     stage = models.CharField(max_length=10, choices=Stage.choices)
+    # '' for plain jobs, 'partition' for a topic's: autoscale reads the
+    # plain backlog, stage_counts() sums both.
+    lane = models.CharField(max_length=10, default="")
     n = models.BigIntegerField()
 
     class Meta:
@@ -137,6 +153,8 @@ class Server(models.Model):
     workers = models.IntegerField()
     started_ms = models.BigIntegerField()
     heartbeat_ms = models.BigIntegerField()
+    # Runs partition pollers: only such servers win partitions.
+    topics = models.BooleanField(default=False)
 
     class Meta:
         db_table = "later_server"
@@ -191,14 +209,64 @@ class Lease(models.Model):
 class Topic(models.Model):
     """A registered topic and its partition count, fixed once stored."""
 
-    name = models.CharField(primary_key=True, max_length=100)
+    namespace = models.CharField(max_length=64)
+    name = models.CharField(max_length=100)
     partitions = models.IntegerField()
 
     class Meta:
         db_table = "later_topic"
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="later_topic_name")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.partitions} partitions)"
+
+
+class PartitionSequence(models.Model):
+    """The next sequence of a partition. An enqueue increments it in the
+    job's own transaction and holds the row until it commits: commit order is
+    sequence order, and a rolled-back enqueue leaves no gap. Pollers never
+    read it under a lock, so an open transaction holds none of them up."""
+
+    namespace = models.CharField(max_length=64)
+    topic = models.CharField(max_length=100)
+    partition = models.IntegerField()
+    next_seq = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_partition_seq"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "topic", "partition"], name="later_partition_seq_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}: next {self.next_seq}"
+
+
+class Partition(models.Model):
+    """Who runs a partition's heads: the owner's lease and its fencing
+    epoch, one higher for every new holder. Written by pollers only."""
+
+    namespace = models.CharField(max_length=64)
+    topic = models.CharField(max_length=100)
+    partition = models.IntegerField()
+    owner = models.CharField(max_length=64, null=True)
+    epoch = models.BigIntegerField(default=0)
+    lease_expires_ms = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "later_partition"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["namespace", "topic", "partition"], name="later_partition_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition} (epoch {self.epoch}, {self.owner})"
 
 
 class Schedule(models.Model):

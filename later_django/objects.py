@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-NEWEST = "later_django.migrations.0005_database_objects_v2"
+NEWEST = "later_django.migrations.0011_database_objects_v3"
 
 
 def _newest() -> ModuleType:

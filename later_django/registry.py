@@ -25,6 +25,8 @@ class Handler:
     func: Callable[..., Any]
     is_async: bool
     retry: RetrySpec = None
+    # Sequential partition mode: the topic its jobs go to (docs/partitions.md).
+    topic: str | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -45,17 +47,27 @@ def default_name(payload_type: type[Any]) -> str:
 @overload
 def job(func: F, /) -> F: ...
 @overload
-def job(*, name: str | None = ..., retry: RetrySpec = ...) -> Callable[[F], F]: ...
+def job(
+    *, name: str | None = ..., retry: RetrySpec = ..., topic: str | None = ...
+) -> Callable[[F], F]: ...
 
 
 def job(
-    func: F | None = None, /, *, name: str | None = None, retry: RetrySpec = None
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: RetrySpec = None,
+    topic: str | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
     The payload type comes from the annotation of the second parameter and
     must be a dataclass. ``retry`` is a RetryPolicy, or a callable
     ``(ctx, payload) -> RetryPolicy`` resolved after the first failure.
+    ``topic`` puts the type's jobs in sequential partition mode: the payload
+    type then needs a ``partition_key()`` method, and its jobs are enqueued
+    with ``enqueue_to_partition`` and friends (docs/partitions.md).
     """
 
     def register(func: F) -> F:
@@ -65,12 +77,15 @@ def job(
                 f"@job(retry=...) of {func.__qualname__} must be a RetryPolicy or a "
                 f"callable returning one, got {type(retry).__name__}"
             )
+        if topic is not None:
+            _check_topic(func, payload_type, topic)
         handler = Handler(
             name=name or default_name(payload_type),
             payload_type=payload_type,
             func=func,
             is_async=inspect.iscoroutinefunction(func),
             retry=retry,
+            topic=topic,
         )
         _register(handler)
         return func
@@ -94,6 +109,20 @@ def _payload_type_of(func: Callable[..., Any]) -> type[Any]:
             f"{params[1].name!r} with a @dataclass type"
         )
     return hint
+
+
+def _check_topic(func: Callable[..., Any], payload_type: type[Any], topic: object) -> None:
+    if not isinstance(topic, str) or not topic:
+        raise TypeError(
+            f"@job(topic=...) of {func.__qualname__} must be a topic name (a non-empty "
+            f"string registered in LATER['TOPICS']), got {topic!r}"
+        )
+    if not callable(getattr(payload_type, "partition_key", None)):
+        raise TypeError(
+            f"@job(topic={topic!r}) of {func.__qualname__}: its payload type "
+            f"{payload_type.__qualname__} needs a partition_key(self) method returning "
+            "the str, int or bytes key whose jobs run in order"
+        )
 
 
 def _same_function(a: Callable[..., Any], b: Callable[..., Any]) -> bool:

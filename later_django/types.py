@@ -29,6 +29,16 @@ class NewJob(NamedTuple):
     delay_ms: int = 0
 
 
+class PartitionLane(NamedTuple):
+    """A partition of a topic in a namespace and, once a poller holds its
+    lease, the lease's fencing epoch."""
+
+    namespace: str
+    topic: str
+    partition: int
+    epoch: int = 0
+
+
 class ClaimedJob(NamedTuple):
     """A job a worker holds a lease on, as returned by the claim."""
 
@@ -39,6 +49,9 @@ class ClaimedJob(NamedTuple):
     retry_policy: str | None
     created_ms: int
     run_at_ms: int
+    # A partition job's partition and lease: its outcome is stored only
+    # while that lease holds. None for a plain job.
+    lane: PartitionLane | None = None
 
 
 class Claim(NamedTuple):
@@ -78,6 +91,32 @@ class JobInfo:
     sequence: int | None = None
     # The identifier of the schedule this job is an occurrence of.
     recurring: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStats:
+    """What partition_stats() returns for one partition that has had a job.
+
+    ``depth`` is how many of its jobs are unfinished (the next sequence
+    minus the head's); the head is its unfinished job of the lowest
+    sequence, ``head_run_at`` when it was (or will be) due; ``owner`` and
+    ``epoch`` the server holding its lease (None once released or expired)."""
+
+    topic: str
+    partition: int
+    next_sequence: int
+    head_sequence: int | None
+    head_run_at_ms: int | None
+    head_stage: str | None
+    owner: str | None
+    epoch: int
+    lease_expires_ms: int
+
+    @property
+    def depth(self) -> int:
+        if self.head_sequence is None:
+            return 0
+        return self.next_sequence - self.head_sequence
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,3 +28,22 @@ def wake(count: int | None = None) -> None:
     """Tell local workers that ``count`` jobs became ready (None: unknown)."""
     for listener in list(_listeners):
         listener(count)
+
+
+# Partition pollers listen apart: a partition job is no work for a plain
+# worker, and a plain one none for a poller.
+_partition_listeners: set[Callable[[], None]] = set()
+
+
+def add_partition_listener(listener: Callable[[], None]) -> None:
+    _partition_listeners.add(listener)
+
+
+def remove_partition_listener(listener: Callable[[], None]) -> None:
+    _partition_listeners.discard(listener)
+
+
+def wake_partitions() -> None:
+    """Tell local partition pollers that a partition job became ready."""
+    for listener in list(_partition_listeners):
+        listener()

@@ -2,7 +2,7 @@
 
 Dialect is the abstract base every database vendor implements. Its
 operations come per domain (jobs.py, counters.py, servers.py, topics.py,
-leases.py, schedules.py, each over the statements of its db/sql/ module): what both
+partitions.py, leases.py, schedules.py, each over the statements of its db/sql/ module): what both
 databases share is implemented there once; what differs per vendor is
 abstract, or belongs to a capability flag below. Operations on the database
 as a whole (schema, file) are here. Each runs on a cursor of the LATER
@@ -20,6 +20,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.counters import CounterOperations
 from later_django.db.jobs import JobOperations
 from later_django.db.leases import LeaseOperations
+from later_django.db.partitions import PartitionOperations
 from later_django.db.schedules import ScheduleOperations
 from later_django.db.servers import ServerOperations
 from later_django.db.sql import TABLES as TABLES
@@ -43,6 +44,7 @@ class Dialect(
     CounterOperations,
     ServerOperations,
     TopicOperations,
+    PartitionOperations,
     LeaseOperations,
     ScheduleOperations,
     TaskResultOperations,

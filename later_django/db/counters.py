@@ -23,6 +23,11 @@ class CounterOperations(Statements):
             counts[stage] = int(n)
         return counts
 
+    def plain_ready(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        """Plain jobs of ``namespace`` ready to run now."""
+        cursor.execute(self._sql(counters_sql.PLAIN_READY_SQL), [namespace])
+        return int(cursor.fetchone()[0])
+
     @abc.abstractmethod
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         """Fold the counter rows of ``namespace`` together; return how many

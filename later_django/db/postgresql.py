@@ -25,6 +25,7 @@ from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
+from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
@@ -46,6 +47,7 @@ class PostgresDialect(Dialect):
     now_sql: ClassVar[str] = pg_sql.NOW_SQL
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
     share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
+    for_update: ClassVar[str] = "FOR UPDATE"
     promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
 
     def __init__(self) -> None:
@@ -154,7 +156,7 @@ class PostgresDialect(Dialect):
             return 0
         cursor.execute(pg_sql.COUNTER_ROWS_SQL, [namespace])
         rows = int(cursor.fetchone()[0])
-        if rows <= len(Stage):
+        if rows <= 2 * len(Stage):  # one row per stage and lane
             return 0
         cursor.execute(pg_sql.COUNTER_COMPACT_SQL, [namespace, namespace])
         return rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from later_django.types import ClaimedJob
 
@@ -81,6 +81,8 @@ class Heartbeat:
     hostname: str
     pid: int
     workers: int
+    # Runs partition pollers (LATER["TOPICS"] is set): may win partitions.
+    topics: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,6 +174,15 @@ class Orphan:
 
     job_id: str
     parent_stage: str | None
+
+
+class PartitionHead(NamedTuple):
+    """A partition and its head job (None when it has no unfinished job)."""
+
+    topic: str
+    partition: int
+    job_id: str | None
+    stage: str | None
 
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:

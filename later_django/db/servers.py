@@ -17,7 +17,7 @@ class ServerOperations(Statements):
         """Record that the server runs now (registering it the first time)."""
         cursor.execute(
             self._sql(servers_sql.SERVER_HEARTBEAT_SQL),
-            [beat.server_id, beat.namespace, beat.hostname, beat.pid, beat.workers],
+            [beat.server_id, beat.namespace, beat.hostname, beat.pid, beat.workers, beat.topics],
         )
 
     def server_remove(self, cursor: CursorWrapper, *, server_id: str) -> None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from django.db.backends.utils import CursorWrapper
 
 from later_django import events
+from later_django.db import hot_path
 from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
 from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
@@ -75,6 +77,9 @@ class Completer:
         self._completions: Coalescer[Claim, bool] = Coalescer(
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
+        # Told when a partition head's outcome is stored or given up: its
+        # partition may run its next head.
+        self.on_lane_done: Callable[[ClaimedJob], None] = lambda job: None
 
     def store_outcome(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
         """Store ``outcome`` of a handler that ran as ``ran`` says, apart from
@@ -82,7 +87,7 @@ class Completer:
         the future is done once it is stored."""
         claim = (job.id, job.attempts)
         self.unstored[claim] = job
-        if outcome.kind != "succeeded":
+        if outcome.kind != "succeeded" or job.lane is not None:
             return self._finish_in_task(job, outcome, ran)
         # The common case costs no task: the shared completion's own future
         # says when it is stored. Only a failed store falls back to the
@@ -128,6 +133,8 @@ class Completer:
             self._finishing.discard(task)
             self.unstored.pop(claim, None)
             self.leases.release(claim)
+            if job.lane is not None:
+                self.on_lane_done(job)
 
         task.add_done_callback(done)
         return task
@@ -139,7 +146,13 @@ class Completer:
         delay = 0.05
         while True:
             try:
-                if outcome.kind == "succeeded":
+                if job.lane is not None:
+                    stored = await self.store.run(
+                        self.pool,
+                        lambda d, c: self._store_partition(d, c, job, outcome),
+                        atomic=True,
+                    )
+                elif outcome.kind == "succeeded":
                     stored = await self._completions.submit(claim)
                 else:
                     stored = await self.store.run(
@@ -160,6 +173,13 @@ class Completer:
         self._stored(job, outcome, stored, ran)
         if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
             self.maintenance.promote_after(outcome.delay_ms)
+
+    def _store_partition(
+        self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome
+    ) -> bool:
+        return store_partition_outcome(
+            dialect, cursor, job, outcome, owner=self.owner, retention_ms=self.retention_ms
+        )
 
     def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
         return store_failure(
@@ -314,6 +334,30 @@ def store_failure(
         return dialect.job_retry(cursor, fence, retry)
     failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
     return dialect.job_fail(cursor, fence, failure)
+
+
+def store_partition_outcome(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: ClaimedJob,
+    outcome: Outcome,
+    *,
+    owner: str,
+    retention_ms: int,
+) -> bool:
+    """Store the outcome of a partition head, fenced by its claim and by its
+    partition's lease (owner and epoch); return whether both held. Run in one
+    transaction: the fence's row lock holds off a takeover until it ends, so
+    only the current holder finishes a head and lets the next one run."""
+    assert job.lane is not None
+    if not dialect.partition_fence(cursor, job.lane, owner=owner):
+        return False
+    if outcome.kind == "succeeded":
+        completion = hot_path.job_complete_many(
+            dialect, cursor, owner=owner, jobs=[(job.id, job.attempts)], retention_ms=retention_ms
+        )
+        return bool(completion.done_ids)
+    return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

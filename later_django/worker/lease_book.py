@@ -107,6 +107,12 @@ class LeaseBook:
             self._give_up(claim, EXPIRED)
         return expired
 
+    def give_up(self, claim: Claim, why: str) -> None:
+        """Give ``claim`` up now (its partition's lease was lost): its handler
+        stops and its lease is no longer renewed."""
+        if claim in self._until:
+            self._give_up(claim, why)
+
     def _give_up(self, claim: Claim, why: str) -> None:
         self._until.pop(claim, None)
         self.on_given_up(claim, why)

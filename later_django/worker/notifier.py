@@ -88,9 +88,18 @@ class Notifier:
     jobs are then ready (a read, no write lock), the workers wake."""
 
     def __init__(
-        self, wake: Wakeup, *, alias: str, namespace: str, listen: bool, watch: bool = False
+        self,
+        wake: Wakeup,
+        *,
+        alias: str,
+        namespace: str,
+        listen: bool,
+        watch: bool = False,
+        partition_wake: Wakeup | None = None,
     ) -> None:
         self.wake = wake
+        # The partition pollers' wake-ups, when this server runs them.
+        self.partition_wake = partition_wake
         self.alias = alias
         self.namespace = namespace
         self.listen = listen
@@ -102,6 +111,8 @@ class Notifier:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         wakeup.add_listener(self._wake_threadsafe)
+        if self.partition_wake is not None:
+            wakeup.add_partition_listener(self._wake_partitions_threadsafe)
         if self.listen:
             self._task = asyncio.create_task(self._listen_forever(), name="later-listen")
         elif self.watch:
@@ -109,6 +120,7 @@ class Notifier:
 
     def stop(self) -> None:
         wakeup.remove_listener(self._wake_threadsafe)
+        wakeup.remove_partition_listener(self._wake_partitions_threadsafe)
         if self._task is not None:
             self._task.cancel()
 
@@ -122,17 +134,31 @@ class Notifier:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self.wake.wake, count)
 
+    def _wake_partitions_threadsafe(self) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed() and self.partition_wake is not None:
+            loop.call_soon_threadsafe(self.partition_wake.wake, 1)
+
     async def _listen_forever(self) -> None:
         from later_django.db.listen import notifications  # PostgreSQL only: needs psycopg
+        from later_django.db.postgresql import PARTITION_CHANNEL
 
+        partitions = self.partition_wake
         while True:
             try:
-                async for namespace in notifications(self.alias):
-                    if namespace is None:
+                async for note in notifications(self.alias, partitions=partitions is not None):
+                    if note is None:
                         self.connected.set()
                         # Anything committed while we were not listening is found now.
                         self.wake.wake()
-                    elif ready := ready_count(namespace, self.namespace):
+                        if partitions is not None:
+                            partitions.wake()
+                        continue
+                    channel, payload = note
+                    if channel == PARTITION_CHANNEL:
+                        if partitions is not None and payload == self.namespace:
+                            partitions.wake(1)
+                    elif ready := ready_count(payload, self.namespace):
                         self.wake.wake(ready)
             except Exception as exc:  # noqa: BLE001  the database may be restarting
                 self.connected.clear()
@@ -153,6 +179,9 @@ class Notifier:
                     counter = await session.run(lambda d, c: d.change_counter(c))
                     if counter != seen:
                         seen = counter
+                        if self.partition_wake is not None:
+                            # The poller's own look is the check.
+                            self.partition_wake.wake(1)
                         ready = await session.run(
                             lambda d, c: d.job_ready_exists(c, namespace=self.namespace)
                         )

@@ -32,6 +32,7 @@ from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
 from later_django.worker.lease_book import Claim, LeaseBook
 from later_django.worker.notifier import Notifier, Wakeup
+from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.services import ServiceGroup
 from later_django.worker.status import StatusReporter
 from later_django.worker.workers import MAX_WORKERS, WorkerPool, WorkerSlot
@@ -138,23 +139,52 @@ class Server:
             wake=self.wake,
             maintenance=self.maintenance,
         )
+        # Partition pollers run where topics are set (docs/partitions.md).
+        self.topics = bool(conf.TOPICS)
+        self.partition_wake = Wakeup()
         self.notifier = Notifier(
             self.wake,
             alias=self.alias,
             namespace=self.namespace,
             listen=self.store.dialect.supports_listen,
             watch=self.store.dialect.supports_change_counter,
+            partition_wake=self.partition_wake if self.topics else None,
         )
         poll = conf.seconds("POLL_INTERVAL")
+        poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
+        executor = Executor(self._handler_pool, app=build_app(), traced=tracing.enabled())
         self.pool = WorkerPool(
             claimer=self.claimer,
             completer=self.completer,
-            executor=Executor(self._handler_pool, app=build_app(), traced=tracing.enabled()),
+            executor=executor,
             owner=self.server_id,
             tasks=self.services,
             wake=self.wake,
-            poll_interval=max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll,
+            poll_interval=poll_interval,
         )
+        self.partitions = PartitionClaimer(
+            namespace=self.namespace,
+            owner=self.server_id,
+            store=self.store,
+            pool=self._service_pool,
+            leases=self.leases,
+            wake=self.partition_wake,
+            partition_lease_ms=conf.millis("PARTITION_LEASE_DURATION"),
+            server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
+        )
+        self.partition_pool = WorkerPool(
+            claimer=self.partitions,
+            completer=self.completer,
+            executor=executor,
+            owner=self.server_id,
+            tasks=self.services,
+            wake=self.partition_wake,
+            poll_interval=poll_interval,
+            first_id=1000,
+            kind="partition-worker",
+        )
+        self.partitions.on_lost = self.leases.give_up
+        self.completer.on_lane_done = self.partitions.done
         self.leases.on_given_up = self._claim_given_up
         self.status = StatusReporter(
             self.completer.outcomes, self.ready_backlog, lambda: self.worker_count
@@ -163,6 +193,9 @@ class Server:
     def _claim_given_up(self, claim: Claim, why: str) -> None:
         self.claimer.drop(claim)
         self.pool.stop_handler_of(claim, why)
+        if self.topics:
+            self.partitions.drop(claim)
+            self.partition_pool.stop_handler_of(claim, why)
 
     # -- what tests, the supervisor and the command use --------------------------
     @property
@@ -171,17 +204,19 @@ class Server:
 
     @property
     def slots(self) -> list[WorkerSlot]:
-        return self.pool.slots
+        """Every worker the supervisor watches: plain and partition ones."""
+        return self.pool.slots + self.partition_pool.slots
 
     @property
     def processed(self) -> int:
-        return self.pool.processed
+        return self.pool.processed + self.partition_pool.processed
 
     async def renew_leases(self) -> list[Claim]:
         return await self.leases.renew()
 
     def replace_worker(self, slot: WorkerSlot) -> WorkerSlot:
-        return self.pool.replace(slot)
+        pool = self.partition_pool if slot in self.partition_pool.slots else self.pool
+        return pool.replace(slot)
 
     def abandon_hung_calls(self, threshold: float) -> list[str]:
         """Give up on a shared claim or completion stuck longer than ``threshold``."""
@@ -195,11 +230,12 @@ class Server:
         return abandoned
 
     async def ready_backlog(self) -> int:
-        """Jobs ready to run now in this namespace, read from the counters."""
-        counts = await self.store.run(
-            self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
+        """Plain jobs ready to run now in this namespace, read from the counters."""
+        return int(
+            await self.store.run(
+                self._service_pool, lambda d, c: d.plain_ready(c, namespace=self.namespace)
+            )
         )
-        return counts["enqueued"]
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -212,6 +248,8 @@ class Server:
         if events.active:  # before any worker task has run
             events.emit(events.ServerStarted(self.server_id, self.namespace, self.worker_count))
         await self._heartbeat_once()
+        if self.topics:
+            await self._start_partitions()
         self.services.start("renew", self.leases.run_renewals)
         self.services.start("deadlines", self.leases.run_deadlines)
         self.services.start("poll", self.pool.run_backstop)
@@ -284,7 +322,9 @@ class Server:
         timeout = self.shutdown_timeout if timeout is None else timeout
         for name in ("supervisor", "autoscale"):
             await self.services.stop(name)
-        aborted = await self.pool.stop_all(timeout)
+        aborted = sum(
+            await asyncio.gather(self.pool.stop_all(timeout), self.partition_pool.stop_all(timeout))
+        )
         if aborted:
             logger.warning(
                 "shutdown deadline passed: aborting %d running jobs; their leases "
@@ -325,7 +365,31 @@ class Server:
     def _deregister(self, dialect: Any, cursor: Any) -> None:
         """Leave the cluster: another server leads at its next tick."""
         self.leader.release_all(dialect, cursor)
+        if self.topics:
+            self.partitions.release_all(dialect, cursor)
         dialect.server_remove(cursor, server_id=self.server_id)
+
+    async def _start_partitions(self) -> None:
+        """Register the topics, learn the live topic servers, then start as
+        many partition workers as plain ones."""
+        topics = dict(conf.TOPICS)
+        await self.store.run(
+            self._service_pool,
+            lambda d, c: [
+                d.topic_register(c, namespace=self.namespace, name=name, partitions=count)
+                for name, count in topics.items()
+            ],
+            atomic=True,
+        )
+        await self.partitions.refresh()
+        for _ in range(self.initial_workers):
+            self.partition_pool.spawn()
+        interval = min(
+            conf.seconds("PARTITION_HEARTBEAT_INTERVAL"),
+            conf.seconds("PARTITION_LEASE_DURATION") / 3,
+        )
+        self.services.start("partitions", lambda: self.partitions.run_refresh(interval))
+        self.services.start("partition-poll", self.partition_pool.run_backstop)
 
     # -- services ---------------------------------------------------------------
     def restart_service(self, name: str) -> None:
@@ -345,6 +409,7 @@ class Server:
                     hostname=socket.gethostname()[:255],
                     pid=os.getpid(),
                     workers=self.worker_count,
+                    topics=self.topics,
                 ),
             ),
         )

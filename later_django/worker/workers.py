@@ -22,6 +22,7 @@ from later_django.worker.completer import Completer, Ran
 from later_django.worker.executor import Executor, Outcome
 from later_django.worker.lease_book import Claim
 from later_django.worker.notifier import Wakeup
+from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.services import ServiceGroup
 
 logger = logging.getLogger(__name__)
@@ -62,13 +63,15 @@ class WorkerPool:
     def __init__(
         self,
         *,
-        claimer: Claimer,
+        claimer: Claimer | PartitionClaimer,
         completer: Completer,
         executor: Executor,
         owner: str,
         wake: Wakeup,
         poll_interval: float,
         tasks: ServiceGroup,
+        first_id: int = 0,
+        kind: str = "worker",
     ) -> None:
         self.claimer = claimer
         self.completer = completer
@@ -80,7 +83,10 @@ class WorkerPool:
         self.processed = 0
         self.stopping = False
         self.tasks = tasks  # owns every worker task
-        self._next_slot_id = 0
+        # Partition workers are numbered apart (from 1000), so logs and
+        # metrics tell them from plain ones.
+        self._next_slot_id = first_id
+        self.kind = kind
 
     @property
     def count(self) -> int:
@@ -89,7 +95,7 @@ class WorkerPool:
     def spawn(self) -> WorkerSlot:
         slot = WorkerSlot(id=self._next_slot_id)
         self._next_slot_id += 1
-        slot.task = self.tasks.create_task(self._run(slot), name=f"later-worker-{slot.id}")
+        slot.task = self.tasks.create_task(self._run(slot), name=f"later-{self.kind}-{slot.id}")
         self.slots.append(slot)
         return slot
 

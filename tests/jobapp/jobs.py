@@ -273,3 +273,52 @@ class Again:
 @job
 def run_again(ctx: JobContext, payload: Again) -> None:
     ctx.enqueue(Again(n=payload.n + 1))
+
+
+# -- sequential partition mode (topic "ordered", registered by the tests) ---------
+@dataclass
+class Ordered:
+    """A job of topic "ordered": per key, runs must start and end in ``n``
+    order, one at a time. ``fail_first`` fails attempt 1 (the retry keeps
+    its place); ``seconds`` is how long the handler runs."""
+
+    key: str
+    n: int
+    seconds: float = 0.0
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic="ordered", retry=RetryPolicy.fixed(5, timedelta(milliseconds=20)))
+async def run_ordered(ctx: JobContext, payload: Ordered) -> None:
+    tag = f"{payload.key}:{payload.n}"
+    _record("ordered-start", ctx, tag)
+    if payload.seconds:
+        await asyncio.sleep(payload.seconds)
+    if payload.fail_first and ctx.attempt == 1:
+        _record("ordered-fail", ctx, tag)
+        raise RuntimeError(f"first attempt of {tag} fails")
+    _record("ordered-end", ctx, tag)
+
+
+@dataclass
+class OrderedSync:
+    """A sync job of topic "ordered" (its handler runs in a thread)."""
+
+    key: str
+    n: int
+    seconds: float = 0.0
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic="ordered")
+def run_ordered_sync(ctx: JobContext, payload: OrderedSync) -> None:
+    tag = f"{payload.key}:{payload.n}"
+    _record("ordered-start", ctx, tag)
+    if payload.seconds:
+        time.sleep(payload.seconds)
+    _record("ordered-end", ctx, tag)

@@ -32,6 +32,8 @@ TABLES: Final = (
     "later_lease",
     "later_schedule",
     "later_task_result",
+    "later_partition_seq",
+    "later_partition",
 )
 
 # The time of a stage change: never before the row's previous change, so a

@@ -10,3 +10,10 @@ from typing import Final
 STAGE_COUNTS_SQL: Final = """
 SELECT stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY stage
 """
+
+# Plain jobs ready now: the backlog autoscale reads (partition jobs, in their
+# own lane, wait for their turn and are no work for a plain worker).
+PLAIN_READY_SQL: Final = """
+SELECT COALESCE(SUM(n), 0) FROM later_stage_count
+WHERE namespace = %s AND stage = 'enqueued' AND lane = ''
+"""

@@ -187,7 +187,7 @@ WHERE id = %s AND stage = 'waiting'
 
 # SQLite's wake-up check after another connection committed: a read, no lock.
 JOB_READY_EXISTS_SQL: Final = """
-SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' LIMIT 1
+SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL LIMIT 1
 """
 
 # The database's clock, for callers that compute times from it in Python.

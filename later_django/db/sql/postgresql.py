@@ -8,6 +8,9 @@ from typing import Final
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
+# Partition jobs that became ready: partition pollers listen here, plain
+# workers never hear of them.
+PARTITION_CHANNEL: Final = "later_partition"
 
 # -- clock and locking fragments (see __init__.py) -----------------------------
 # statement_timestamp(): one time for the whole statement, so every column a
@@ -37,7 +40,7 @@ JOB_COPY_SQL: Final = f"COPY later_job ({COPY_COLUMNS}) FROM STDIN"
 JOB_CLAIM_SQL: Final = """
 WITH picked AS MATERIALIZED (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage = 'enqueued'
+    WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
     ORDER BY priority DESC, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
@@ -69,10 +72,10 @@ COUNTER_COMPACT_LOCK_SQL: Final = "SELECT pg_try_advisory_xact_lock(%s)"
 COUNTER_ROWS_SQL: Final = "SELECT count(*) FROM later_stage_count WHERE namespace = %s"
 COUNTER_COMPACT_SQL: Final = """
 WITH folded AS (
-    DELETE FROM later_stage_count WHERE namespace = %s RETURNING stage, n
+    DELETE FROM later_stage_count WHERE namespace = %s RETURNING stage, lane, n
 )
-INSERT INTO later_stage_count (namespace, stage, n)
-SELECT %s, stage, SUM(n) FROM folded GROUP BY stage
+INSERT INTO later_stage_count (namespace, stage, lane, n)
+SELECT %s, stage, lane, SUM(n) FROM folded GROUP BY stage, lane
 """
 
 # -- schema ---------------------------------------------------------------------

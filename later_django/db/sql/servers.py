@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Final
 
 SERVER_HEARTBEAT_SQL: Final = """
-INSERT INTO later_server (id, namespace, hostname, pid, workers, started_ms, heartbeat_ms)
-VALUES (%s, %s, %s, %s, %s, {now}, {now})
-ON CONFLICT (id) DO UPDATE SET workers = excluded.workers,
+INSERT INTO later_server (id, namespace, hostname, pid, workers, topics, started_ms,
+    heartbeat_ms)
+VALUES (%s, %s, %s, %s, %s, %s, {now}, {now})
+ON CONFLICT (id) DO UPDATE SET workers = excluded.workers, topics = excluded.topics,
     heartbeat_ms = excluded.heartbeat_ms
 """
 

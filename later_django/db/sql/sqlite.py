@@ -36,7 +36,7 @@ JOB_CLAIM_SQL: Final = f"""
 UPDATE later_job SET {CLAIM_SET}
 WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage = 'enqueued'
+    WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
     ORDER BY priority DESC, id
     LIMIT %s)
 RETURNING {CLAIM_RETURNING}

@@ -68,7 +68,9 @@ class Command(BaseCommand):
             )
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for name, count in sorted(topics.items()):
-                if dialect.topic_register(cursor, name=name, partitions=count):
+                if dialect.topic_register(
+                    cursor, namespace=conf.namespace, name=name, partitions=count
+                ):
                     actions.append(f"registered topic {name} with {count} partitions")
 
         if options["verbosity"] < 1:

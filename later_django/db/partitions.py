@@ -1,0 +1,190 @@
+"""Operations of sequential partition mode: sequences, partition jobs, the
+partition leases pollers hold, and what operators do to a partition
+(docs/partitions.md). Callers own the transaction."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.rows import PartitionHead, claimed_jobs
+from later_django.db.sql import partitions as partitions_sql
+from later_django.db.statements import Statements
+from later_django.states import PARENT_FAILED
+from later_django.types import ClaimedJob, NewJob, PartitionLane, PartitionStats
+
+
+class PartitionOperations(Statements):
+    """Sequences, partition leases and partition heads."""
+
+    # Appended to the fence read of an outcome: a row lock where the vendor
+    # has them (one writer at a time needs none).
+    for_update: ClassVar[str] = ""
+
+    # -- enqueue --------------------------------------------------------------------
+    def partition_next_sequence(self, cursor: CursorWrapper, lane: PartitionLane) -> int:
+        """Take the next sequence of ``lane``'s partition; its counter stays
+        locked until the caller's transaction ends."""
+        cursor.execute(
+            self._sql(partitions_sql.SEQUENCE_NEXT_SQL),
+            [lane.namespace, lane.topic, lane.partition],
+        )
+        return int(cursor.fetchone()[0])
+
+    def job_insert_partitioned(
+        self,
+        cursor: CursorWrapper,
+        job: NewJob,
+        lane: PartitionLane,
+        sequence: int,
+        retention_ms: int,
+    ) -> str | None:
+        """Insert ``job`` at ``sequence`` of ``lane``'s partition: ready,
+        delayed or (with a parent) a continuation. Return its stage, or None
+        when its parent does not exist in the namespace."""
+        where: list[Any] = [lane.topic, lane.partition, sequence]
+        if job.parent_id is None:
+            cursor.execute(
+                self._sql(partitions_sql.JOB_INSERT_SQL),
+                [*job[:6], *where, job.run_at_ms, job.delay_ms],
+            )
+        else:
+            cursor.execute(
+                self._sql(partitions_sql.JOB_INSERT_CONTINUATION_SQL),
+                [
+                    job.id,
+                    job.type_name,
+                    job.payload,
+                    job.priority,
+                    job.retry_policy,
+                    *where,
+                    retention_ms,
+                    PARENT_FAILED,
+                    job.parent_id,
+                    job.namespace,
+                ],
+            )
+        row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    # -- pollers --------------------------------------------------------------------
+    def partition_heads(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionHead]:
+        """Every partition of ``namespace`` that has had a job, with its head."""
+        cursor.execute(self._sql(partitions_sql.PARTITION_HEADS_SQL), [namespace])
+        return [
+            PartitionHead(topic=str(t), partition=int(p), job_id=j, stage=s)
+            for t, p, j, s in cursor.fetchall()
+        ]
+
+    def partition_claim(
+        self,
+        cursor: CursorWrapper,
+        lane: PartitionLane,
+        *,
+        owner: str,
+        partition_lease_ms: int,
+        job_lease_ms: int,
+        server_ttl_ms: int,
+    ) -> tuple[int, ClaimedJob | None] | None:
+        """Take or keep ``lane``'s partition lease for ``owner`` and claim its
+        head if it is ready. None: another live server holds the lease; else
+        (epoch, the claimed job or None). Run in one transaction."""
+        cursor.execute(
+            self._sql(partitions_sql.PARTITION_ACQUIRE_SQL),
+            [lane.namespace, lane.topic, lane.partition, owner, partition_lease_ms, server_ttl_ms],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        epoch = int(row[0])
+        cursor.execute(
+            self._sql(partitions_sql.PARTITION_CLAIM_HEAD_SQL),
+            [owner, job_lease_ms, lane.namespace, lane.topic, lane.partition],
+        )
+        jobs = claimed_jobs(cursor.fetchall())
+        return epoch, (jobs[0]._replace(lane=lane._replace(epoch=epoch)) if jobs else None)
+
+    def partition_fence(self, cursor: CursorWrapper, lane: PartitionLane, *, owner: str) -> bool:
+        """Does ``owner`` still hold ``lane``'s partition at ``lane.epoch``?
+        Holds the row until the transaction ends, so an outcome stored in it
+        is the current holder's."""
+        sql = self._sql(partitions_sql.PARTITION_FENCE_SQL).replace("{for_update}", self.for_update)
+        cursor.execute(sql, [lane.namespace, lane.topic, lane.partition, owner, lane.epoch])
+        return cursor.fetchone() is not None
+
+    def partition_renew(
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, lease_ms: int
+    ) -> dict[tuple[str, int], int]:
+        """Extend every partition lease ``owner`` holds; return them, with
+        their epoch."""
+        cursor.execute(self._sql(partitions_sql.PARTITION_RENEW_SQL), [lease_ms, namespace, owner])
+        return {(str(t), int(p)): int(e) for t, p, e in cursor.fetchall()}
+
+    def partition_release(
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        owner: str,
+        partition: tuple[str, int] | None = None,
+    ) -> None:
+        """Let go of one partition lease of ``owner``, or of all of them."""
+        if partition is None:
+            cursor.execute(self._sql(partitions_sql.PARTITION_RELEASE_ALL_SQL), [namespace, owner])
+        else:
+            cursor.execute(
+                self._sql(partitions_sql.PARTITION_RELEASE_SQL), [namespace, owner, *partition]
+            )
+
+    def topic_servers(self, cursor: CursorWrapper, *, namespace: str, ttl_ms: int) -> list[str]:
+        """Ids of the live servers of ``namespace`` that poll topics."""
+        cursor.execute(self._sql(partitions_sql.TOPIC_SERVERS_SQL), [namespace, ttl_ms])
+        return [str(row[0]) for row in cursor.fetchall()]
+
+    # -- operators ------------------------------------------------------------------
+    def partition_force_fail_head(
+        self, cursor: CursorWrapper, lane: PartitionLane, *, error: str, retention_ms: int
+    ) -> str | None:
+        """Fail the head of ``lane``'s partition whatever its stage, fail its
+        waiting continuations, and move the partition's epoch on; return the
+        head's id, or None when the partition has no unfinished job. Run in
+        one transaction."""
+        key: list[Any] = [lane.namespace, lane.topic, lane.partition]
+        cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
+        cursor.execute(self._sql(partitions_sql.JOB_FORCE_FAIL_SQL), [retention_ms, error, *key])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        job_id = str(row[0])
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)  # type: ignore[attr-defined]
+        return job_id
+
+    def partition_truncate_history(
+        self, cursor: CursorWrapper, lane: PartitionLane, keep: int
+    ) -> int:
+        """Delete the finished jobs of ``lane``'s partition but the newest
+        ``keep``; return how many were deleted."""
+        key: list[Any] = [lane.namespace, lane.topic, lane.partition]
+        cursor.execute(self._sql(partitions_sql.JOB_TRUNCATE_HISTORY_SQL), [*key, *key, keep])
+        return int(cursor.rowcount)
+
+    def partition_stats(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionStats]:
+        """Depth, head and lease of every partition of ``namespace`` that has
+        had a job: one index probe each, no count over jobs."""
+        cursor.execute(self._sql(partitions_sql.PARTITION_STATS_SQL), [namespace])
+        rows = cursor.fetchall()
+        return [
+            PartitionStats(
+                topic=str(topic),
+                partition=int(partition),
+                next_sequence=int(next_seq),
+                head_sequence=None if head is None else int(head),
+                head_run_at_ms=None if run_at is None else int(run_at),
+                head_stage=stage,
+                owner=owner,
+                epoch=int(epoch or 0),
+                lease_expires_ms=int(expires or 0),
+            )
+            for topic, partition, next_seq, head, run_at, stage, owner, epoch, expires in rows
+        ]

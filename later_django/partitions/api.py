@@ -1,0 +1,192 @@
+"""The public calls of sequential partition mode: enqueue into a topic's
+partitions, and what operators do to a partition (docs/partitions.md).
+
+A partition job is written like any job (JobBuilder builds it, the caller's
+transaction holds it) plus the next sequence of its partition, taken in the
+same transaction from a counter row that stays locked until the transaction
+ends: sequences are gapless and committed in order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections, transaction
+
+from later_django import events, registry, schema, wakeup
+from later_django.builder import JobBuilder
+from later_django.conf import conf
+from later_django.db import dialect_for
+from later_django.enqueue import tell_on_commit
+from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
+from later_django.ids import JobId
+from later_django.options import EnqueueOptions
+from later_django.partitions.hashing import partition_for_key
+from later_django.states import Stage
+from later_django.types import PartitionLane, PartitionStats
+
+FORCE_FAILED = "force-failed: the partition head was failed by force_fail_partition_head"
+
+
+def enqueue_to_partition(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue ``payload`` at the end of its partition: it runs once every
+    earlier job of the partition has finished, one at a time, in order.
+
+    The payload's type names its topic (``@job(topic=...)``) and its
+    ``partition_key()`` picks the partition. Raises TypeError for a type
+    without a topic, UnknownTopic for a topic missing from LATER["TOPICS"];
+    nothing is written then."""
+    return _enqueue(payload, EnqueueOptions(priority=priority))
+
+
+def enqueue_to_partition_delayed(
+    payload: object, delay: dt.timedelta, *, priority: int = 0
+) -> JobId:
+    """Enqueue into the partition, due ``delay`` from now; as the head of its
+    partition it blocks the jobs after it until it is due and has run."""
+    return _enqueue(payload, EnqueueOptions(priority=priority, delay=delay))
+
+
+def enqueue_continue_to_partition(parent: str, payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue into the partition a job that waits for ``parent`` (any job,
+    in any partition or none) to succeed; as the head of its partition it
+    blocks the jobs after it until then. A parent that fails or is cancelled
+    fails it with ``parent failed``."""
+    return _enqueue(payload, EnqueueOptions(priority=priority, parent=parent))
+
+
+def enqueue_to_partition_in(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue like :func:`enqueue_to_partition`, but only inside
+    ``transaction.atomic()`` on the LATER database (else TransactionRequired)."""
+    alias = conf.database
+    if not connections[alias].in_atomic_block:
+        raise TransactionRequired(
+            f"enqueue_to_partition_in() needs an open transaction.atomic(using={alias!r}) "
+            "block; use enqueue_to_partition() to write outside a transaction"
+        )
+    return _enqueue(payload, EnqueueOptions(priority=priority))
+
+
+def lane_of(payload: object) -> PartitionLane:
+    """The partition ``payload`` goes to, checked before anything is written."""
+    handler = registry.handler_for_payload(payload)
+    topic = handler.topic
+    if topic is None:
+        raise TypeError(
+            f"{handler.name} has no topic: enqueue it with enqueue(), or give its @job a "
+            "topic=... to run its jobs in partition order"
+        )
+    return PartitionLane(conf.namespace, topic, partition_of(topic, payload.partition_key()))  # type: ignore[attr-defined]
+
+
+def partition_of(topic: str, key: Any) -> int:
+    count = topic_partitions(topic)
+    try:
+        return partition_for_key(key, count)
+    except TypeError as exc:
+        raise TypeError(f"partition_key() of a {topic!r} job: {exc}") from exc
+
+
+def topic_partitions(topic: str) -> int:
+    """The partition count of ``topic`` in LATER["TOPICS"]."""
+    topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
+    count = topics.get(topic)
+    if count is None:
+        raise UnknownTopic(
+            f"topic {topic!r} is not registered: add it to LATER['TOPICS'] with its "
+            f"partition count, e.g. LATER['TOPICS'] = {{{topic!r}: 8}}, and run "
+            "manage.py later_migrate"
+        )
+    return int(count)
+
+
+def _enqueue(payload: object, options: EnqueueOptions) -> JobId:
+    lane = lane_of(payload)
+    job = JobBuilder(partitioned=True).build(payload, options)
+    alias = conf.database
+    db = connections[alias]
+    dialect = dialect_for(alias)
+    retention = conf.millis("DASHBOARD_RETENTION")
+    try:
+        # A savepoint inside the caller's block: an unknown parent rolls back
+        # the sequence taken for it, and the caller's block stays usable.
+        with transaction.atomic(using=alias, savepoint=db.in_atomic_block), db.cursor() as c:
+            sequence = dialect.partition_next_sequence(c, lane)
+            stage = dialect.job_insert_partitioned(c, job, lane, sequence, retention)
+            if stage is None:
+                raise JobNotFound(
+                    f"parent job {job.parent_id} does not exist in namespace "
+                    f"{job.namespace!r} (it may have expired)"
+                )
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+    if stage == Stage.ENQUEUED:
+        transaction.on_commit(wakeup.wake_partitions, using=alias)
+    if events.active:
+        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+    return JobId(job.id)
+
+
+def force_fail_partition_head(topic: str, partition: int) -> JobId | None:
+    """Fail the head of a partition now, whatever its stage and retries left,
+    so the jobs after it run; return its id, or None when the partition has
+    no unfinished job. A handler running it loses its lease (its outcome is
+    discarded); its waiting continuations fail with ``parent failed``."""
+    lane = _lane(topic, partition)
+    alias = conf.database
+    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as c:
+        job_id = dialect_for(alias).partition_force_fail_head(
+            c, lane, error=FORCE_FAILED, retention_ms=conf.millis("DASHBOARD_RETENTION")
+        )
+    if job_id is not None:
+        transaction.on_commit(wakeup.wake_partitions, using=alias)
+    return None if job_id is None else JobId(job_id)
+
+
+def truncate_partition_history(topic: str, partition: int, keep: int) -> int:
+    """Delete the finished jobs of a partition but the newest ``keep``;
+    return how many were deleted. Unfinished jobs are never touched."""
+    if type(keep) is not int or keep < 0:
+        raise ValueError(f"keep must be an int >= 0 (how many finished jobs to keep), got {keep!r}")
+    lane = _lane(topic, partition)
+    alias = conf.database
+    with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as c:
+        return dialect_for(alias).partition_truncate_history(c, lane, keep)
+
+
+def partition_stats() -> list[PartitionStats]:
+    """Depth, head and owner of every partition of the namespace that has
+    had a job: an index probe per partition, cheap at any backlog."""
+    alias = conf.database
+    with connections[alias].cursor() as c:
+        return dialect_for(alias).partition_stats(c, namespace=conf.namespace)
+
+
+def _lane(topic: str, partition: int) -> PartitionLane:
+    count = topic_partitions(topic)
+    if type(partition) is not int or not 0 <= partition < count:
+        raise ValueError(
+            f"partition must be an int in 0..{count - 1} (topic {topic!r} has {count} "
+            f"partitions), got {partition!r}"
+        )
+    return PartitionLane(conf.namespace, topic, partition)
+
+
+aenqueue_to_partition = sync_to_async(enqueue_to_partition)
+aenqueue_to_partition_delayed = sync_to_async(enqueue_to_partition_delayed)
+aenqueue_continue_to_partition = sync_to_async(enqueue_continue_to_partition)
+aforce_fail_partition_head = sync_to_async(force_fail_partition_head)
+atruncate_partition_history = sync_to_async(truncate_partition_history)
+apartition_stats = sync_to_async(partition_stats)
+
+
+async def aenqueue_to_partition_in(payload: object, *, priority: int = 0) -> JobId:
+    """Enqueue like :func:`enqueue_to_partition_in`, from async code: only
+    when the sync thread its database work runs in holds an atomic block."""
+    return await sync_to_async(functools.partial(enqueue_to_partition_in, priority=priority))(
+        payload
+    )

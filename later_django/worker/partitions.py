@@ -1,0 +1,218 @@
+"""Partition pollers: the workers of a server that run partition heads.
+
+A server with LATER["TOPICS"] runs as many partition workers as plain ones
+(a WorkerPool of their own, the same executor, lease book and completer).
+They claim through a PartitionClaimer, which knows:
+
+- which partitions this server wins: rendezvous hashing of each partition
+  over the live servers that poll topics (their heartbeat says so), so a
+  server joining or leaving moves only the partitions whose winner changes;
+- which partitions have a ready head (one read over the namespace's
+  partitions, an index probe each, on a wake-up or a poll);
+- which partitions it holds the lease of, with their fencing epoch, and
+  which have a head running or being stored here: a partition runs one job
+  at a time, so a partition with a head in flight is never claimed again
+  until that head's outcome is stored.
+
+A claim takes (or keeps) the partition's lease and claims its head in one
+transaction; the lease is kept across consecutive heads and renewed with the
+membership, and released once the partition is won by another server or at
+shutdown. A lease found lost at renewal stops the handler of its head.
+Outcomes are fenced by the lease's epoch (worker/completer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from later_django.partitions.hashing import owner_of
+from later_django.states import Stage
+from later_django.store import Store
+from later_django.types import ClaimedJob, PartitionLane
+from later_django.worker.lease_book import Claim, LeaseBook
+from later_django.worker.notifier import Wakeup
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, int]  # (topic, partition)
+LOST = "its partition's lease was lost (another server took the partition over)"
+# A claim reserved a partition but has not claimed its head yet.
+RESERVED: Claim = ("", 0)
+
+
+class PartitionClaimer:
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        owner: str,
+        store: Store,
+        pool: ThreadPoolExecutor,
+        leases: LeaseBook,
+        wake: Wakeup,
+        partition_lease_ms: int,
+        server_ttl_ms: int,
+    ) -> None:
+        self.namespace = namespace
+        self.owner = owner
+        self.store = store
+        self.pool = pool
+        self.leases = leases
+        self.wake = wake
+        self.partition_lease_ms = partition_lease_ms
+        self.server_ttl_ms = server_ttl_ms
+        self.servers: list[str] = [owner]  # live topic servers, this one included
+        self.held: dict[Key, int] = {}  # partition leases held: their epoch
+        self.busy: dict[Key, Claim] = {}  # partitions with a head in flight here
+        self._ready: deque[Key] = deque()
+        self._scan_lock = asyncio.Lock()
+        # Stops the handler of a claim whose partition lease was lost.
+        self.on_lost: Callable[[Claim, str], None] = lambda claim, why: None
+
+    def wins(self, key: Key) -> bool:
+        return owner_of(self.namespace, key[0], key[1], self.servers) == self.owner
+
+    # -- claims -------------------------------------------------------------------
+    async def claim(self) -> ClaimedJob | None:
+        """Claim the ready head of a partition this server wins and runs
+        nothing in, or return None when there is none."""
+        for _ in range(2):
+            while self._ready:
+                key = self._ready.popleft()
+                if key in self.busy or not self.wins(key):
+                    continue
+                self.busy[key] = RESERVED
+                try:
+                    job = await self._claim_in(key)
+                finally:
+                    if self.busy.get(key) == RESERVED:
+                        del self.busy[key]
+                if job is not None:
+                    return job
+            if not await self._scan():
+                return None
+        return None
+
+    async def _claim_in(self, key: Key) -> ClaimedJob | None:
+        lane = PartitionLane(self.namespace, key[0], key[1])
+        sent = asyncio.get_running_loop().time()
+        result = await self.store.run(
+            self.pool,
+            lambda d, c: d.partition_claim(
+                c,
+                lane,
+                owner=self.owner,
+                partition_lease_ms=self.partition_lease_ms,
+                job_lease_ms=self.leases.lease_ms,
+                server_ttl_ms=self.server_ttl_ms,
+            ),
+            atomic=True,
+        )
+        if result is None:
+            self.held.pop(key, None)  # another live server holds it
+            return None
+        epoch, job = result
+        self.held[key] = epoch
+        if job is None:
+            return None
+        claim = (job.id, job.attempts)
+        self.leases.hold([claim], sent)
+        self.busy[key] = claim
+        return job
+
+    async def _scan(self) -> bool:
+        """Look for partitions with a ready head; return whether any is won here."""
+        if self._scan_lock.locked():
+            async with self._scan_lock:  # a look in flight answers for this one too
+                return bool(self._ready)
+        async with self._scan_lock:
+            heads = await self.store.run(
+                self.pool, lambda d, c: d.partition_heads(c, namespace=self.namespace)
+            )
+            found = [(head.topic, head.partition) for head in heads if head.stage == Stage.ENQUEUED]
+            ready = [key for key in found if key not in self.busy and self.wins(key)]
+            self._ready.extend(key for key in ready if key not in self._ready)
+            return bool(self._ready)
+
+    # -- outcomes -----------------------------------------------------------------
+    def done(self, job: ClaimedJob) -> None:
+        """The outcome of ``job`` (a partition head) is stored, or given up:
+        its partition may run its next head."""
+        lane = job.lane
+        if lane is None:
+            return
+        key = (lane.topic, lane.partition)
+        if self.busy.get(key) == (job.id, job.attempts):
+            del self.busy[key]
+            self._ready.appendleft(key)
+            self.wake.wake(1)
+
+    def drop(self, claim: Claim) -> None:
+        """``claim``'s job lease was given up: its partition is free here (its
+        head stays running until the stuck-job recovery requeues it)."""
+        for key, held in list(self.busy.items()):
+            if held == claim:
+                del self.busy[key]
+
+    # -- membership and partition leases ----------------------------------------------
+    async def refresh(self) -> None:
+        """Read the live topic servers, renew the leases held, stop what runs
+        under a lease lost, and let go of partitions now won elsewhere."""
+        servers, renewed = await self.store.run(self.pool, self._refresh_in, atomic=True)
+        self.servers = servers if self.owner in servers else [*servers, self.owner]
+        for key, epoch in list(self.held.items()):
+            if renewed.get(key) != epoch:
+                del self.held[key]
+                claim = self.busy.get(key)
+                if claim is not None and claim != RESERVED:
+                    logger.warning(
+                        "partition %s/%d: lease lost; stopping its head %s",
+                        key[0],
+                        key[1],
+                        claim[0],
+                        extra={"action": "partition_lost", "job_id": claim[0]},
+                    )
+                    self.on_lost(claim, LOST)
+        gone = [key for key in self.held if key not in self.busy and not self.wins(key)]
+        for key in gone:
+            await self._release(key)
+        self.wake.wake()
+
+    def _refresh_in(self, dialect: Any, cursor: Any) -> tuple[list[str], dict[Key, int]]:
+        servers = dialect.topic_servers(cursor, namespace=self.namespace, ttl_ms=self.server_ttl_ms)
+        renewed = dialect.partition_renew(
+            cursor, namespace=self.namespace, owner=self.owner, lease_ms=self.partition_lease_ms
+        )
+        return servers, renewed
+
+    async def _release(self, key: Key) -> None:
+        self.held.pop(key, None)
+        await self.store.run(
+            self.pool,
+            lambda d, c: d.partition_release(
+                c, namespace=self.namespace, owner=self.owner, partition=key
+            ),
+        )
+
+    def release_all(self, dialect: Any, cursor: Any) -> None:
+        """Let go of every partition lease (a graceful stop): the winners
+        among the remaining servers take them at once."""
+        dialect.partition_release(cursor, namespace=self.namespace, owner=self.owner)
+        self.held.clear()
+
+    async def run_refresh(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.refresh()
+            except Exception as exc:  # noqa: BLE001  the next round retries
+                logger.error(
+                    "could not refresh partition ownership: %s",
+                    exc,
+                    extra={"action": "partition_refresh_error"},
+                )

@@ -1,0 +1,216 @@
+"""Sequential partition mode in one process: enqueue, sequences, the lane
+rule and in-order runs (docs/partitions.md). Real processes, kills and
+pauses are in tests/test_partition_processes.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connections, transaction
+
+import later_django as later
+from later_django.db import dialect_for
+from later_django.exceptions import UnknownTopic
+from later_django.partitions.hashing import partition_for_key
+from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
+from tests.jobapp.jobs import Noop, Ordered, OrderedSync
+
+TOPICS = {"ordered": 8}
+
+
+@pytest.fixture
+def topics(later_db: LaterDb, settings: object) -> LaterDb:
+    set_later(settings, TOPICS=TOPICS)
+    return later_db
+
+
+def ordered_runs(record: Path) -> dict[str, list[tuple[int, str, int, float, float | None, bool]]]:
+    """Per key, the handler runs in start order: (n, job id, attempt, start,
+    end or None, failed)."""
+    starts = {}
+    ends: dict[tuple[str, int], tuple[float, bool]] = {}
+    for r in read_records(record):
+        if r.kind == "ordered-start":
+            starts[(r.job_id, r.attempt)] = r
+        elif r.kind in ("ordered-end", "ordered-fail"):
+            ends[(r.job_id, r.attempt)] = (r.start, r.kind == "ordered-fail")
+    runs = defaultdict(list)
+    for (job_id, attempt), r in starts.items():
+        key, n = r.tag.rsplit(":", 1)
+        end = ends.get((job_id, attempt))
+        runs[key].append(
+            (int(n), job_id, attempt, r.start, None if end is None else end[0], bool(end and end[1]))
+        )
+    return {key: sorted(v, key=lambda run: run[3]) for key, v in runs.items()}
+
+
+def order_violations(record: Path) -> list[str]:
+    """Runs of one key that overlap or go back in enqueue order."""
+    problems = []
+    for key, runs in ordered_runs(record).items():
+        for before, after in zip(runs, runs[1:], strict=False):
+            if before[4] is None or after[3] < before[4]:
+                problems.append(f"{key}: run of {after[0]} started before {before[0]} ended")
+            if after[0] < before[0] or (after[0] == before[0] and not before[5]):
+                problems.append(f"{key}: {after[0]} ran after {before[0]}")
+    return problems
+
+
+# -- enqueue ----------------------------------------------------------------------
+def test_partition_for_key_is_exported_and_stable():
+    assert later.partition_for_key("customer-42", 8) == partition_for_key("customer-42", 8)
+
+
+def test_plain_enqueue_of_a_topic_type_is_refused_and_writes_nothing(topics):
+    with pytest.raises(TypeError, match="enqueue_to_partition"):
+        later.enqueue(Ordered("a", 1))
+    with pytest.raises(TypeError, match="enqueue_to_partition"):
+        later.enqueue_many([Ordered("a", 1)])
+    assert topics.rows("SELECT id FROM later_job") == []
+
+
+def test_a_type_without_topic_is_refused_by_enqueue_to_partition(topics):
+    with pytest.raises(TypeError, match="has no topic"):
+        later.enqueue_to_partition(Noop())
+    assert topics.rows("SELECT id FROM later_job") == []
+
+
+def test_an_unregistered_topic_is_refused_and_writes_nothing(later_db, settings):
+    set_later(settings, TOPICS={"other": 2})
+    with pytest.raises(UnknownTopic, match="LATER\\['TOPICS'\\]"):
+        later.enqueue_to_partition(Ordered("a", 1))
+    assert later_db.rows("SELECT id FROM later_job") == []
+    assert later_db.rows("SELECT * FROM later_partition_seq") == []
+
+
+def test_sequences_are_gapless_per_partition_and_a_rollback_leaves_no_gap(topics):
+    alias = topics.alias
+    first = later.enqueue_to_partition(Ordered("k", 0))
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        later.enqueue_to_partition_in(Ordered("k", 1))
+        raise RuntimeError("roll back")
+    second = later.enqueue_to_partition(Ordered("k", 2))
+    other = later.enqueue_to_partition(Ordered("other-key", 0))
+    a, b, c = (later.get_job(i) for i in (first, second, other))
+    assert (a.topic, a.partition, a.sequence) == ("ordered", partition_for_key("k", 8), 0)
+    assert b.sequence == 1  # the rolled-back enqueue left no gap
+    assert c.partition == partition_for_key("other-key", 8)
+    if c.partition != a.partition:
+        assert c.sequence == 0
+
+
+def test_enqueue_to_partition_in_needs_a_transaction(topics):
+    with pytest.raises(later.TransactionRequired):
+        later.enqueue_to_partition_in(Ordered("k", 0))
+
+
+def test_a_continuation_to_an_unknown_parent_writes_nothing_and_takes_no_sequence(topics):
+    with transaction.atomic(using=topics.alias):
+        with pytest.raises(later.JobNotFound):
+            later.enqueue_continue_to_partition("0" * 26, Ordered("k", 0))
+        job_id = later.enqueue_to_partition(Ordered("k", 1))
+    assert later.get_job(job_id).sequence == 0
+    assert len(topics.rows("SELECT id FROM later_job")) == 1
+
+
+# -- the lane rule: plain workers never see partition jobs -------------------------
+def test_plain_claims_counts_and_ready_checks_skip_partition_jobs(topics):
+    later.enqueue_to_partition(Ordered("k", 0))
+    dialect = dialect_for(topics.alias)
+    with connections[topics.alias].cursor() as c:
+        assert dialect.job_ready_exists(c, namespace="default") is False
+        assert dialect.plain_ready(c, namespace="default") == 0
+        assert dialect.stage_counts(c, namespace="default")["enqueued"] == 1
+    from later_django.db import hot_path
+
+    with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
+        claimed = hot_path.job_claim(
+            dialect, c, namespace="default", owner="plain", limit=10, lease_ms=30_000
+        )
+    assert claimed == []
+    plain = later.enqueue(Noop())
+    with connections[topics.alias].cursor() as c:
+        assert dialect.plain_ready(c, namespace="default") == 1
+        assert dialect.job_ready_exists(c, namespace="default") is True
+    with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
+        claimed = hot_path.job_claim(
+            dialect, c, namespace="default", owner="plain", limit=10, lease_ms=30_000
+        )
+    assert [job.id for job in claimed] == [plain]
+
+
+# -- running in order -------------------------------------------------------------
+def test_a_server_runs_each_key_in_enqueue_order_one_at_a_time(topics, record):
+    keys = [f"key-{i}" for i in range(6)]
+    for n in range(8):
+        for key in keys:
+            later.enqueue_to_partition(Ordered(key, n, seconds=0.002, fail_first=(n == 3)))
+    for n in range(3):
+        later.enqueue_to_partition(OrderedSync("sync", n, seconds=0.002))
+
+    async def body(server):
+        async def all_done() -> bool:
+            counts = await in_thread(later.stage_counts)
+            return counts["success"] == 6 * 8 + 3
+
+        await await_until(all_done, 30)
+
+    serve(body, workers=4)
+    assert order_violations(record) == []
+    runs = ordered_runs(record)
+    assert [run[0] for run in runs["sync"]] == [0, 1, 2]
+    assert [run[0] for run in runs["key-0"]] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+
+
+def test_a_delayed_head_blocks_its_partition_until_due(topics, record):
+    first = later.enqueue_to_partition_delayed(Ordered("k", 0), timedelta(milliseconds=600))
+    second = later.enqueue_to_partition(Ordered("k", 1))
+
+    async def body(server):
+        await await_until(lambda: _success(second), 15)
+
+    serve(body, workers=2)
+    runs = ordered_runs(record)["k"]
+    assert [run[0] for run in runs] == [0, 1]
+    assert later.get_job(first).started_at <= later.get_job(second).started_at
+
+
+async def _success(job_id: str) -> bool:
+    info = await in_thread(later.get_job, job_id)
+    return info.stage == "success"
+
+
+def test_a_waiting_continuation_blocks_its_partition_until_its_parent_succeeds(topics, record):
+    parent = later.enqueue_delayed(Noop(n=1), timedelta(milliseconds=500))
+    child = later.enqueue_continue_to_partition(parent, Ordered("k", 0))
+    after = later.enqueue_to_partition(Ordered("k", 1))
+
+    async def body(server):
+        await await_until(lambda: _success(after), 15)
+
+    serve(body, workers=2)
+    assert [run[0] for run in ordered_runs(record)["k"]] == [0, 1]
+    assert later.get_job(child).started_at >= later.get_job(parent).finished_at
+
+
+def test_force_fail_frees_a_poison_head_and_blocks_no_other_partition(topics, record):
+    poison = later.enqueue_to_partition_delayed(Ordered("poison", 0), timedelta(hours=1))
+    blocked = later.enqueue_to_partition(Ordered("poison", 1))
+    other_key = next(k for k in (f"o{i}" for i in range(100)) if partition_for_key(k, 8) != partition_for_key("poison", 8))
+    free = later.enqueue_to_partition(Ordered(other_key, 0))
+    partition = later.get_job(poison).partition
+
+    async def body(server):
+        await await_until(lambda: _success(free), 15)
+        assert (await in_thread(later.get_job, blocked)).stage == "enqueued"
+        failed = await in_thread(later.force_fail_partition_head, "ordered", partition)
+        assert failed == poison
+        await await_until(lambda: _success(blocked), 15)
+
+    serve(body, workers=2)
+    info = later.get_job(poison)
+    assert info.stage == "failed" and "force" in info.last_error
