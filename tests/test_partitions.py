@@ -5,9 +5,7 @@ pauses are in tests/test_partition_processes.py."""
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.db import connections, transaction
@@ -16,8 +14,9 @@ import later_django as later
 from later_django.db import dialect_for
 from later_django.exceptions import UnknownTopic
 from later_django.partitions.hashing import partition_for_key
-from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
+from tests.helpers import LaterDb, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop, Ordered, OrderedSync
+from tests.order_check import checked_pairs, ordered_runs, order_violations, stored_runs
 
 TOPICS = {"ordered": 8}
 
@@ -28,36 +27,10 @@ def topics(later_db: LaterDb, settings: object) -> LaterDb:
     return later_db
 
 
-def ordered_runs(record: Path) -> dict[str, list[tuple[int, str, int, float, float | None, bool]]]:
-    """Per key, the handler runs in start order: (n, job id, attempt, start,
-    end or None, failed)."""
-    starts = {}
-    ends: dict[tuple[str, int], tuple[float, bool]] = {}
-    for r in read_records(record):
-        if r.kind == "ordered-start":
-            starts[(r.job_id, r.attempt)] = r
-        elif r.kind in ("ordered-end", "ordered-fail"):
-            ends[(r.job_id, r.attempt)] = (r.start, r.kind == "ordered-fail")
-    runs = defaultdict(list)
-    for (job_id, attempt), r in starts.items():
-        key, n = r.tag.rsplit(":", 1)
-        end = ends.get((job_id, attempt))
-        runs[key].append(
-            (int(n), job_id, attempt, r.start, None if end is None else end[0], bool(end and end[1]))
-        )
-    return {key: sorted(v, key=lambda run: run[3]) for key, v in runs.items()}
-
-
-def order_violations(record: Path) -> list[str]:
-    """Runs of one key that overlap or go back in enqueue order."""
-    problems = []
-    for key, runs in ordered_runs(record).items():
-        for before, after in zip(runs, runs[1:], strict=False):
-            if before[4] is None or after[3] < before[4]:
-                problems.append(f"{key}: run of {after[0]} started before {before[0]} ended")
-            if after[0] < before[0] or (after[0] == before[0] and not before[5]):
-                problems.append(f"{key}: {after[0]} ran after {before[0]}")
-    return problems
+def final_attempts(later_db: LaterDb) -> dict[str, int]:
+    """Each succeeded job's final attempt."""
+    rows = later_db.rows("SELECT id, attempts FROM later_job WHERE stage = 'success'")
+    return {str(job_id): int(attempts) for job_id, attempts in rows}  # type: ignore[call-overload]
 
 
 # -- enqueue ----------------------------------------------------------------------
@@ -160,10 +133,11 @@ def test_a_server_runs_each_key_in_enqueue_order_one_at_a_time(topics, record):
         await await_until(all_done, 30)
 
     serve(body, workers=4)
-    assert order_violations(record) == []
-    runs = ordered_runs(record)
-    assert [run[0] for run in runs["sync"]] == [0, 1, 2]
-    assert [run[0] for run in runs["key-0"]] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
+    runs = stored_runs(record, final_attempts(topics))
+    assert order_violations(runs) == []
+    assert checked_pairs(runs) == 6 * 8 + 2  # 9 stored runs per key (one failed), 3 sync
+    assert [run.n for run in runs["sync"]] == [0, 1, 2]
+    assert [run.n for run in runs["key-0"]] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
 
 
 def test_a_delayed_head_blocks_its_partition_until_due(topics, record):
@@ -175,7 +149,7 @@ def test_a_delayed_head_blocks_its_partition_until_due(topics, record):
 
     serve(body, workers=2)
     runs = ordered_runs(record)["k"]
-    assert [run[0] for run in runs] == [0, 1]
+    assert [run.n for run in runs] == [0, 1]
     assert later.get_job(first).started_at <= later.get_job(second).started_at
 
 
@@ -193,14 +167,18 @@ def test_a_waiting_continuation_blocks_its_partition_until_its_parent_succeeds(t
         await await_until(lambda: _success(after), 15)
 
     serve(body, workers=2)
-    assert [run[0] for run in ordered_runs(record)["k"]] == [0, 1]
+    assert [run.n for run in ordered_runs(record)["k"]] == [0, 1]
     assert later.get_job(child).started_at >= later.get_job(parent).finished_at
 
 
 def test_force_fail_frees_a_poison_head_and_blocks_no_other_partition(topics, record):
     poison = later.enqueue_to_partition_delayed(Ordered("poison", 0), timedelta(hours=1))
     blocked = later.enqueue_to_partition(Ordered("poison", 1))
-    other_key = next(k for k in (f"o{i}" for i in range(100)) if partition_for_key(k, 8) != partition_for_key("poison", 8))
+    other_key = next(
+        k
+        for k in (f"o{i}" for i in range(100))
+        if partition_for_key(k, 8) != partition_for_key("poison", 8)
+    )
     free = later.enqueue_to_partition(Ordered(other_key, 0))
     partition = later.get_job(poison).partition
 
