@@ -4,7 +4,6 @@ pauses are in tests/test_partition_processes.py."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import pytest
@@ -16,7 +15,7 @@ from later_django.exceptions import UnknownTopic
 from later_django.partitions.hashing import partition_for_key
 from tests.helpers import LaterDb, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop, Ordered, OrderedSync
-from tests.order_check import checked_pairs, ordered_runs, order_violations, stored_runs
+from tests.order_check import checked_pairs, order_violations, ordered_runs, stored_runs
 
 TOPICS = {"ordered": 8}
 
