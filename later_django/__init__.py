@@ -36,6 +36,7 @@ from later_django.lookup import aget_job, astage_counts, get_job, stage_counts
 from later_django.partitions import partition_for_key
 from later_django.partitions.api import (
     aenqueue_continue_to_partition,
+    aenqueue_recurring_continue,
     aenqueue_to_partition,
     aenqueue_to_partition_delayed,
     aenqueue_to_partition_in,
@@ -43,6 +44,7 @@ from later_django.partitions.api import (
     apartition_stats,
     atruncate_partition_history,
     enqueue_continue_to_partition,
+    enqueue_recurring_continue,
     enqueue_to_partition,
     enqueue_to_partition_delayed,
     enqueue_to_partition_in,
@@ -52,9 +54,11 @@ from later_django.partitions.api import (
 )
 from later_django.recurring.api import (
     aenqueue_recurring,
+    aenqueue_recurring_sequential,
     alist_recurring,
     aremove_recurring,
     enqueue_recurring,
+    enqueue_recurring_sequential,
     list_recurring,
     remove_recurring,
 )
@@ -91,6 +95,8 @@ __all__ = [
     "aenqueue_in",
     "aenqueue_many",
     "aenqueue_recurring",
+    "aenqueue_recurring_continue",
+    "aenqueue_recurring_sequential",
     "aenqueue_to_partition",
     "aenqueue_to_partition_delayed",
     "aenqueue_to_partition_in",
@@ -110,6 +116,8 @@ __all__ = [
     "enqueue_in",
     "enqueue_many",
     "enqueue_recurring",
+    "enqueue_recurring_continue",
+    "enqueue_recurring_sequential",
     "enqueue_to_partition",
     "enqueue_to_partition_delayed",
     "enqueue_to_partition_in",

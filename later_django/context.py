@@ -82,6 +82,32 @@ class JobContext:
     ) -> JobId | None:
         return recurring.enqueue_recurring(identifier, payload, cron, tz=tz, priority=priority)
 
+    def enqueue_recurring_sequential(
+        self, identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+    ) -> JobId | None:
+        return recurring.enqueue_recurring_sequential(
+            identifier, payload, cron, tz=tz, priority=priority
+        )
+
+    async def aenqueue_recurring_sequential(
+        self, identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+    ) -> JobId | None:
+        return await recurring.aenqueue_recurring_sequential(
+            identifier, payload, cron, tz=tz, priority=priority
+        )
+
+    def enqueue_recurring_continue(
+        self, parent: str, payload: object, *, priority: int = 0
+    ) -> JobId:
+        """Chain ``payload`` to ``parent`` (usually ``self.job_id``), an
+        occurrence of a sequential recurring job or a job chained to one."""
+        return partitions.enqueue_recurring_continue(parent, payload, priority=priority)
+
+    async def aenqueue_recurring_continue(
+        self, parent: str, payload: object, *, priority: int = 0
+    ) -> JobId:
+        return await partitions.aenqueue_recurring_continue(parent, payload, priority=priority)
+
     def remove_recurring(self, identifier: str) -> bool:
         return recurring.remove_recurring(identifier)
 

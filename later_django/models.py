@@ -294,6 +294,9 @@ class Schedule(models.Model):
     version = models.BigIntegerField(default=1)
     created_ms = models.BigIntegerField()
     changed_ms = models.BigIntegerField()
+    # enqueue_recurring_sequential: occurrences go into the reserved topic's
+    # partition of the identifier, so they never overlap.
+    sequential = models.BooleanField(default=False)
 
     class Meta:
         db_table = "later_schedule"

@@ -269,7 +269,7 @@ class Mix:
         # PostgreSQL folds its delta rows into one per stage and lane; SQLite
         # has one already.
         assert folded == (rows_before if rows_before > 2 * len(Stage) else 0)
-        assert rows_after <= len(Stage)
+        assert rows_after <= (len(Stage) if folded else 2 * len(Stage))
         self.compactions.append(folded)
 
     def step(self) -> str:

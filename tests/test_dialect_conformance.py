@@ -43,6 +43,8 @@ from later_django.db.rows import (
     LeaseRequest,
     Orphan,
     OwnerFence,
+    PartitionClaimRequest,
+    PartitionSlot,
     RetryWrite,
     ScheduleAdvance,
     ScheduleInfo,
@@ -55,7 +57,7 @@ from later_django.db.schedules import DUE_BATCH
 from later_django.db.sqlite import SqliteDialect
 from later_django.ids import new_job_id
 from later_django.states import PARENT_FAILED, Stage
-from later_django.types import Claim, ClaimedJob, NewJob
+from later_django.types import Claim, ClaimedJob, NewJob, PartitionLane
 
 # The operations of the contract. Production code calls each of them, and a
 # test below calls each of them.
@@ -119,6 +121,19 @@ COVERED = frozenset(
         "job_cancel_occurrences",
         # the Django Tasks backend's results
         "task_result_save",
+        # sequential partition mode
+        "plain_ready",
+        "partition_next_sequence",
+        "job_insert_partitioned",
+        "partition_heads",
+        "partition_claim",
+        "partition_fence",
+        "partition_renew",
+        "partition_release",
+        "topic_servers",
+        "partition_force_fail_head",
+        "partition_truncate_history",
+        "partition_stats",
     }
 )
 DIALECTS = (SqliteDialect, PostgresDialect)
@@ -388,7 +403,9 @@ def commit_elsewhere(later_db) -> None:
     def write() -> None:
         try:
             with connections[later_db.alias].cursor() as c:
-                dialect_for(later_db.alias).topic_register(c, name=new_job_id(), partitions=1)
+                dialect_for(later_db.alias).topic_register(
+                    c, namespace=NS, name=new_job_id(), partitions=1
+                )
         finally:
             connections.close_all()
 
@@ -494,7 +511,7 @@ def test_change_counter_moves_when_another_connection_commits(later_db, dialect)
                 dialect.change_counter(c)
             return
         before = dialect.change_counter(c)
-        dialect.topic_register(c, name="own-write", partitions=1)
+        dialect.topic_register(c, namespace=NS, name="own-write", partitions=1)
         assert dialect.change_counter(c) == before
     commit_elsewhere(later_db)
     with cursor_of(later_db) as c:
@@ -1047,8 +1064,9 @@ def test_stage_counts_has_every_stage_and_counter_compact_keeps_them(later_db, d
             "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [NS]
         )
     )
-    assert folded == (rows_before if rows_before > len(Stage) else 0)
-    assert rows_after <= len(Stage)
+    # One row per stage and lane at most: folded only beyond that.
+    assert folded == (rows_before if rows_before > 2 * len(Stage) else 0)
+    assert rows_after <= (len(Stage) if folded else 2 * len(Stage))
     with cursor_of(later_db) as c:
         assert dialect.stage_counts(c, namespace=NS) == {
             **dict.fromkeys(Stage.values, 0),
@@ -1143,11 +1161,14 @@ def test_topic_register_once_and_partitions(later_db, dialect):
     """A topic is registered once; its partition count is never changed by
     registering it again."""
     with cursor_of(later_db) as c:
-        assert dialect.topic_partitions(c) == {}
-        assert dialect.topic_register(c, name="orders", partitions=4) is True
-        assert dialect.topic_register(c, name="orders", partitions=8) is False
-        assert dialect.topic_register(c, name="events", partitions=1) is True
-        assert dialect.topic_partitions(c) == {"orders": 4, "events": 1}
+        assert dialect.topic_partitions(c, namespace=NS) == {}
+        assert dialect.topic_register(c, namespace=NS, name="orders", partitions=4) is True
+        assert dialect.topic_register(c, namespace=NS, name="orders", partitions=8) is False
+        assert dialect.topic_register(c, namespace=NS, name="events", partitions=1) is True
+        assert dialect.topic_partitions(c, namespace=NS) == {"orders": 4, "events": 1}
+        # Another namespace registers its own.
+        assert dialect.topic_register(c, namespace="other", name="orders", partitions=2) is True
+        assert dialect.topic_partitions(c, namespace="other") == {"orders": 2}
 
 
 def test_lease_acquire_and_release_one_holder_at_a_time(later_db, dialect):
@@ -1739,3 +1760,136 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
         assert dialect.job_fail(c, owned(failing), FailureWrite(error="x", retention_ms=1))
     last_stamp(child)
     last_stamp(grandchild)
+
+
+# -- sequential partition mode ----------------------------------------------------------
+ORDERS = PartitionLane(NS, "orders", 3)
+
+
+def insert_partitioned(later_db, lane: PartitionLane = ORDERS, **fields: Any) -> tuple[str, int]:
+    """Insert a job at the next sequence of ``lane``; return (id, sequence)."""
+    job = new_job(**fields)
+    with cursor_of(later_db, atomic=True) as c:
+        dialect = dialect_for(later_db.alias)
+        sequence = dialect.partition_next_sequence(c, lane)
+        stage = dialect.job_insert_partitioned(c, job, PartitionSlot(lane, sequence), DAY_MS)
+    assert stage is not None
+    return job.id, sequence
+
+
+def claim_head(later_db, owner: str, *, partition_lease_ms: int = LEASE_MS, lane=ORDERS):
+    with cursor_of(later_db, atomic=True) as c:
+        request = PartitionClaimRequest(
+            lane=lane,
+            owner=owner,
+            partition_lease_ms=partition_lease_ms,
+            job_lease_ms=LEASE_MS,
+            server_ttl_ms=LEASE_MS,
+        )
+        return dialect_for(later_db.alias).partition_claim(c, request)
+
+
+def beat(later_db, server_id: str, *, topics: bool = True) -> None:
+    with cursor_of(later_db) as c:
+        heartbeat = Heartbeat(
+            server_id=server_id, namespace=NS, hostname="h", pid=1, workers=1, topics=topics
+        )
+        dialect_for(later_db.alias).server_heartbeat(c, heartbeat)
+
+
+def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_db, dialect):
+    """Sequences count from 0 per partition; a rolled-back one is reused. A
+    partition job is counted in its stage but never claimed, announced as
+    ready or counted as plain backlog (the lane rule, docs/design.md)."""
+    first, seq0 = insert_partitioned(later_db)
+    with pytest.raises(RuntimeError), cursor_of(later_db, atomic=True) as c:
+        dialect.partition_next_sequence(c, ORDERS)
+        raise RuntimeError("roll back")
+    delayed, seq1 = insert_partitioned(later_db, delay_ms=HOUR_MS)
+    _, other_seq = insert_partitioned(later_db, PartitionLane(NS, "orders", 4))
+    assert (seq0, seq1, other_seq) == (0, 1, 0)
+    assert stages(later_db, first, delayed) == ["enqueued", "delayed"]
+    parent = insert(later_db)
+    child = new_job(parent_id=parent)
+    with cursor_of(later_db, atomic=True) as c:
+        sequence = dialect.partition_next_sequence(c, ORDERS)
+        slot = PartitionSlot(ORDERS, sequence)
+        assert dialect.job_insert_partitioned(c, child, slot, DAY_MS) == "waiting"
+        missing = new_job(parent_id=new_job_id())
+        assert (
+            dialect.job_insert_partitioned(c, missing, slot._replace(sequence=99), DAY_MS) is None
+        )
+    with cursor_of(later_db) as c:
+        assert dialect.plain_ready(c, namespace=NS) == 1  # the parent only
+        assert dialect.stage_counts(c, namespace=NS)["enqueued"] == 3
+    assert [job.id for job in claim(later_db, limit=10)] == [parent]
+    with cursor_of(later_db) as c:
+        assert dialect.job_ready_exists(c, namespace=NS) is False
+        assert dialect.plain_ready(c, namespace=NS) == 0
+    assert_counts(later_db)
+
+
+def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dialect):
+    """The lease goes to one live owner at a time with a higher epoch per new
+    holder; only a ready head is claimed; heads and stats follow."""
+    head, _ = insert_partitioned(later_db)
+    second, _ = insert_partitioned(later_db)
+    beat(later_db, "a")  # a live server: its lease is not taken before it expires
+    with cursor_of(later_db) as c:
+        heads = {(h.topic, h.partition): h for h in dialect.partition_heads(c, namespace=NS)}
+    assert heads[("orders", 3)].job_id == head and heads[("orders", 3)].stage == "enqueued"
+    epoch, job = claim_head(later_db, "a")
+    assert job is not None and job.id == head and job.lane == ORDERS._replace(epoch=epoch)
+    assert claim_head(later_db, "b") is None  # a's lease is live
+    assert claim_head(later_db, "a") == (epoch, None)  # the head runs: nothing to claim
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.partition_fence(c, job.lane, owner="a") is True
+        assert dialect.partition_fence(c, job.lane, owner="b") is False
+        assert dialect.partition_renew(c, namespace=NS, owner="a", lease_ms=LEASE_MS) == [
+            ORDERS._replace(epoch=epoch)
+        ]
+        stats = dialect.partition_stats(c, namespace=NS)
+    assert [(s.partition, s.next_sequence, s.head_sequence, s.owner, s.depth) for s in stats] == [
+        (3, 2, 0, "a", 2)
+    ]
+    complete(later_db, [(job.id, job.attempts)], owner="a")
+    assert claim_head(later_db, "a")[1].id == second
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.partition_release(c, namespace=NS, owner="a")
+        assert dialect.partition_fence(c, job.lane, owner="a") is False
+    taken = claim_head(later_db, "b")
+    assert taken is not None and taken[0] == epoch + 1 and taken[1] is None
+
+
+def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
+    for server_id, topics in (("s1", True), ("s2", False), ("s3", True)):
+        beat(later_db, server_id, topics=topics)
+    with cursor_of(later_db) as c:
+        assert dialect.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
+
+
+def test_force_fail_and_truncate_act_on_one_partition(later_db, dialect):
+    """force_fail fails the head whatever its stage (and its waiting
+    children) and moves the epoch on; truncate keeps the newest finished."""
+    ids = [insert_partitioned(later_db)[0] for _ in range(4)]
+    epoch, job = claim_head(later_db, "a")
+    with cursor_of(later_db, atomic=True) as c:
+        failed = dialect.partition_force_fail_head(c, ORDERS, error="boom", retention_ms=DAY_MS)
+        assert failed == ids[0]
+        assert dialect.partition_fence(c, job.lane, owner="a") is False
+    assert stages(later_db, *ids) == ["failed", "enqueued", "enqueued", "enqueued"]
+    for _ in range(2):
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.partition_force_fail_head(c, ORDERS, error="boom", retention_ms=DAY_MS)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.partition_truncate_history(c, ORDERS, 1) == 2
+        assert (
+            dialect.partition_force_fail_head(
+                c, PartitionLane(NS, "none", 0), error="x", retention_ms=1
+            )
+            is None
+        )
+    assert [row[0] for row in later_db.rows("SELECT id FROM later_job ORDER BY sequence")] == ids[
+        2:
+    ]
+    assert_counts(later_db)

@@ -19,6 +19,7 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
+from later_django.db.rows import PartitionClaimRequest
 from later_django.partitions.hashing import owner_of
 from later_django.types import PartitionLane
 from later_django.worker.completer import store_partition_outcome
@@ -99,13 +100,22 @@ def test_order_holds_across_three_processes_with_failures_and_a_kill(topics, wor
     assert successes_written_once(topics)
 
 
+def running_owner_pid(later_db: LaterDb) -> int | None:
+    rows = later_db.rows(
+        "SELECT s.pid FROM later_job j JOIN later_server s ON s.id = j.lease_owner "
+        "WHERE j.stage = 'running'"
+    )
+    return int(rows[0][0]) if rows else None  # type: ignore[call-overload]
+
+
 def test_a_paused_process_loses_its_partitions_and_its_writes(topics, workers: Workers):
     # Slow heads, so the paused process is inside handlers when it stops.
     total = enqueue_ordered(topics.alias, 8, 6, fail_rate=0.0, seconds=0.3)
     procs = [workers.start(timings=TIMINGS, workers=4, env=TOPIC_ENV) for _ in range(2)]
     workers.wait_registered(*procs)
-    wait_until(lambda: count(topics, "running") >= 2, 60, workers.logs)
-    paused = procs[0]
+    # Pause a process while it runs a head.
+    owner_pid = wait_until(lambda: running_owner_pid(topics), 60, workers.logs)
+    paused = next(proc for proc in procs if proc.pid == owner_pid)
     os.kill(paused.pid, signal.SIGSTOP)
     try:
         # Past its job and partition leases: the other process takes over.
@@ -129,6 +139,12 @@ def test_a_paused_process_loses_its_partitions_and_its_writes(topics, workers: W
     )
 
 
+def claim_request(lane: PartitionLane, owner: str, lease_ms: int) -> PartitionClaimRequest:
+    return PartitionClaimRequest(
+        lane=lane, owner=owner, partition_lease_ms=lease_ms, job_lease_ms=60_000, server_ttl_ms=1
+    )
+
+
 def test_a_stale_epoch_cannot_finish_a_head(topics):
     """The fence itself: a holder whose partition lease was taken over (a
     higher epoch) cannot store its head's outcome, even with its job lease."""
@@ -137,15 +153,11 @@ def test_a_stale_epoch_cannot_finish_a_head(topics):
     dialect = dialect_for(topics.alias)
     db = connections[topics.alias]
     with transaction.atomic(using=topics.alias), db.cursor() as c:
-        epoch, job = dialect.partition_claim(
-            c, lane, owner="a", partition_lease_ms=1, job_lease_ms=60_000, server_ttl_ms=1
-        )
+        epoch, job = dialect.partition_claim(c, claim_request(lane, "a", 1))
     assert job is not None and job.lane.epoch == epoch
     time.sleep(0.01)  # a's partition lease (1 ms) expired
     with transaction.atomic(using=topics.alias), db.cursor() as c:
-        taken = dialect.partition_claim(
-            c, lane, owner="b", partition_lease_ms=60_000, job_lease_ms=60_000, server_ttl_ms=1
-        )
+        taken = dialect.partition_claim(c, claim_request(lane, "b", 60_000))
     assert taken is not None and taken[0] == epoch + 1
     assert taken[1] is None  # the head still runs under a's job lease: b waits
     with transaction.atomic(using=topics.alias), db.cursor() as c:

@@ -13,8 +13,8 @@ import later_django as later
 from later_django.db import dialect_for
 from later_django.exceptions import UnknownTopic
 from later_django.partitions.hashing import partition_for_key
-from tests.helpers import LaterDb, await_until, in_thread, serve, set_later
-from tests.jobapp.jobs import Noop, Ordered, OrderedSync
+from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
+from tests.jobapp.jobs import Noop, Ordered, OrderedSync, SlowTick
 from tests.order_check import checked_pairs, order_violations, ordered_runs, stored_runs
 
 TOPICS = {"ordered": 8}
@@ -191,3 +191,55 @@ def test_force_fail_frees_a_poison_head_and_blocks_no_other_partition(topics, re
     serve(body, workers=2)
     info = later.get_job(poison)
     assert info.stage == "failed" and "force" in info.last_error
+
+
+# -- sequential recurring jobs ------------------------------------------------------
+def tick_runs(record) -> list[tuple[float, float, str]]:
+    """(start, end, job id) of every tick and chained child, in start order."""
+    starts, ends = {}, {}
+    for r in read_records(record):
+        if r.kind == "tick-start":
+            starts[r.job_id] = r.start
+        elif r.kind == "tick-end":
+            ends[r.job_id] = r.start
+    return sorted(
+        (start, ends.get(job_id, float("inf")), job_id) for job_id, start in starts.items()
+    )
+
+
+def test_a_sequential_recurring_job_that_outlasts_its_period_never_overlaps(
+    later_db, settings, record
+):
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=4)
+    first = later.enqueue_recurring_sequential(
+        "slow", SlowTick(seconds=0.7, chain=True), "* * * * * *"
+    )
+    assert later.get_job(first).topic == "later:recurring"
+
+    async def body(server):
+        async def enough() -> bool:
+            return len(await in_thread(read_records, record, "tick-end")) >= 6
+
+        await await_until(enough, 30)
+
+    serve(body, workers=4)
+    runs = tick_runs(record)
+    assert len(runs) >= 6
+    for before, after in zip(runs, runs[1:], strict=False):
+        assert after[0] >= before[1], f"{after} started before {before} ended"
+    # Chained children ran too, each after its occurrence, in the same line.
+    started = {job_id: start for start, _, job_id in runs}
+    children = [later.get_job(j) for j in started if later.get_job(j).parent_id]
+    assert children
+    for child in children:
+        assert child.topic == "later:recurring"
+        assert started[child.id] > started[child.parent_id]
+
+
+def test_sequential_recurring_needs_its_setting_and_continue_needs_a_sequential_parent(later_db):
+    with pytest.raises(ValueError, match="RECURRING_SEQUENTIAL_PARTITIONS"):
+        later.enqueue_recurring_sequential("x", SlowTick(seconds=0), "* * * * *")
+    assert later.list_recurring() == []
+    plain = later.enqueue(Noop())
+    with pytest.raises(ValueError, match="not an occurrence"):
+        later.enqueue_recurring_continue(plain, Noop())

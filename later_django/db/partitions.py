@@ -8,11 +8,17 @@ from typing import Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.rows import PartitionHead, claimed_jobs
+from later_django.db.rows import (
+    PartitionClaim,
+    PartitionClaimRequest,
+    PartitionHead,
+    PartitionSlot,
+    claimed_jobs,
+)
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.statements import Statements
 from later_django.states import PARENT_FAILED
-from later_django.types import ClaimedJob, NewJob, PartitionLane, PartitionStats
+from later_django.types import NewJob, PartitionLane, PartitionStats
 
 
 class PartitionOperations(Statements):
@@ -36,14 +42,13 @@ class PartitionOperations(Statements):
         self,
         cursor: CursorWrapper,
         job: NewJob,
-        lane: PartitionLane,
-        sequence: int,
+        slot: PartitionSlot,
         retention_ms: int,
     ) -> str | None:
-        """Insert ``job`` at ``sequence`` of ``lane``'s partition: ready,
-        delayed or (with a parent) a continuation. Return its stage, or None
-        when its parent does not exist in the namespace."""
-        where: list[Any] = [lane.topic, lane.partition, sequence]
+        """Insert ``job`` at ``slot`` (a partition and a sequence taken from
+        it): ready, delayed or (with a parent) a continuation. Return its
+        stage, or None when its parent does not exist in the namespace."""
+        where: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence]
         if job.parent_id is None:
             cursor.execute(
                 self._sql(partitions_sql.JOB_INSERT_SQL),
@@ -78,21 +83,22 @@ class PartitionOperations(Statements):
         ]
 
     def partition_claim(
-        self,
-        cursor: CursorWrapper,
-        lane: PartitionLane,
-        *,
-        owner: str,
-        partition_lease_ms: int,
-        job_lease_ms: int,
-        server_ttl_ms: int,
-    ) -> tuple[int, ClaimedJob | None] | None:
-        """Take or keep ``lane``'s partition lease for ``owner`` and claim its
-        head if it is ready. None: another live server holds the lease; else
-        (epoch, the claimed job or None). Run in one transaction."""
+        self, cursor: CursorWrapper, request: PartitionClaimRequest
+    ) -> PartitionClaim | None:
+        """Take or keep the partition lease ``request`` asks for and claim the
+        partition's head if it is ready. None: another live server holds the
+        lease. Run in one transaction."""
+        lane, owner = request.lane, request.owner
         cursor.execute(
             self._sql(partitions_sql.PARTITION_ACQUIRE_SQL),
-            [lane.namespace, lane.topic, lane.partition, owner, partition_lease_ms, server_ttl_ms],
+            [
+                lane.namespace,
+                lane.topic,
+                lane.partition,
+                owner,
+                request.partition_lease_ms,
+                request.server_ttl_ms,
+            ],
         )
         row = cursor.fetchone()
         if row is None:
@@ -100,10 +106,11 @@ class PartitionOperations(Statements):
         epoch = int(row[0])
         cursor.execute(
             self._sql(partitions_sql.PARTITION_CLAIM_HEAD_SQL),
-            [owner, job_lease_ms, lane.namespace, lane.topic, lane.partition],
+            [owner, request.job_lease_ms, lane.namespace, lane.topic, lane.partition],
         )
         jobs = claimed_jobs(cursor.fetchall())
-        return epoch, (jobs[0]._replace(lane=lane._replace(epoch=epoch)) if jobs else None)
+        job = jobs[0]._replace(lane=lane._replace(epoch=epoch)) if jobs else None
+        return PartitionClaim(epoch, job)
 
     def partition_fence(self, cursor: CursorWrapper, lane: PartitionLane, *, owner: str) -> bool:
         """Does ``owner`` still hold ``lane``'s partition at ``lane.epoch``?
@@ -115,11 +122,11 @@ class PartitionOperations(Statements):
 
     def partition_renew(
         self, cursor: CursorWrapper, *, namespace: str, owner: str, lease_ms: int
-    ) -> dict[tuple[str, int], int]:
+    ) -> list[PartitionLane]:
         """Extend every partition lease ``owner`` holds; return them, with
         their epoch."""
         cursor.execute(self._sql(partitions_sql.PARTITION_RENEW_SQL), [lease_ms, namespace, owner])
-        return {(str(t), int(p)): int(e) for t, p, e in cursor.fetchall()}
+        return [PartitionLane(namespace, str(t), int(p), int(e)) for t, p, e in cursor.fetchall()]
 
     def partition_release(
         self,

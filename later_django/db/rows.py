@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
 
-from later_django.types import ClaimedJob
+from later_django.types import ClaimedJob, PartitionLane
 
 # -- parameters -------------------------------------------------------------------
 
@@ -131,6 +131,7 @@ class ScheduleWrite:
     first_job_id: str
     first_run_ms: int
     next_run_ms: int
+    sequential: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,6 +177,34 @@ class Orphan:
     parent_stage: str | None
 
 
+class PartitionSlot(NamedTuple):
+    """Where a partition job goes: its partition and its sequence there."""
+
+    lane: PartitionLane
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionClaimRequest:
+    """A poller's claim of a partition's head: its lease for ``owner``
+    (``partition_lease_ms``), the head's job lease (``job_lease_ms``), and
+    how long a silent owner's heartbeat stays live (``server_ttl_ms``)."""
+
+    lane: PartitionLane
+    owner: str
+    partition_lease_ms: int
+    job_lease_ms: int
+    server_ttl_ms: int
+
+
+class PartitionClaim(NamedTuple):
+    """A partition lease taken or kept at ``epoch``, and the head claimed
+    under it (None when the head is not ready)."""
+
+    epoch: int
+    job: ClaimedJob | None
+
+
 class PartitionHead(NamedTuple):
     """A partition and its head job (None when it has no unfinished job)."""
 
@@ -219,6 +248,7 @@ class DueSchedule:
     next_run_ms: int
     version: int
     now_ms: int
+    sequential: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,10 +3,13 @@ its schedules enqueue into ``later_job``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.rows import (
     DueSchedule,
+    PartitionSlot,
     ScheduleAdvance,
     ScheduleInfo,
     ScheduleKey,
@@ -41,6 +44,7 @@ class ScheduleOperations(Statements):
                 write.next_run_ms,
                 write.first_job_id,
                 write.first_run_ms,
+                write.sequential,
             ],
         )
         return bool(cursor.fetchone()[0] == write.first_job_id)
@@ -85,6 +89,7 @@ class ScheduleOperations(Statements):
                 next_run_ms=r[7],
                 version=r[8],
                 now_ms=int(r[9]),
+                sequential=bool(r[10]),
             )
             for r in cursor.fetchall()
         ]
@@ -106,20 +111,21 @@ class ScheduleOperations(Statements):
         )
         return bool(cursor.rowcount == 1)
 
-    def job_insert_occurrence(self, cursor: CursorWrapper, job: NewJob, recurring: str) -> str:
+    def job_insert_occurrence(
+        self,
+        cursor: CursorWrapper,
+        job: NewJob,
+        recurring: str,
+        slot: PartitionSlot | None = None,
+    ) -> str:
         """Insert an occurrence of schedule ``recurring``, due at exactly
-        ``job.run_at_ms``; return its stage (enqueued when already due)."""
-        cursor.execute(
-            self._sql(schedules_sql.JOB_INSERT_OCCURRENCE_SQL),
-            [
-                job.id,
-                job.namespace,
-                job.type_name,
-                job.payload,
-                job.priority,
-                job.retry_policy,
-                recurring,
-                job.run_at_ms,
-            ],
-        )
+        ``job.run_at_ms`` (at ``slot`` of the reserved topic for a sequential
+        schedule); return its stage (enqueued when already due)."""
+        params: list[Any] = [*job[:6], recurring]
+        if slot is None:
+            sql = schedules_sql.JOB_INSERT_OCCURRENCE_SQL
+        else:
+            sql = schedules_sql.JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL
+            params += [slot.lane.topic, slot.lane.partition, slot.sequence]
+        cursor.execute(self._sql(sql), [*params, job.run_at_ms])
         return str(cursor.fetchone()[0])

@@ -124,4 +124,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="server", name="topics", field=models.BooleanField(default=False)
         ),
+        migrations.AddField(
+            model_name="schedule", name="sequential", field=models.BooleanField(default=False)
+        ),
     ]

@@ -20,13 +20,15 @@ from later_django import events, registry, schema, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.db.rows import PartitionSlot
 from later_django.enqueue import tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
 from later_django.ids import JobId
 from later_django.options import EnqueueOptions
 from later_django.partitions.hashing import partition_for_key
+from later_django.partitions.reserved import RECURRING_TOPIC, recurring_partitions
 from later_django.states import Stage
-from later_django.types import PartitionLane, PartitionStats
+from later_django.types import NewJob, PartitionLane, PartitionStats
 
 FORCE_FAILED = "force-failed: the partition head was failed by force_fail_partition_head"
 
@@ -91,7 +93,12 @@ def partition_of(topic: str, key: Any) -> int:
 
 
 def topic_partitions(topic: str) -> int:
-    """The partition count of ``topic`` in LATER["TOPICS"]."""
+    """The partition count of ``topic`` in LATER["TOPICS"] (or of the
+    reserved topic of sequential recurring jobs)."""
+    if topic == RECURRING_TOPIC:
+        reserved = recurring_partitions()
+        if reserved is not None:
+            return reserved
     topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
     count = topics.get(topic)
     if count is None:
@@ -105,7 +112,40 @@ def topic_partitions(topic: str) -> int:
 
 def _enqueue(payload: object, options: EnqueueOptions) -> JobId:
     lane = lane_of(payload)
-    job = JobBuilder(partitioned=True).build(payload, options)
+    return insert_into(lane, JobBuilder(partitioned=True).build(payload, options))
+
+
+def enqueue_recurring_continue(parent: str, payload: object, *, priority: int = 0) -> JobId:
+    """Chain ``payload`` to ``parent``, an occurrence of a sequential
+    recurring job (or a job chained to one): it runs once the parent
+    succeeded, in the parent's partition of the reserved topic, so the
+    schedule's next occurrence waits for it too."""
+    options = EnqueueOptions(priority=priority, parent=parent)  # checks the id first
+    job = JobBuilder().build(payload, options)
+    alias = conf.database
+    with connections[alias].cursor() as c:
+        c.execute(
+            "SELECT topic, partition FROM later_job WHERE id = %s AND namespace = %s",
+            [options.parent_id, conf.namespace],
+        )
+        row = c.fetchone()
+    if row is None:
+        raise JobNotFound(
+            f"parent job {parent} does not exist in namespace {conf.namespace!r} "
+            "(it may have expired)"
+        )
+    if row[0] != RECURRING_TOPIC:
+        raise ValueError(
+            f"job {parent} is not an occurrence of a sequential recurring job (nor chained "
+            "to one): chain to it with enqueue_continue(), or to a partition job with "
+            "enqueue_continue_to_partition()"
+        )
+    return insert_into(PartitionLane(conf.namespace, RECURRING_TOPIC, int(row[1])), job)
+
+
+def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
+    """Write ``job`` at the next sequence of ``lane``'s partition, in the
+    calling thread's transaction (a savepoint inside the caller's block)."""
     alias = conf.database
     db = connections[alias]
     dialect = dialect_for(alias)
@@ -114,8 +154,8 @@ def _enqueue(payload: object, options: EnqueueOptions) -> JobId:
         # A savepoint inside the caller's block: an unknown parent rolls back
         # the sequence taken for it, and the caller's block stays usable.
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block), db.cursor() as c:
-            sequence = dialect.partition_next_sequence(c, lane)
-            stage = dialect.job_insert_partitioned(c, job, lane, sequence, retention)
+            slot = PartitionSlot(lane, dialect.partition_next_sequence(c, lane))
+            stage = dialect.job_insert_partitioned(c, job, slot, retention)
             if stage is None:
                 raise JobNotFound(
                     f"parent job {job.parent_id} does not exist in namespace "
@@ -179,6 +219,7 @@ def _lane(topic: str, partition: int) -> PartitionLane:
 aenqueue_to_partition = sync_to_async(enqueue_to_partition)
 aenqueue_to_partition_delayed = sync_to_async(enqueue_to_partition_delayed)
 aenqueue_continue_to_partition = sync_to_async(enqueue_continue_to_partition)
+aenqueue_recurring_continue = sync_to_async(enqueue_recurring_continue)
 aforce_fail_partition_head = sync_to_async(force_fail_partition_head)
 atruncate_partition_history = sync_to_async(truncate_partition_history)
 apartition_stats = sync_to_async(partition_stats)

@@ -24,10 +24,24 @@ from later_django.db.rows import ScheduleKey, ScheduleWrite
 from later_django.enqueue import tell_on_commit
 from later_django.ids import JobId
 from later_django.options import EnqueueOptions
+from later_django.partitions.reserved import recurring_lane
 from later_django.recurring import cron as cron_mod
+from later_django.recurring.firing import insert_occurrence
 from later_django.types import RecurringSchedule
 
 MAX_IDENTIFIER_LENGTH = 255
+
+
+def enqueue_recurring_sequential(
+    identifier: str, payload: object, cron: str, *, tz: object = None, priority: int = 0
+) -> JobId | None:
+    """Like :func:`enqueue_recurring`, but occurrences never overlap: each
+    goes into the partition of a reserved topic keyed by ``identifier``, so
+    an occurrence (and the jobs chained to it with
+    ``enqueue_recurring_continue``) runs only after the previous one
+    finished. Needs LATER["RECURRING_SEQUENTIAL_PARTITIONS"] (ValueError
+    otherwise, nothing written)."""
+    return _save(identifier, payload, cron, tz=tz, priority=priority, sequential=True)
 
 
 def enqueue_recurring(
@@ -47,7 +61,14 @@ def enqueue_recurring(
     a cron that never fires), NotRegistered or TypeError for the payload, as
     enqueue() does. Nothing is written then.
     """
+    return _save(identifier, payload, cron, tz=tz, priority=priority, sequential=False)
+
+
+def _save(
+    identifier: str, payload: object, cron: str, *, tz: object, priority: int, sequential: bool
+) -> JobId | None:
     key = _key(identifier)
+    lane = recurring_lane(key.namespace, identifier) if sequential else None
     parsed = cron_mod.parse(cron, tz)
     # Every check comes before the first write.
     job = JobBuilder().build(payload, EnqueueOptions(priority=priority))
@@ -64,12 +85,13 @@ def enqueue_recurring(
             first_job_id=job.id,
             first_run_ms=first,
             next_run_ms=parsed.next_after(first),
+            sequential=sequential,
         )
         if not dialect.schedule_save(cursor, write):
             return None
         dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         job = job._replace(run_at_ms=first)
-        stage = dialect.job_insert_occurrence(cursor, job, key.identifier)
+        stage = insert_occurrence(dialect, cursor, job, key.identifier, lane)
     if events.active:
         tell_on_commit(conf.database, [(job.id, job.type_name)], stage)
     return JobId(job.id)
@@ -139,5 +161,6 @@ def _key(identifier: object) -> ScheduleKey:
 
 
 aenqueue_recurring = sync_to_async(enqueue_recurring)
+aenqueue_recurring_sequential = sync_to_async(enqueue_recurring_sequential)
 aremove_recurring = sync_to_async(remove_recurring)
 alist_recurring = sync_to_async(list_recurring)

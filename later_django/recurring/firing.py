@@ -16,10 +16,11 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django import events
 from later_django.db.base import Dialect
-from later_django.db.rows import DueSchedule, ScheduleAdvance
+from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance
 from later_django.ids import new_job_ids
+from later_django.partitions.reserved import recurring_lane
 from later_django.recurring import cron as cron_mod
-from later_django.types import NewJob
+from later_django.types import NewJob, PartitionLane
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,19 @@ def _enqueue(
     with transaction.atomic(using=alias):
         if not dialect.schedule_advance(cursor, advance):
             return 0  # another server fired it, or it changed since it was read
-        stages = [dialect.job_insert_occurrence(cursor, job, identifier) for job in jobs]
+        try:
+            lane = (
+                recurring_lane(schedule.key.namespace, identifier) if schedule.sequential else None
+            )
+        except ValueError as exc:  # the setting was removed: the schedule waits for it
+            logger.error(
+                "cannot enqueue sequential schedule %r: %s",
+                identifier,
+                exc,
+                extra={"action": "schedule_error", "schedule": identifier},
+            )
+            return 0
+        stages = [insert_occurrence(dialect, cursor, job, identifier, lane) for job in jobs]
         if events.active:
             transaction.on_commit(lambda: _tell(jobs, stages), using=alias)
     if owed.skipped:
@@ -104,6 +117,21 @@ def _enqueue(
             extra={"action": "schedule_missed", "schedule": identifier},
         )
     return len(jobs)
+
+
+def insert_occurrence(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: NewJob,
+    identifier: str,
+    lane: PartitionLane | None,
+) -> str:
+    """Insert an occurrence of schedule ``identifier``; a sequential one at
+    the next sequence of ``lane``'s partition."""
+    if lane is None:
+        return dialect.job_insert_occurrence(cursor, job, identifier)
+    slot = PartitionSlot(lane, dialect.partition_next_sequence(cursor, lane))
+    return dialect.job_insert_occurrence(cursor, job, identifier, slot)
 
 
 def _tell(jobs: list[NewJob], stages: list[str]) -> None:

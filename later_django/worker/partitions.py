@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from later_django.db.rows import PartitionClaimRequest
 from later_django.partitions.hashing import owner_of
 from later_django.states import Stage
 from later_django.store import Store
@@ -105,11 +106,13 @@ class PartitionClaimer:
             self.pool,
             lambda d, c: d.partition_claim(
                 c,
-                lane,
-                owner=self.owner,
-                partition_lease_ms=self.partition_lease_ms,
-                job_lease_ms=self.leases.lease_ms,
-                server_ttl_ms=self.server_ttl_ms,
+                PartitionClaimRequest(
+                    lane=lane,
+                    owner=self.owner,
+                    partition_lease_ms=self.partition_lease_ms,
+                    job_lease_ms=self.leases.lease_ms,
+                    server_ttl_ms=self.server_ttl_ms,
+                ),
             ),
             atomic=True,
         )
@@ -188,7 +191,7 @@ class PartitionClaimer:
         renewed = dialect.partition_renew(
             cursor, namespace=self.namespace, owner=self.owner, lease_ms=self.partition_lease_ms
         )
-        return servers, renewed
+        return servers, {(lane.topic, lane.partition): lane.epoch for lane in renewed}
 
     async def _release(self, key: Key) -> None:
         self.held.pop(key, None)

@@ -25,6 +25,7 @@ from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
+from later_django.partitions.reserved import recurring_partitions
 from later_django.store import Store, new_pool
 from later_django.worker import supervisor
 from later_django.worker.claimer import Claimer
@@ -140,7 +141,7 @@ class Server:
             maintenance=self.maintenance,
         )
         # Partition pollers run where topics are set (docs/partitions.md).
-        self.topics = bool(conf.TOPICS)
+        self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
         self.partition_wake = Wakeup()
         self.notifier = Notifier(
             self.wake,

@@ -322,3 +322,32 @@ def run_ordered_sync(ctx: JobContext, payload: OrderedSync) -> None:
     if payload.seconds:
         time.sleep(payload.seconds)
     _record("ordered-end", ctx, tag)
+
+
+@dataclass
+class SlowTick:
+    """An occurrence of a sequential recurring job that outlasts its period;
+    with ``chain``, it chains a TickChild to itself."""
+
+    seconds: float
+    chain: bool = False
+
+
+@job
+def run_slow_tick(ctx: JobContext, payload: SlowTick) -> None:
+    _record("tick-start", ctx)
+    time.sleep(payload.seconds)
+    if payload.chain:
+        ctx.enqueue_recurring_continue(ctx.job_id, TickChild(parent=ctx.job_id))
+    _record("tick-end", ctx)
+
+
+@dataclass
+class TickChild:
+    parent: str
+
+
+@job
+def run_tick_child(ctx: JobContext, payload: TickChild) -> None:
+    _record("tick-start", ctx, payload.parent)
+    _record("tick-end", ctx, payload.parent)

@@ -8,7 +8,7 @@ from later_django.db.sql.jobs import INSERT_COLUMNS
 
 SCHEDULE_COLUMNS: Final = (
     "namespace, identifier, cron, zone, type_name, payload, priority, retry_policy, "
-    "next_run_ms, last_job_id, last_run_ms, version, created_ms, changed_ms"
+    "next_run_ms, last_job_id, last_run_ms, sequential, version, created_ms, changed_ms"
 )
 
 # Registers a schedule, or updates it in place. The same cron and zone keep
@@ -20,9 +20,10 @@ SCHEDULE_COLUMNS: Final = (
 # first's schedule.
 SCHEDULE_SAVE_SQL: Final = f"""
 INSERT INTO later_schedule ({SCHEDULE_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, {{now}}, {{now}})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, {{now}}, {{now}})
 ON CONFLICT (namespace, identifier) DO UPDATE SET
     type_name = excluded.type_name, payload = excluded.payload,
+    sequential = excluded.sequential,
     priority = excluded.priority, retry_policy = excluded.retry_policy,
     next_run_ms = CASE WHEN {{same}} THEN later_schedule.next_run_ms
         ELSE excluded.next_run_ms END,
@@ -48,7 +49,7 @@ FROM later_schedule WHERE namespace = %s ORDER BY identifier
 # advance below is the compare-and-swap that decides who enqueues it.
 SCHEDULE_DUE_SQL: Final = """
 SELECT identifier, cron, zone, type_name, payload, priority, retry_policy, next_run_ms,
-    version, {now}
+    version, {now}, sequential
 FROM later_schedule WHERE namespace = %s AND next_run_ms <= {now} + %s
 ORDER BY next_run_ms LIMIT %s
 """
@@ -66,10 +67,10 @@ WHERE id IN (
 
 # One occurrence, due at its exact fire time even when that is already past
 # (the plain insert would move it to now): ready when due, else delayed.
-JOB_INSERT_OCCURRENCE_SQL: Final = f"""
-INSERT INTO later_job ({INSERT_COLUMNS}, recurring)
+_OCCURRENCE_SQL: Final = f"""
+INSERT INTO later_job ({INSERT_COLUMNS}, recurring{{lane_columns}})
 SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
-    t.stage || '@' || t.now || ';', %s
+    t.stage || '@' || t.now || ';', %s{{lane_values}}
 FROM (
     SELECT r.now, r.run_at,
         CASE WHEN r.run_at > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
@@ -77,6 +78,14 @@ FROM (
 ) t
 RETURNING stage
 """
+# An occurrence of a sequential schedule: in its partition of the reserved
+# topic, at the sequence its partition's counter gave it.
+JOB_INSERT_OCCURRENCE_SQL: Final = _OCCURRENCE_SQL.replace("{lane_columns}", "").replace(
+    "{lane_values}", ""
+)
+JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL: Final = _OCCURRENCE_SQL.replace(
+    "{lane_columns}", ", topic, partition, sequence"
+).replace("{lane_values}", ", %s, %s, %s")
 
 # Occurrences enqueued ahead, not due yet: cancelled when their schedule
 # changes its cron or is removed. One already due but not promoted yet is
