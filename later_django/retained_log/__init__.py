@@ -10,7 +10,10 @@ docs/retained-log.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from later_django.exceptions import LeaseLost
 from later_django.retained_log.appends import append, append_many
@@ -26,9 +29,18 @@ aappend_many = sync_to_async(append_many)
 aread = sync_to_async(read)
 aacquire = sync_to_async(acquire)
 alag = sync_to_async(lag)
+
+
+def _consume_on_own_thread(*args: Any, **kwargs: Any) -> ConsumeResult:
+    try:
+        return consume(*args, **kwargs)
+    finally:
+        connections.close_all()  # this thread's, opened for this call
+
+
 # consume() blocks while it runs: its twin runs it on a thread of its own,
-# not on the thread Django keeps for sync_to_async calls.
-aconsume = sync_to_async(consume, thread_sensitive=False)
+# not on the one thread Django keeps for sync_to_async calls.
+aconsume = sync_to_async(_consume_on_own_thread, thread_sensitive=False)
 
 __all__ = [
     "ConsumeResult",
