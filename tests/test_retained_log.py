@@ -387,9 +387,13 @@ def test_retention_step_runs_on_the_leader_once_per_interval(later_db):
     second = Leader(namespace="default", owner="server-b", ttl_ms=30_000)
     with connections[later_db.alias].cursor() as cursor:
         assert first.lead(dialect, cursor, retention.LEASE_NAME) is not None
-        assert retention.prune_retained_log(dialect, cursor, namespace="default", leader=second) == 0
+        assert (
+            retention.prune_retained_log(dialect, cursor, namespace="default", leader=second) == 0
+        )
         assert later_db.scalar("SELECT COUNT(*) FROM later_log_record") == 10
-        assert retention.prune_retained_log(dialect, cursor, namespace="default", leader=first) == 10
+        assert (
+            retention.prune_retained_log(dialect, cursor, namespace="default", leader=first) == 10
+        )
         log.append(TOPIC, key="k", value=b"")
         age_records(later_db, 120_000, below_offset=1000)
         # Ran less than INTERVAL_MS ago: not again yet.
@@ -403,7 +407,9 @@ def test_retention_step_without_retained_topics_takes_no_lease(later_db):
     dialect = dialect_for(later_db.alias)
     leader = Leader(namespace="default", owner="server-a", ttl_ms=30_000)
     with connections[later_db.alias].cursor() as cursor:
-        assert retention.prune_retained_log(dialect, cursor, namespace="default", leader=leader) == 0
+        assert (
+            retention.prune_retained_log(dialect, cursor, namespace="default", leader=leader) == 0
+        )
     assert later_db.scalar("SELECT COUNT(*) FROM later_lease") == 0
 
 

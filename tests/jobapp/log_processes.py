@@ -30,11 +30,13 @@ def record_then_hang(record: Record) -> None:
 
 
 def append_records(index: int, count: int, out: Path, go: Path) -> None:
-    """Wait for the file ``go``, then append ``count`` records keyed by this
-    appender's ``index``: the first SINGLE one by one, the rest in batches.
-    Write every record's (key, partition, offset) to ``out`` as JSON."""
+    """Say it is ready (``out`` + ".ready"), wait for the file ``go``, then
+    append ``count`` records keyed by this appender's ``index``: the first
+    SINGLE one by one, the rest in batches. Write every record's (key,
+    partition, offset) to ``out`` as JSON."""
     from later_django import retained_log as log
 
+    Path(f"{out}.ready").touch()
     while not go.exists():  # all appenders start together
         time.sleep(0.01)
     keys = [f"a{index}-{n}" for n in range(count)]
