@@ -90,9 +90,7 @@ def run(alias: str) -> list[str]:
         for first in range(0, BATCHED, BATCH):
             log.append_many("bench", pairs[first : first + BATCH])
         batched = time.perf_counter() - start
-        rows.append(
-            f"  append_many, {BATCH} per call ({BATCHED:,})  {rate(BATCHED, batched)}"
-        )
+        rows.append(f"  append_many, {BATCH} per call ({BATCHED:,})  {rate(BATCHED, batched)}")
 
         total = 0
         start = time.perf_counter()

@@ -16,6 +16,7 @@ from django.db import transaction
 
 import later_django as later
 from later_django.states import TERMINAL
+from shop import order_events
 from shop.jobs import (
     AskForReview,
     CancelledCoupon,
@@ -24,7 +25,6 @@ from shop.jobs import (
     SalesReport,
     SendReceipt,
 )
-from shop import order_events
 from shop.models import Order
 from shop.tasks import order_total
 
