@@ -49,6 +49,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     messages += _check_values(merged)
     messages += _check_context(merged["CONTEXT"])
     messages += _check_jobs_module(merged["JOBS_MODULE"], explicit="JOBS_MODULE" in raw)
+    messages += _check_retained_log_lag(merged["RETAINED_LOG_LAG"])
     return messages
 
 
@@ -338,6 +339,29 @@ def _check_jobs_module(name: object, *, explicit: bool) -> list[CheckMessage]:
             id="later.W004",
         )
     ]
+
+
+def _check_retained_log_lag(value: object) -> list[CheckMessage]:
+    hint = (
+        "Set LATER['RETAINED_LOG_LAG'] to a dict of retained-log topic -> list of "
+        "consumer groups, or None for every group: {'events': ['billing'], 'audit': None}."
+    )
+    if not isinstance(value, dict):
+        return [
+            _error("E024", f"LATER['RETAINED_LOG_LAG'] is {value!r:.80}; it must be a dict.", hint)
+        ]
+    problems = []
+    for topic, groups in value.items():
+        if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+            problems.append(f"{topic!r} is not a valid topic name")
+        elif groups is not None and (
+            not isinstance(groups, list | tuple)
+            or not all(isinstance(g, str) and 1 <= len(g) <= 100 for g in groups)
+        ):
+            problems.append(f"the groups of {topic!r} must be None or a list of names")
+    if not problems:
+        return []
+    return [_error("E024", f"LATER['RETAINED_LOG_LAG'] is invalid: {'; '.join(problems)}.", hint)]
 
 
 @register(Tags.database)

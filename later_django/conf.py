@@ -49,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     "PARTITION_LEASE_DURATION": timedelta(seconds=30),
     "METRICS_REFRESH_INTERVAL": timedelta(seconds=5),
     "RETAINED_LOG_LEASE_DURATION": timedelta(seconds=30),
+    # Retained-log topics whose consumer lag metrics and the dashboard
+    # report: {"events": ["billing"], "audit": None} (None: every group).
+    "RETAINED_LOG_LAG": {},
     # Recurring occurrences missed by less than this (downtime) still run;
     # of older ones only the latest runs, once (docs/recurring.md).
     "RECURRING_MISSED_GRACE": timedelta(minutes=1),

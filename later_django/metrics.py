@@ -145,9 +145,11 @@ class Metrics:
         self._finished: dict[tuple[str, int, str], FinishedSeries] = {}
         self.queue = QueueCollector()
         self.workers = WorkersCollector()
+        self.lag = LagCollector()
         registry.register(_Locked(self))
         registry.register(self.queue)
         registry.register(self.workers)
+        registry.register(self.lag)
 
     def subscribe(self) -> None:
         """Feed these families from the events of this process."""
@@ -242,6 +244,44 @@ class QueueCollector(Collector):
         yield family
 
 
+LagValues = dict[tuple[str, str], int]
+
+
+class LagCollector(Collector):
+    """``later_retained_log_consumer_lag``: records appended but not committed,
+    per retained-log topic and consumer group that LATER["RETAINED_LOG_LAG"]
+    names, summed over partitions; read at most once per refresh interval.
+
+    Fed like QueueCollector: by the worker's metrics service (``set``), or on
+    scrape in a process without a worker. The same shared value in every
+    process: aggregate with ``max``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: LagValues = {}
+        self._read_at = float("-inf")
+        self.read: Callable[[], LagValues] | None = None
+        self.max_age = 5.0
+
+    def set(self, values: LagValues) -> None:
+        with self._lock:
+            self._values, self._read_at = dict(values), time.monotonic()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.read is not None and time.monotonic() - self._read_at >= self.max_age:
+            self.set(self.read())
+        family = GaugeMetricFamily(
+            "later_retained_log_consumer_lag",
+            "Retained-log records appended but not committed by a consumer group "
+            "(use max across instances).",
+            labels=["topic", "group"],
+        )
+        with self._lock:
+            for (topic, group), lag in sorted(self._values.items()):
+                family.add_metric([topic, group], lag)
+        yield family
+
+
 class WorkersCollector(Collector):
     """``later_workers``: this process's worker tasks, all of them (active)
     and those running a handler now (busy)."""
@@ -289,9 +329,18 @@ def read_stage_counts() -> dict[str, int]:
     return stage_counts()
 
 
+def read_retained_log_lag() -> LagValues:
+    """The lag LATER["RETAINED_LOG_LAG"] names, through the calling thread's
+    connection; nothing is read when it names nothing."""
+    from later_django.retained_log.reads import configured_lag
+
+    return configured_lag()
+
+
 def install_for_web(refresh_seconds: float) -> Metrics:
-    """Metrics in a web process: stage counts read on scrape, at most once
-    per ``refresh_seconds``."""
+    """Metrics in a web process: stage counts and retained-log lag read on
+    scrape, at most once per ``refresh_seconds``."""
     metrics = install()
     metrics.queue.read, metrics.queue.max_age = read_stage_counts, refresh_seconds
+    metrics.lag.read, metrics.lag.max_age = read_retained_log_lag, refresh_seconds
     return metrics

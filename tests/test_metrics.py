@@ -30,6 +30,7 @@ FAMILIES = {
     "later_queue_jobs",
     "later_worker_commands",
     "later_workers",
+    "later_retained_log_consumer_lag",
 }
 FORBIDDEN_LABELS = {"job_id", "id", "error", "message", "owner", "server_id", "server"}
 # A job id (26 lowercase base32 characters) or a server id (host-pid-hex).

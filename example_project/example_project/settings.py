@@ -101,6 +101,8 @@ LATER = {
     # Short cadences so the demo's retries and delayed jobs show up quickly.
     "MAINTENANCE_INTERVAL": timedelta(milliseconds=500),
     "DASHBOARD_RETENTION": timedelta(days=1),
+    # later_retained_log_consumer_lag for the shop's order events (shop/order_events.py).
+    "RETAINED_LOG_LAG": {"order-events": ["analytics"]},
 }
 
 LOGGING = {

@@ -2,7 +2,8 @@
 
 Dialect is the abstract base every database vendor implements. Its
 operations come per domain (jobs.py, counters.py, servers.py, topics.py,
-partitions.py, leases.py, schedules.py, each over the statements of its db/sql/ module): what both
+partitions.py, leases.py, schedules.py, tasks.py, retained_log.py, each over the
+statements of its db/sql/ module): what both
 databases share is implemented there once; what differs per vendor is
 abstract, or belongs to a capability flag below. Operations on the database
 as a whole (schema, file) are here. Each runs on a cursor of the LATER
@@ -21,6 +22,7 @@ from later_django.db.counters import CounterOperations
 from later_django.db.jobs import JobOperations
 from later_django.db.leases import LeaseOperations
 from later_django.db.partitions import PartitionOperations
+from later_django.db.retained_log import RetainedLogOperations
 from later_django.db.schedules import ScheduleOperations
 from later_django.db.servers import ServerOperations
 from later_django.db.sql import TABLES as TABLES
@@ -48,6 +50,7 @@ class Dialect(
     LeaseOperations,
     ScheduleOperations,
     TaskResultOperations,
+    RetainedLogOperations,
     abc.ABC,
 ):
     """SQL operations on later's tables for one database vendor."""

@@ -17,6 +17,7 @@ from later_django.db.base import Dialect
 from later_django.db.rows import ExpiredFence, FailureWrite, RetryWrite
 from later_django.leases import Leader
 from later_django.recurring import firing
+from later_django.retained_log import retention
 from later_django.retry import RetryPolicy, default_policy
 
 logger = logging.getLogger(__name__)
@@ -156,6 +157,12 @@ def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     return int(dialect.vacuum(cursor))
 
 
+def prune_retained_log(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Retained-log records older than their topic's retention are deleted,
+    by the leading server, in small batches."""
+    return retention.prune_retained_log(dialect, cursor, namespace=ctx.namespace, leader=ctx.leader)
+
+
 STEPS = {
     "fire_schedules": fire_schedules,
     "promote_due": promote_due,
@@ -164,4 +171,5 @@ STEPS = {
     "prune_expired": prune_expired,
     "compact_counters": compact_counters,
     "vacuum": vacuum,
+    "prune_retained_log": prune_retained_log,
 }

@@ -32,7 +32,7 @@ def drop_sqlite_counter_triggers(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("later_django", "0008_task_result")]
+    dependencies = [("later_django", "0009_retained_log")]
 
     operations = [
         migrations.RunPython(

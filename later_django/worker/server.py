@@ -26,6 +26,7 @@ from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
 from later_django.partitions.reserved import recurring_partitions
+from later_django.retained_log.reads import lag_totals
 from later_django.store import Store, new_pool
 from later_django.worker import supervisor
 from later_django.worker.claimer import Claimer
@@ -41,6 +42,9 @@ from later_django.worker.workers import MAX_WORKERS, WorkerPool, WorkerSlot
 __all__ = ["MAX_WORKERS", "Server", "WorkerSlot"]
 
 if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
+
+    from later_django.db.base import Dialect
     from later_django.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -264,6 +268,7 @@ class Server:
             # Fed by this service: a scrape (on a thread of the HTTP server)
             # never opens a connection of its own.
             installed.queue.read = None
+            installed.lag.read = None
             self.services.start("metrics", lambda: self._refresh_metrics(installed))
         if self.autoscale:
             self.services.start("autoscale", lambda: supervisor.autoscale(self))
@@ -283,8 +288,10 @@ class Server:
 
     async def _refresh_metrics(self, installed: Metrics) -> None:
         """Keep later_queue_jobs at the namespace's counts, read every
-        METRICS_REFRESH_INTERVAL (one cheap read of the counters)."""
+        METRICS_REFRESH_INTERVAL (one cheap read of the counters), and
+        later_retained_log_consumer_lag at the lag RETAINED_LOG_LAG names."""
         interval = conf.seconds("METRICS_REFRESH_INTERVAL")
+        lag_wanted = conf.RETAINED_LOG_LAG
         while True:
             try:
                 counts = await self.store.run(
@@ -294,7 +301,20 @@ class Server:
                 logger.debug("could not refresh later_queue_jobs: %s", exc)
             else:
                 installed.queue.set(counts)
+            if lag_wanted:
+                await self._refresh_lag(installed, lag_wanted)
             await asyncio.sleep(interval)
+
+    async def _refresh_lag(self, installed: Metrics, wanted: dict[str, Any]) -> None:
+        def read(dialect: Dialect, cursor: CursorWrapper) -> dict[tuple[str, str], int]:
+            return lag_totals(dialect, cursor, namespace=self.namespace, wanted=wanted)
+
+        try:
+            lag = await self.store.run(self._service_pool, read)
+        except Exception as exc:  # noqa: BLE001  the gauge keeps its last value
+            logger.debug("could not refresh later_retained_log_consumer_lag: %s", exc)
+        else:
+            installed.lag.set(lag)
 
     async def add_worker(self) -> int:
         """Start one more worker (at most 255); return the new count."""

@@ -34,6 +34,10 @@ TABLES: Final = (
     "later_task_result",
     "later_partition_seq",
     "later_partition",
+    "later_log_topic",
+    "later_log_partition",
+    "later_log_record",
+    "later_log_consumer",
 )
 
 # The time of a stage change: never before the row's previous change, so a

@@ -16,6 +16,7 @@ from django.db import transaction
 
 import later_django as later
 from later_django.states import TERMINAL
+from shop import order_events
 from shop.jobs import (
     AskForReview,
     CancelledCoupon,
@@ -34,9 +35,11 @@ class Command(BaseCommand):
     help = "Enqueue a mix of jobs, run later_worker until they finish, print what happened."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        order_events.register()
         with transaction.atomic():
-            # The order and its jobs commit together, or not at all.
+            # The order, its jobs and its event commit together, or not at all.
             order = Order.objects.create(email="ada@example.com", total_cents=4200)
+            partition, offset = order_events.order_placed(order)
             charge = later.enqueue_in(ChargeCard(order_id=order.pk), priority=10)
             receipt = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
             warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
@@ -83,6 +86,12 @@ class Command(BaseCommand):
         order.refresh_from_db()
         self.stdout.write(f"\n{order}: paid={order.paid}; worker exited with code {code}")
         self.stdout.write(f"stage counts: {later.stage_counts()}")
+        revenue = order_events.replay_revenue()
+        self.stdout.write(
+            f"order event at {order_events.TOPIC}/{partition} offset {offset}; the "
+            f"analytics group consumed {revenue.orders} new event(s), "
+            f"{revenue.cents / 100:.2f} in total"
+        )
 
     def _wait(self, ids: Any) -> None:
         deadline = time.monotonic() + DEADLINE_SECONDS

@@ -1,0 +1,200 @@
+"""Operations on the retained log's tables: topics, per-partition offset
+counters, records and consumer groups' leases and offsets.
+
+Both databases run the same statements. The caller owns the transaction:
+an append's advance and its record insert must share one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.rows import (
+    LogAcquired,
+    LogAdvance,
+    LogCommit,
+    LogConsumerKey,
+    LogConsumerState,
+    LogFence,
+    LogLag,
+    LogLeaseRequest,
+    LogPrune,
+    LogRead,
+    LogTopicRow,
+    NewLogRecord,
+    StoredRecord,
+)
+from later_django.db.sql import retained_log as log_sql
+from later_django.db.statements import Statements
+
+# Records per INSERT statement: 6 parameters each stays far below SQLite's
+# limit of 32,766 bound parameters.
+INSERT_CHUNK = 1000
+
+
+def _consumer_params(key: LogConsumerKey) -> list[str | int]:
+    return [key.namespace, key.topic, key.group, key.partition]
+
+
+class RetainedLogOperations(Statements):
+    """Appending, reading and consuming retained-log records."""
+
+    def log_topic_register(self, cursor: CursorWrapper, topic: LogTopicRow, namespace: str) -> bool:
+        """Store ``topic``, or update the retention of the stored one with the
+        same partition count; return False, changing nothing, when it is
+        stored with another count."""
+        cursor.execute(
+            self._sql(log_sql.LOG_TOPIC_REGISTER_SQL),
+            [namespace, topic.name, topic.partitions, topic.retention_ms],
+        )
+        return cursor.fetchone() is not None
+
+    def log_topic_get(
+        self, cursor: CursorWrapper, *, namespace: str, name: str
+    ) -> LogTopicRow | None:
+        cursor.execute(self._sql(log_sql.LOG_TOPIC_GET_SQL), [namespace, name])
+        row = cursor.fetchone()
+        return None if row is None else _topic(row)
+
+    def log_topic_retained(self, cursor: CursorWrapper, *, namespace: str) -> list[LogTopicRow]:
+        """The topics of ``namespace`` that have a retention, by name."""
+        cursor.execute(self._sql(log_sql.LOG_TOPIC_RETAINED_SQL), [namespace])
+        return [_topic(row) for row in cursor.fetchall()]
+
+    def log_partition_advance(self, cursor: CursorWrapper, advance: LogAdvance) -> int | None:
+        """Reserve ``advance.count`` offsets; return the partition's new end
+        (the reserved ones are the ``count`` before it), or None when the
+        topic is not stored with ``advance.partitions`` partitions.
+
+        Locks the partition's counter until the transaction ends: needs one."""
+        key = advance.key
+        cursor.execute(
+            self._sql(log_sql.LOG_PARTITION_ADVANCE_SQL),
+            [key.partition, advance.count, key.namespace, key.topic, advance.partitions],
+        )
+        row = cursor.fetchone()
+        return None if row is None else int(row[0])
+
+    def log_record_insert(
+        self, cursor: CursorWrapper, *, namespace: str, topic: str, records: Sequence[NewLogRecord]
+    ) -> None:
+        """Store ``records``, stamped with the database's now. Their offsets
+        must have been reserved by log_partition_advance in this transaction."""
+        values = self._sql(log_sql.LOG_RECORD_VALUES)
+        for start in range(0, len(records), INSERT_CHUNK):
+            chunk = records[start : start + INSERT_CHUNK]
+            params: list[str | int | bytes] = []
+            for record in chunk:
+                params += [
+                    namespace,
+                    topic,
+                    record.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                ]
+            sql = self._sql(log_sql.LOG_RECORD_INSERT_SQL).replace(
+                "{values}", ", ".join([values] * len(chunk))
+            )
+            cursor.execute(sql, params)
+
+    def log_record_read(self, cursor: CursorWrapper, read: LogRead) -> list[StoredRecord]:
+        """Up to ``read.limit`` records from ``read.from_offset`` on, by offset."""
+        key = read.key
+        cursor.execute(
+            self._sql(log_sql.LOG_RECORD_READ_SQL),
+            [key.namespace, key.topic, key.partition, read.from_offset, read.limit],
+        )
+        return [
+            StoredRecord(int(r[0]), bytes(r[1]), bytes(r[2]), int(r[3])) for r in cursor.fetchall()
+        ]
+
+    def log_record_prune(self, cursor: CursorWrapper, prune: LogPrune) -> int:
+        """Delete the oldest records of a partition older than the cutoff
+        (a prefix, looking at ``prune.limit`` records); return how many."""
+        key = prune.key
+        where: list[str | int] = [key.namespace, key.topic, key.partition]
+        cursor.execute(
+            self._sql(log_sql.LOG_RECORD_PRUNE_SQL),
+            [*where, prune.older_than_ms, *where, prune.limit],
+        )
+        return int(cursor.rowcount)
+
+    def log_consumer_acquire(
+        self, cursor: CursorWrapper, request: LogLeaseRequest
+    ) -> LogAcquired | None:
+        """Take a partition's lease for a group's member: a new, higher epoch.
+        None while another member holds it, or when the topic has no such
+        partition."""
+        key = request.key
+        cursor.execute(
+            self._sql(log_sql.LOG_CONSUMER_ACQUIRE_SQL),
+            [
+                key.group,
+                key.partition,
+                request.member,
+                request.ttl_ms,
+                key.namespace,
+                key.topic,
+                key.partition,
+            ],
+        )
+        row = cursor.fetchone()
+        return None if row is None else LogAcquired(epoch=int(row[0]), committed_offset=int(row[1]))
+
+    def log_consumer_renew(self, cursor: CursorWrapper, fence: LogFence, ttl_ms: int) -> bool:
+        """Extend the lease to the database's now plus ``ttl_ms``; False when
+        a newer holder took it."""
+        cursor.execute(
+            self._sql(log_sql.LOG_CONSUMER_RENEW_SQL),
+            [ttl_ms, *_consumer_params(fence.key), fence.epoch],
+        )
+        return bool(cursor.rowcount == 1)
+
+    def log_consumer_commit(self, cursor: CursorWrapper, commit: LogCommit) -> bool:
+        """Store the group's next offset and renew the lease; False, changing
+        nothing, when the fence fails or the offset is behind the committed
+        one or past the partition's end (log_consumer_state tells which)."""
+        offset = commit.next_offset
+        cursor.execute(
+            self._sql(log_sql.LOG_CONSUMER_COMMIT_SQL),
+            [offset, commit.ttl_ms, *_consumer_params(commit.fence.key), commit.fence.epoch]
+            + [offset, offset],
+        )
+        return bool(cursor.rowcount == 1)
+
+    def log_consumer_release(self, cursor: CursorWrapper, fence: LogFence) -> bool:
+        """Let the lease go now, if it is still at ``fence.epoch``."""
+        cursor.execute(
+            self._sql(log_sql.LOG_CONSUMER_RELEASE_SQL), [*_consumer_params(fence.key), fence.epoch]
+        )
+        return bool(cursor.rowcount == 1)
+
+    def log_consumer_state(
+        self, cursor: CursorWrapper, key: LogConsumerKey
+    ) -> LogConsumerState | None:
+        cursor.execute(self._sql(log_sql.LOG_CONSUMER_STATE_SQL), _consumer_params(key))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        return LogConsumerState(
+            epoch=int(row[0]), committed_offset=int(row[1]), end_offset=int(row[2])
+        )
+
+    def log_lag(self, cursor: CursorWrapper, *, namespace: str, topic: str) -> list[LogLag]:
+        """Per group and partition of ``topic``: appended minus committed."""
+        cursor.execute(self._sql(log_sql.LOG_LAG_SQL), [namespace, topic])
+        return [
+            LogLag(group=str(r[0]), partition=int(r[1]), lag=int(r[2])) for r in cursor.fetchall()
+        ]
+
+
+def _topic(row: Sequence[object]) -> LogTopicRow:
+    retention = row[2]
+    return LogTopicRow(
+        name=str(row[0]),
+        partitions=int(row[1]),  # type: ignore[call-overload]  # an INTEGER column
+        retention_ms=None if retention is None else int(retention),  # type: ignore[call-overload]  # a BIGINT column
+    )

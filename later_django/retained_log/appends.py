@@ -1,0 +1,91 @@
+"""Appending records: offsets reserved from a partition's counter and the
+records stored, in one transaction (the caller's, when one is open).
+
+Offsets are gapless: the counter row an append raises stays locked until its
+transaction ends, so a concurrent appender to the same partition waits and
+continues from the committed end, and a rolled-back append gives its offsets
+back. Per partition, records therefore also commit in offset order: a reader
+never sees an offset while an earlier one is still to come.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from later_django.db.rows import LogAdvance, LogPartitionKey, NewLogRecord
+from later_django.partitions import partition_for_key
+from later_django.retained_log.connection import session
+from later_django.retained_log.records import key_bytes, value_bytes
+from later_django.retained_log.topics import partitions_of
+
+# A stale partition count (a topic re-created under the same name by a
+# test's cleanup) is read again once; a second miss means it is gone.
+ATTEMPTS = 2
+
+
+def append(topic: str, *, key: str | bytes, value: bytes) -> tuple[int, int]:
+    """Append one record to ``topic``; return its (partition, offset).
+
+    The partition is ``partition_for_key(key, partitions)``. Inside
+    ``transaction.atomic()`` on the LATER database the record commits or
+    rolls back with the caller's writes; a rolled-back record leaves no gap.
+    """
+    return append_many(topic, [(key, value)])[0]
+
+
+def append_many(topic: str, records: Iterable[tuple[str | bytes, bytes]]) -> list[tuple[int, int]]:
+    """Append every ``(key, value)`` in one transaction, all or none; return
+    their (partition, offset) in order. Records of one partition take
+    consecutive offsets in the order given.
+
+    Partitions are locked in ascending order, so two calls that share
+    partitions cannot deadlock each other.
+    """
+    pairs = [
+        (key_bytes(key, f"records[{i}] key"), value_bytes(value, f"records[{i}] value"))
+        for i, (key, value) in enumerate(_pairs(records))
+    ]
+    if not pairs:
+        return []
+    for attempt in range(ATTEMPTS):
+        partitions = partitions_of(topic, fresh=attempt > 0)
+        placed = _write(topic, partitions, pairs)
+        if placed is not None:
+            return placed
+    raise AssertionError("unreachable: partitions_of raises when the topic is gone")
+
+
+def _pairs(records: Iterable[object]) -> list[tuple[object, object]]:
+    pairs: list[tuple[object, object]] = []
+    for i, pair in enumerate(records):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"records[{i}] must be a (key, value) tuple, got {pair!r:.60}")
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def _write(
+    topic: str, partitions: int, pairs: list[tuple[bytes, bytes]]
+) -> list[tuple[int, int]] | None:
+    """Reserve offsets and store the records; None, writing nothing, when
+    the topic is not stored with ``partitions`` partitions."""
+    by_partition: dict[int, list[int]] = {}
+    for index, (key, _) in enumerate(pairs):
+        by_partition.setdefault(partition_for_key(key, partitions), []).append(index)
+    placed: list[tuple[int, int]] = [(0, 0)] * len(pairs)
+    rows: list[NewLogRecord] = []
+    with session(atomic=True) as s:
+        for partition in sorted(by_partition):
+            indexes = by_partition[partition]
+            where = LogPartitionKey(namespace=s.namespace, topic=topic, partition=partition)
+            advance = LogAdvance(key=where, count=len(indexes), partitions=partitions)
+            end = s.dialect.log_partition_advance(s.cursor, advance)
+            if end is None:
+                if rows:  # the topic row was deleted meanwhile: roll back
+                    raise RuntimeError(f"retained-log topic {topic!r} was removed during an append")
+                return None  # nothing was written
+            for offset, index in enumerate(indexes, start=end - len(indexes)):
+                placed[index] = (partition, offset)
+                rows.append(NewLogRecord(partition, offset, *pairs[index]))
+        s.dialect.log_record_insert(s.cursor, namespace=s.namespace, topic=topic, records=rows)
+    return placed
