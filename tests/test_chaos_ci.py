@@ -27,6 +27,7 @@ def parse_lost(report: str) -> int | None:
 
 
 @pytest.mark.slow
+@pytest.mark.one_env
 @pytest.mark.parametrize("db", ["sqlite", "postgres"])
 def test_chaos_ci_profile_loses_nothing(db, tmp_path):
     # The runner makes its own settings; dev mode's asyncio debugging would

@@ -28,6 +28,8 @@ from tests.helpers import LaterDb, Workers, set_later, wait_until
 from tests.jobapp.jobs import Ordered
 from tests.order_check import checked_pairs, order_violations, stored_runs
 
+pytestmark = [pytest.mark.slow, pytest.mark.one_env]
+
 TOPICS = {"ordered": 8}
 # Short leases so a killed or paused process's partitions move within seconds.
 TIMINGS = {

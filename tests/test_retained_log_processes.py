@@ -13,9 +13,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from later_django import retained_log as log
 from tests.helpers import PROJECT_DIR, set_later, wait_until
 from tests.jobapp.log_processes import SINGLE
+
+pytestmark = [pytest.mark.slow, pytest.mark.one_env]
 
 APPENDERS = 4
 PER_APPENDER = 5_000
