@@ -101,6 +101,9 @@ LATER = {
     # Short cadences so the demo's retries and delayed jobs show up quickly.
     "MAINTENANCE_INTERVAL": timedelta(milliseconds=500),
     "DASHBOARD_RETENTION": timedelta(days=1),
+    # Sequential partition mode: a customer's ledger lines (shop/jobs.py,
+    # LedgerEntry) run one at a time, in order. The count is fixed for good.
+    "TOPICS": {"ledger": 4},
     # later_retained_log_consumer_lag for the shop's order events (shop/order_events.py).
     "RETAINED_LOG_LAG": {"order-events": ["analytics"]},
 }

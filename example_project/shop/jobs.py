@@ -79,3 +79,28 @@ def sales_report(ctx: JobContext, payload: SalesReport) -> None:
     """A recurring job: enqueue_recurring runs it at every fire time of a cron."""
     paid = Order.objects.filter(paid=True).count()
     logger.info("sales report (%s): %d paid orders", payload.period, paid)
+
+
+@dataclass
+class LedgerEntry:
+    """A line of a customer's ledger. Lines of one customer must be posted in
+    the order they were written, one at a time: the "ledger" topic (see
+    LATER["TOPICS"] in settings) runs them in enqueue order per partition,
+    and partition_key() puts every line of a customer in one partition."""
+
+    customer: str
+    order_id: int
+    what: str
+    cents: int
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.customer
+
+
+@job(topic="ledger", retry=RetryPolicy.fixed(3, timedelta(milliseconds=300)))
+async def post_ledger_entry(ctx: JobContext, payload: LedgerEntry) -> None:
+    """A failed attempt is retried in its place: the lines after it wait."""
+    await asyncio.sleep(0.05)  # stands in for a call to the accounting system
+    if payload.fail_first and ctx.attempt == 1:
+        raise ConnectionError("accounting system busy; retried before the next line")

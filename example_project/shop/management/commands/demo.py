@@ -21,6 +21,7 @@ from shop.jobs import (
     AskForReview,
     CancelledCoupon,
     ChargeCard,
+    LedgerEntry,
     NotifyWarehouse,
     SalesReport,
     SendReceipt,
@@ -47,6 +48,16 @@ class Command(BaseCommand):
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
             # A Django task (shop/tasks.py) joins the same transaction.
             total = order_total.enqueue(order.pk)
+            # The customer's ledger lines: they run one at a time, in this
+            # order, even though the first one fails once and is retried.
+            ledger = [
+                later.enqueue_to_partition_in(LedgerEntry(*line))
+                for line in (
+                    (order.email, order.pk, "order placed", order.total_cents, True),
+                    (order.email, order.pk, "card charged", -order.total_cents),
+                    (order.email, order.pk, "points earned", 42),
+                )
+            ]
         later.cancel(coupon)
         # Every 2 seconds (six fields: seconds first). Registering again with
         # the same cron only updates the payload, so this is safe on every run.
@@ -61,7 +72,9 @@ class Command(BaseCommand):
             "sales report (recurring, first occurrence)": report,
             "order total (a Django @task)": total.id,
         }
-        self.stdout.write(f"enqueued {len(jobs)} jobs for {order}; starting later_worker")
+        self.stdout.write(
+            f"enqueued {len(jobs) + len(ledger)} jobs for {order}; starting later_worker"
+        )
 
         worker = subprocess.Popen(
             [sys.executable, "manage.py", "later_worker", "--workers", "4"],
@@ -69,7 +82,7 @@ class Command(BaseCommand):
             env=os.environ.copy(),
         )
         try:
-            self._wait(jobs.values())
+            self._wait([*jobs.values(), *ledger])
             [schedule] = later.list_recurring()
             self.stdout.write(
                 f"schedule {schedule.identifier!r} ({schedule.cron}, {schedule.zone}): "
@@ -83,6 +96,7 @@ class Command(BaseCommand):
         self._report(jobs)
         result = order_total.get_result(total.id)
         self.stdout.write(f"  task result: {result.status}, returned {result.return_value}")
+        self._report_ledger(ledger)
         order.refresh_from_db()
         self.stdout.write(f"\n{order}: paid={order.paid}; worker exited with code {code}")
         self.stdout.write(f"stage counts: {later.stage_counts()}")
@@ -101,6 +115,34 @@ class Command(BaseCommand):
                 return
             time.sleep(0.1)
         raise CommandError(f"jobs did not finish within {DEADLINE_SECONDS}s")
+
+    def _report_ledger(self, ledger: list[str]) -> None:
+        """Show that the ledger lines ran in enqueue order, one at a time."""
+        infos = [later.get_job(job_id) for job_id in ledger]
+        runs = []
+        for info in infos:
+            assert info is not None and info.finished_at is not None
+            first_run = next(c.at for c in info.history if c.stage == "running")
+            runs.append((info, first_run, info.finished_at))
+        head, start = infos[0], runs[0][1]
+        assert head is not None
+        self.stdout.write(
+            f"\nledger lines of {head.topic!r} partition {head.partition}, in enqueue order:"
+        )
+        for n, (info, began, ended) in enumerate(runs):
+            self.stdout.write(
+                f"  sequence {info.sequence}: {info.stage} after {info.attempts} attempt(s), "
+                f"first run +{(began - start).total_seconds():.2f}s, "
+                f"done +{(ended - start).total_seconds():.2f}s"
+            )
+            if n and began < runs[n - 1][2]:
+                raise CommandError(f"ledger line {info.id} started before the one before it ended")
+        for stats in later.partition_stats():
+            if (stats.topic, stats.partition) == (head.topic, head.partition):
+                self.stdout.write(
+                    f"  each line started after the one before it finished; the partition "
+                    f"has {stats.next_sequence} line(s), {stats.depth} unfinished"
+                )
 
     def _report(self, jobs: dict[str, str]) -> None:
         for label, job_id in jobs.items():
