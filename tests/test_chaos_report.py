@@ -256,6 +256,7 @@ def _analyse(
     log: str = "",
     rows: dict[str, Row] | None = None,
     recurring: list[Recurring] | None = None,
+    plan: Plan | None = None,
 ):
     lives = []
     for slot, pid in enumerate((OLD, NEW)):
@@ -268,7 +269,7 @@ def _analyse(
         seed=1,
         processes=2,
         workers=4,
-        plan=Plan(),
+        plan=plan or Plan(),
         rows=rows or {},
         runs=runs,
         faults=faults,
@@ -589,4 +590,209 @@ def test_a_duplicate_occurrence_fails_the_run(tmp_path):
     assert result["violations"] == [
         "recurring 'every-second': 1 fire times between registration and removal with no "
         "occurrence (08:00:04.000)"
+    ]
+
+
+# -- partition order ---------------------------------------------------------------------
+# Runs of partitioned jobs (kind ``ordered``) whose outcome was stored must run
+# one at a time per partition, in sequence order; a run cut short by a kill or
+# pause, whose outcome was not stored, is a repeat, not order.
+TOPIC = "chaos-ordered"
+
+
+def job_id(i: int) -> str:
+    return f"01m8rjk1723gqtq0t5q2pac{i:03d}"
+
+
+def ordered_row(i: int, sequence: int, attempts: int = 1, partition: int = 3) -> Row:
+    return Row(
+        job_id(i), "Ordered", "success", attempts, b"", None, None, "", None, 0, None,
+        TOPIC, partition, sequence,
+    )  # fmt: skip
+
+
+def orun(
+    i: int, attempt: int, pid: int, start: float, end: float | None, outcome: str | None = None
+) -> Run:
+    """A run of job ``i`` (key ``k01``, place ``i``)."""
+    if end is not None and outcome is None:
+        outcome = "ok"
+    return Run(job_id(i), attempt, pid, start, "ordered", i, end, outcome, "k01", i)
+
+
+def retry_line(i: int, attempt: int) -> str:
+    return log_line(
+        f"job {job_id(i)} (tests.chaos.app.jobs.Ordered) attempt {attempt} failed, retrying: "
+        "RuntimeError: chaos ordered job fails its first attempt"
+    )
+
+
+def order_of(runs, rows, faults=(), log="", stopped=frozenset()):
+    from tests.chaos.report import analyse_order
+
+    return analyse_order(list(runs), rows, [], list(faults), {OLD: log, NEW: ""}, set(stopped))
+
+
+def clean_partition() -> tuple[list[Run], dict[str, Row], str]:
+    """Job 1 fails its first attempt (stored: its retry keeps its place), then
+    jobs 1, 2 and 3 succeed, one after the other."""
+    rows = {job_id(1): ordered_row(1, 0, attempts=2), **{
+        job_id(i): ordered_row(i, i - 1) for i in (2, 3)
+    }}  # fmt: skip
+    runs = [
+        orun(1, 1, OLD, 10.0, 10.1, "raise"),
+        orun(1, 2, OLD, 10.3, 10.4),
+        orun(2, 1, NEW, 10.5, 10.6),
+        orun(3, 1, OLD, 10.7, 10.8),
+    ]
+    return runs, rows, retry_line(1, 1)
+
+
+def test_a_clean_partition_passes_and_every_pair_is_counted():
+    runs, rows, log = clean_partition()
+    order = order_of(runs, rows, log=log)
+    assert (order["pairs"], order["violations"], order["stored_runs"]) == (3, 0, 4)
+    assert order["not_stored"] == 0 and order["list"] == []
+    # A second partition adds its own pairs, never one across partitions.
+    rows[job_id(9)] = ordered_row(9, 0, partition=5)
+    rows[job_id(10)] = ordered_row(10, 1, partition=5)
+    runs += [orun(9, 1, NEW, 10.0, 10.9), orun(10, 1, NEW, 11.0, 11.1)]
+    order = order_of(runs, rows, log=log)
+    assert (order["pairs"], order["partitions"], order["violations"]) == (4, 2, 0)
+
+
+def test_a_failure_the_worker_did_not_log_as_stored_is_not_order():
+    runs, rows, _ = clean_partition()
+    order = order_of(runs, rows, faults=[kill(1, OLD, 10.05)], log="")
+    # Its raise is not known to be stored: left out, excused by the kill.
+    assert (order["pairs"], order["not_stored"]) == (2, 1)
+    assert order["not_stored_by_reason"] == {"kill": 1}
+
+
+def test_an_overlap_in_a_partition_is_caught():
+    runs, rows, log = clean_partition()
+    runs[2] = orun(2, 1, NEW, 10.35, 10.6)  # job 2 starts before job 1's retry ended
+    order = order_of(runs, rows, log=log)
+    assert order["violations"] == 1
+    problem = only(order["list"])
+    assert problem["why"] == "started before the previous run of its partition ended"
+    assert problem["partition"] == f"{TOPIC}/3"
+    assert (problem["before"]["job_id"], problem["after"]["job_id"]) == (job_id(1), job_id(2))
+
+
+def test_an_out_of_order_pair_is_caught():
+    runs, rows, log = clean_partition()
+    # Job 3 (sequence 2) ran before job 2 (sequence 1).
+    runs[2], runs[3] = orun(2, 1, NEW, 10.7, 10.8), orun(3, 1, OLD, 10.5, 10.6)
+    order = order_of(runs, rows, log=log)
+    assert order["violations"] == 1
+    assert only(order["list"])["why"] == "ran after a later job of its partition"
+
+
+def test_a_job_that_jumps_a_failed_head_is_caught():
+    runs, rows, log = clean_partition()
+    # Job 2 ran between job 1's stored failure and its retry.
+    runs[1], runs[2] = orun(1, 2, OLD, 10.5, 10.6), orun(2, 1, NEW, 10.2, 10.3)
+    order = order_of(runs, rows, log=log)
+    whys = [p["why"] for p in order["list"]]
+    assert whys == [
+        "ran while the job before it awaited its retry",
+        "ran after a later job of its partition",
+    ]
+
+
+def test_a_killed_run_whose_outcome_was_not_stored_is_excused():
+    runs, rows, log = clean_partition()
+    # Job 2's first attempt was killed mid-run; its retry on NEW overlaps nothing stored.
+    rows[job_id(2)] = ordered_row(2, 1, attempts=2)
+    runs[2:3] = [orun(2, 1, OLD, 10.45, None), orun(2, 2, NEW, 10.5, 10.6)]
+    order = order_of(runs, rows, faults=[kill(1, OLD, 10.46)], log=log)
+    assert (order["violations"], order["pairs"]) == (0, 3)
+    assert order["not_stored_by_reason"] == {"kill": 1}
+    assert order["not_stored_unexplained"] == []
+    # Without the kill nothing explains the lost outcome.
+    order = order_of(runs, rows, log=log)
+    assert order["not_stored_by_reason"] == {"NOT explained": 1}
+    assert only(order["not_stored_unexplained"])["job_id"] == job_id(2)
+    # A worker that logged stopping the handler explains it too.
+    order = order_of(runs, rows, log=log, stopped={(job_id(2), 1)})
+    assert order["not_stored_by_reason"] == {"stopped or discarded by its worker": 1}
+
+
+def test_a_paused_run_that_ended_after_its_successor_is_excused():
+    runs, rows, log = clean_partition()
+    # Paused mid-run past its lease: job 2 ran again elsewhere and job 3 after
+    # it; the paused run ended last, its success refused by the fence.
+    rows[job_id(2)] = ordered_row(2, 1, attempts=2)
+    runs[2:3] = [orun(2, 1, OLD, 10.45, 12.0), orun(2, 2, NEW, 10.5, 10.6)]
+    order = order_of(runs, rows, faults=[pause(1, OLD, 10.46, 11.9)], log=log)
+    assert (order["violations"], order["pairs"]) == (0, 3)
+    assert order["not_stored_by_reason"] == {"pause": 1}
+
+
+def test_the_enqueue_order_of_a_key_must_be_its_sequence_order():
+    from tests.chaos.report import enqueue_order_problems
+
+    plan = Plan()
+    rows = {}
+    for seq, sequence in enumerate([0, 1, 2]):
+        job = plan.new("ordered", "success", key="k01", seq=seq)
+        plan.bind(job, job_id(seq), "enqueue_to_partition")
+        rows[job_id(seq)] = ordered_row(seq, sequence)
+    assert enqueue_order_problems(plan.jobs, rows) == []
+    rows[job_id(2)] = ordered_row(2, 0)  # the third job got an earlier sequence
+    assert only(enqueue_order_problems(plan.jobs, rows))["jobs"] == [job_id(1), job_id(2)]
+
+
+def test_records_read_the_key_and_place_of_a_partitioned_run(tmp_path):
+    (tmp_path / "rec-1001.txt").write_text(
+        f"S {job_id(1)} 1 1001 10.000000 aordered 42 k07 3\n"
+        f"E {job_id(1)} 1 1001 10.500000 ok\n"
+        f"S {job_id(2)} 1 1001 11.000000 work 43\n"
+    )
+    first, second = read_runs(tmp_path)
+    assert (first.kind, first.n, first.key, first.seq, first.end) == (
+        "aordered",
+        42,
+        "k07",
+        3,
+        10.5,
+    )
+    assert (second.key, second.seq) == (None, None)
+
+
+def ordered_plan(rows: dict[str, Row]) -> Plan:
+    """A plan that enqueued ``rows``' partitioned jobs, each expected to succeed."""
+    plan = Plan()
+    for i, row_id in enumerate(sorted(rows)):
+        job = plan.new("ordered", "success", key="k01", seq=i)
+        plan.bind(job, row_id, "enqueue_to_partition")
+    return plan
+
+
+def test_an_order_violation_fails_the_run_and_prints_its_count(tmp_path):
+    runs, rows, log = clean_partition()
+    result = _analyse(tmp_path, runs, [], log=log, rows=rows, plan=ordered_plan(rows))
+    assert result["passed"], result["violations"]
+    text = render(result, 0.0)
+    assert "order checks              3   violations 0   (3 partitioned jobs, 4 stored runs" in text
+    assert "  runs not stored         0   (none)" in text
+    runs[2] = orun(2, 1, NEW, 10.35, 10.6)
+    result = _analyse(tmp_path, runs, [], log=log, rows=rows, plan=ordered_plan(rows))
+    assert result["violations"] == [
+        "1 order violations: runs of one partition that overlap or leave sequence order"
+    ]
+    text = render(result, 0.0)
+    assert "order checks              3   violations 1" in text
+    assert "  order_violations (first 1):" in text
+    assert text.endswith("RESULT: FAIL")
+
+
+def test_partitioned_runs_with_no_pair_checked_fail_the_run(tmp_path):
+    rows = {job_id(1): ordered_row(1, 0)}
+    runs = [orun(1, 1, OLD, 10.0, 10.1)]
+    result = _analyse(tmp_path, runs, [], rows=rows, plan=ordered_plan(rows))
+    assert result["order"]["pairs"] == 0
+    assert result["violations"] == [
+        "partitioned jobs ran but no pair of runs was checked for order"
     ]

@@ -271,10 +271,13 @@ def main(argv: list[str] | None = None) -> int:
                 recurring=r[8],
                 run_at_ms=int(r[9]),
                 started_ms=None if r[10] is None else int(r[10]),
+                topic=r[11],
+                partition=None if r[12] is None else int(r[12]),
+                sequence=None if r[13] is None else int(r[13]),
             )
             for r in query(
                 "SELECT id, type_name, stage, attempts, payload, last_error, parent_id, history, "
-                "recurring, run_at_ms, started_ms FROM later_job"
+                "recurring, run_at_ms, started_ms, topic, partition, sequence FROM later_job"
             )
         }
         state = {

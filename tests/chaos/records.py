@@ -20,6 +20,9 @@ class Run:
     # ok | raise | cancelled (an async handler its worker cancelled) | None (no end line:
     # its process was killed, or it never ended: a hang)
     outcome: str | None = None
+    # A partitioned job's partition key and place among that key's jobs.
+    key: str | None = None
+    seq: int | None = None
 
 
 def read_runs(folder: Path) -> list[Run]:
@@ -31,7 +34,7 @@ def read_runs(folder: Path) -> list[Run]:
         for line in path.read_text(errors="replace").splitlines():
             parts = line.split(" ")
             try:
-                if parts[0] == "S" and len(parts) == 7:
+                if parts[0] == "S" and len(parts) in (7, 9):
                     run = Run(
                         parts[1],
                         int(parts[2]),
@@ -40,6 +43,8 @@ def read_runs(folder: Path) -> list[Run]:
                         parts[5],
                         int(parts[6]),
                     )
+                    if len(parts) == 9:  # a partitioned job: its key and place
+                        run.key, run.seq = parts[7], int(parts[8])
                     runs.append(run)
                     by_key.setdefault((run.job_id, run.attempt, run.pid), []).append(run)
                 elif parts[0] == "E" and len(parts) == 6:

@@ -61,7 +61,7 @@ KILL_KINDS = {"kill", "kill_hung_holder"}
 INF = float("inf")
 HANG_KINDS = {"hang", "ahang"}
 # Handler kinds (app/jobs.py) that are ``async def``: their worker can cancel them.
-ASYNC_KINDS = {"awork", "ahang"}
+ASYNC_KINDS = {"awork", "ahang", "aordered"}
 MAX_DETAILS = 20
 MAX_OVERLAP_ROWS = 30
 # An async handler whose lease was lost while its process was stopped must
@@ -126,6 +126,10 @@ class Row:
     recurring: str | None = None
     run_at_ms: int | None = None
     started_ms: int | None = None
+    # A partitioned job's topic, partition and place in it (None for plain jobs).
+    topic: str | None = None
+    partition: int | None = None
+    sequence: int | None = None
 
 
 def _hist(history: str) -> list[tuple[str, float]]:
@@ -626,6 +630,252 @@ def analyse_recurring(
     ]
 
 
+# -- partition order -------------------------------------------------------------------
+# Handler kinds of partitioned jobs (app/jobs.py ``Ordered``, ``AsyncOrdered``).
+ORDERED_KINDS = {"ordered", "aordered"}
+# The worker log lines of a failure that was stored: a retry, or the last failure.
+STORED_FAILURE_LINE = re.compile(
+    r"job (\w{26}) \([^)]*\) (?:attempt (\d+) failed, retrying|failed on attempt (\d+))"
+)
+# The worker log line of an outcome its worker did not store (the lease was gone).
+DISCARDED_LINE = re.compile(r"job (\w{26}) \([^)]*\) finished after its lease was taken over")
+
+Lane = tuple[str, int]  # (topic, partition)
+
+
+@dataclass(frozen=True)
+class OrderedRun:
+    """A run of a partitioned job whose outcome was stored, placed in its
+    partition by its row's sequence."""
+
+    run: Run
+    lane: Lane
+    sequence: int
+
+
+def stored_failures(text: str) -> set[tuple[str, int]]:
+    """The (job id, attempt) pairs whose failure the worker logs say was stored."""
+    return {(m[1], int(m[2] or m[3])) for m in STORED_FAILURE_LINE.finditer(text)}
+
+
+def discarded_outcomes(logs: dict[int, str]) -> set[tuple[int, str]]:
+    """The (pid, job id) pairs of outcomes a worker process did not store."""
+    return {(pid, m[1]) for pid, text in logs.items() for m in DISCARDED_LINE.finditer(text)}
+
+
+def _outcome_stored(run: Run, row: Row, failures: set[tuple[str, int]]) -> bool:
+    """A failure counts when its worker stored it (its retry keeps the job's
+    place); a success only for the attempt the row succeeded with (the fence
+    refuses any other)."""
+    if run.end is None:
+        return False
+    if run.outcome == "raise":
+        return (run.job_id, run.attempt) in failures
+    return run.outcome == "ok" and row.stage == SUCCESS and row.attempts == run.attempt
+
+
+def split_ordered_runs(
+    runs: list[Run], rows: dict[str, Row], failures: set[tuple[str, int]]
+) -> tuple[dict[Lane, list[OrderedRun]], list[Run]]:
+    """The runs of partitioned jobs whose outcome was stored, per partition in
+    start order, and the others (runs cut short by a fault, or whose outcome
+    was discarded: repeats, not order). A run of a job with no row is left
+    out: that job is lost, and reported as such."""
+    lanes: dict[Lane, list[OrderedRun]] = defaultdict(list)
+    not_stored: list[Run] = []
+    for run in runs:
+        row = rows.get(run.job_id)
+        if run.kind not in ORDERED_KINDS or row is None or row.sequence is None:
+            continue
+        if _outcome_stored(run, row, failures):
+            lane = (str(row.topic), int(row.partition or 0))
+            lanes[lane].append(OrderedRun(run, lane, row.sequence))
+        else:
+            not_stored.append(run)
+    for lane_runs in lanes.values():
+        lane_runs.sort(key=lambda o: o.run.start)
+    return lanes, not_stored
+
+
+def _order_problem(before: OrderedRun, after: OrderedRun) -> str | None:
+    """What is wrong with ``after`` running next after ``before`` in one
+    partition, or None."""
+    assert before.run.end is not None  # a stored run ended
+    if after.run.start < before.run.end:
+        return "started before the previous run of its partition ended"
+    if after.sequence < before.sequence:
+        return "ran after a later job of its partition"
+    if before.run.outcome == "raise" and after.run.job_id != before.run.job_id:
+        return "ran while the job before it awaited its retry"
+    if after.sequence == before.sequence and before.run.outcome != "raise":
+        return "ran again after its success was stored"
+    return None
+
+
+def check_partition_order(lanes: dict[Lane, list[OrderedRun]]) -> tuple[int, list[dict[str, Any]]]:
+    """Compare each stored run with the stored run before it in its partition:
+    one at a time (no overlap), in sequence order, a failed head retried
+    before anything after it. Return the number of pairs compared and the
+    violations. A partition holds many keys, so each key's order is checked
+    too."""
+    pairs, problems = 0, []
+    for lane, lane_runs in sorted(lanes.items()):
+        for before, after in zip(lane_runs, lane_runs[1:], strict=False):
+            pairs += 1
+            why = _order_problem(before, after)
+            if why is not None:
+                problems.append(
+                    {
+                        "partition": f"{lane[0]}/{lane[1]}",
+                        "why": why,
+                        "before": _ordered_side(before),
+                        "after": _ordered_side(after),
+                    }
+                )
+    return pairs, problems
+
+
+def _ordered_side(o: OrderedRun) -> dict[str, Any]:
+    run = o.run
+    return {
+        "job_id": run.job_id,
+        "key": f"{run.key}:{run.seq}",
+        "sequence": o.sequence,
+        "attempt": run.attempt,
+        "pid": run.pid,
+        "start": run.start,
+        "end": run.end,
+        "outcome": run.outcome,
+    }
+
+
+def not_stored_reason(
+    run: Run,
+    until: float,
+    faults_of_pid: list[FaultEvent],
+    stopped: set[tuple[str, int]],
+    discarded: set[tuple[int, str]],
+) -> str | None:
+    """Why a run's outcome was not stored: a kill or pause of its process
+    between its start (or its claim, just before) and ``until`` (the start of
+    its job's next attempt), or its worker saying it stopped the handler or
+    discarded the outcome after losing the lease; None when nothing explains
+    it."""
+    fault = max(
+        (f for f in faults_of_pid if run.start - LATE_START_WINDOW <= f.end and f.start <= until),
+        key=lambda f: f.start,
+        default=None,
+    )
+    if fault is not None:
+        return fault.kind
+    if (run.job_id, run.attempt) in stopped or (run.pid, run.job_id) in discarded:
+        return "stopped or discarded by its worker"
+    return None
+
+
+def enqueue_order_problems(planned: list[Planned], rows: dict[str, Row]) -> list[dict[str, Any]]:
+    """Planned partitioned jobs of one key whose partition sequences do not
+    follow their enqueue order (one producer thread enqueues them, so commit
+    order is enqueue order), or that landed in different partitions."""
+    by_key: dict[str, list[tuple[int, Planned, Row]]] = defaultdict(list)
+    for job in planned:
+        row = rows.get(str(job.job_id))
+        if job.kind in ORDERED_KINDS and row is not None and row.sequence is not None:
+            by_key[str(job.key)].append((int(job.seq or 0), job, row))
+    problems = []
+    for key, jobs in sorted(by_key.items()):
+        jobs.sort(key=lambda item: item[0])
+        for (_, a, ra), (seq, b, rb) in zip(jobs, jobs[1:], strict=False):
+            if (ra.topic, ra.partition) != (rb.topic, rb.partition) or (
+                (rb.sequence or 0) <= (ra.sequence or 0)
+            ):
+                problems.append(
+                    {
+                        "key": key,
+                        "seq": seq,
+                        "jobs": [a.job_id, b.job_id],
+                        "partitions": [ra.partition, rb.partition],
+                        "sequences": [ra.sequence, rb.sequence],
+                    }
+                )
+    return problems
+
+
+def analyse_order(
+    runs: list[Run],
+    rows: dict[str, Row],
+    planned: list[Planned],
+    faults: list[FaultEvent],
+    logs: dict[int, str],
+    stopped: set[tuple[str, int]],
+) -> dict[str, Any]:
+    """The order section of the report: partition order over the stored runs
+    of partitioned jobs, and why each other run of them was not stored."""
+    all_logs = "\n".join(logs.values())
+    lanes, not_stored = split_ordered_runs(runs, rows, stored_failures(all_logs))
+    pairs, problems = check_partition_order(lanes)
+    faults_by_pid: dict[int, list[FaultEvent]] = defaultdict(list)
+    for fault in faults:
+        if fault.kind in PROCESS_FAULTS and fault.pid is not None:
+            faults_by_pid[fault.pid].append(fault)
+    next_start: dict[tuple[str, int], float] = {}
+    for run in runs:
+        if run.kind in ORDERED_KINDS:
+            for attempt in range(1, run.attempt):
+                key = (run.job_id, attempt)
+                next_start[key] = min(next_start.get(key, INF), run.start)
+    discarded = discarded_outcomes(logs)
+    reasons: Counter[str] = Counter()
+    unexplained = []
+    for run in not_stored:
+        until = next_start.get((run.job_id, run.attempt), INF)
+        why = not_stored_reason(run, until, faults_by_pid.get(run.pid, []), stopped, discarded)
+        reasons[why or "NOT explained"] += 1
+        if why is None:
+            unexplained.append(
+                {"job_id": run.job_id, "attempt": run.attempt, "pid": run.pid, "start": run.start}
+            )
+    jobs = [job for job in planned if job.kind in ORDERED_KINDS]
+    return {
+        "partitioned_jobs": len(jobs),
+        "runs": sum(1 for run in runs if run.kind in ORDERED_KINDS),
+        "stored_runs": sum(len(lane_runs) for lane_runs in lanes.values()),
+        "partitions": len(lanes),
+        "pairs": pairs,
+        "violations": len(problems),
+        "not_stored": len(not_stored),
+        "not_stored_by_reason": dict(reasons),
+        "not_stored_unexplained": unexplained,
+        "enqueue_order_problems": enqueue_order_problems(planned, rows),
+        "list": problems,
+    }
+
+
+def order_verdicts(order: dict[str, Any]) -> list[str]:
+    """The violations of the order section: any order violation, any run
+    whose outcome was lost for no reason, and a run with partitioned work
+    that checked nothing."""
+    out = []
+    if order["violations"]:
+        out.append(
+            f"{order['violations']} order violations: runs of one partition that overlap or "
+            "leave sequence order"
+        )
+    if (order["partitioned_jobs"] or order["runs"]) and not order["pairs"]:
+        out.append("partitioned jobs ran but no pair of runs was checked for order")
+    if order["not_stored_unexplained"]:
+        out.append(
+            f"{len(order['not_stored_unexplained'])} runs of partitioned jobs whose outcome was "
+            "not stored, with no kill or pause of their process nor a worker's stop to explain it"
+        )
+    if order["enqueue_order_problems"]:
+        out.append(
+            f"{len(order['enqueue_order_problems'])} partitioned jobs whose partition sequence "
+            "does not follow their enqueue order"
+        )
+    return out
+
+
 def analyse(
     *,
     vendor: str,
@@ -1017,6 +1267,10 @@ def analyse(
     for schedule_check in schedules:
         violations.extend(recurring_violations(schedule_check))
 
+    # -- partition order ------------------------------------------------------------------------
+    order = analyse_order(runs, rows, planned, faults, logs, abandoned | cancelled)
+    violations.extend(order_verdicts(order))
+
     # -- verdict -------------------------------------------------------------------------------
     if lost:
         violations.append(f"{len(lost)} lost jobs")
@@ -1119,10 +1373,7 @@ def analyse(
             "unattended_spans": unattended,
             "schedules": schedules,
         },
-        "order_violations": {
-            "count": 0,
-            "note": "n/a: ordered (partitioned) work does not exist yet",
-        },
+        "order": order,
         "faults": {
             "count": len(faults),
             "by_kind": dict(fault_counts),
@@ -1163,6 +1414,11 @@ def analyse(
             "success_without_run": success_without_run[:MAX_DETAILS],
             "unexpected_runs": unexpected_runs[:MAX_DETAILS],
             "unknown_rows": unknown_rows[:MAX_DETAILS],
+            "order_violations": order["list"][:MAX_DETAILS],
+            "partitioned_runs_not_stored_unexplained": order["not_stored_unexplained"][
+                :MAX_DETAILS
+            ],
+            "partitioned_enqueue_order": order["enqueue_order_problems"][:MAX_DETAILS],
             "extra_rows": extra_rows[:MAX_DETAILS],
         },
         "passed": not violations,
@@ -1241,6 +1497,21 @@ def _recurring_lines(section: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _order_lines(order: dict[str, Any] | None) -> list[str]:
+    """The order line: pairs of stored runs compared in partition order, and
+    what became of the runs whose outcome was not stored."""
+    if order is None:
+        return []
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(order["not_stored_by_reason"].items()))
+    return [
+        f"order checks       {order['pairs']:>8}   violations {order['violations']}   "
+        f"({order['partitioned_jobs']} partitioned jobs, {order['stored_runs']} stored runs in "
+        f"{order['partitions']} partitions; enqueue order broken: "
+        f"{len(order['enqueue_order_problems'])})",
+        f"  runs not stored  {order['not_stored']:>8}   ({reasons or 'none'})",
+    ]
+
+
 def render(result: dict[str, Any], t0: float) -> str:
     jobs, dups, procs, hung = (
         result["jobs"],
@@ -1277,8 +1548,7 @@ def render(result: dict[str, Any], t0: float) -> str:
         f"{dups['max_recovery_seconds_by_fault_kind']}",
         *_overlap_lines(result["overlapping_runs"], t0),
         *_recurring_lines(result.get("recurring")),
-        f"order violations   {result['order_violations']['count']:>8}   "
-        f"({result['order_violations']['note']})",
+        *_order_lines(result.get("order")),
         f"longest wait after a fault: {result['longest_wait_after_fault']['seconds']:.2f}s "
         f"(fault #{result['longest_wait_after_fault']['fault']})",
         "",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+from tests.chaos.topics import ORDERED_PARTITIONS, ORDERED_TOPIC
 from tests.pgserver import database_settings
 
 SECRET_KEY = "later-chaos"
@@ -59,6 +60,7 @@ else:
 LEASE_DURATION = 3.0
 STUCK_JOB_GRACE = 1.0
 
+
 LATER = {
     "DATABASE": "default",
     "WORKERS": int(os.environ.get("CHAOS_WORKERS", "4")),
@@ -70,6 +72,15 @@ LATER = {
     "HUNG_WORKER_THRESHOLD": timedelta(seconds=4),
     "SHUTDOWN_TIMEOUT": timedelta(seconds=3),
     "DASHBOARD_RETENTION": timedelta(days=1),
+    # Registered in every process, the producer's and the workers'.
+    "TOPICS": {ORDERED_TOPIC: ORDERED_PARTITIONS},
+    # As short as the job lease: a killed or paused process's partitions
+    # move to a live server within seconds, not the defaults' half minute.
+    # The TTL outlasts a database fault (a lock of up to 2.5 s), so a fault
+    # alone does not make every server look dead.
+    "PARTITION_LEASE_DURATION": timedelta(seconds=LEASE_DURATION),
+    "PARTITION_HEARTBEAT_TTL": timedelta(seconds=4),
+    "PARTITION_HEARTBEAT_INTERVAL": timedelta(milliseconds=500),
 }
 
 LOGGING = {

@@ -10,6 +10,9 @@ Expected outcomes:
 - a continuation of a job expected to fail: ``failed`` with ``parent failed``;
 - a payload corrupted by a fault before any worker took it: ``failed`` with
   the decode error (set by the fault when its UPDATE hits the row);
+- ``Ordered`` / ``AsyncOrdered`` (partitioned, over ``ORDERED_KEYS`` keys;
+  some fail their first attempt): ``success``, each key's jobs one at a
+  time in enqueue order;
 - ``Hang`` / ``AsyncHang``: ``running`` forever (or waiting to be re-run after
   its process was killed): still legitimately pending at the end.
 
@@ -31,12 +34,22 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.db import Error as DjangoDbError
-from django.db import connections
+from django.db import connections, transaction
 
 import later_django as later
 from later_django import LaterBusy
 from later_django.db import dialect_for
-from tests.chaos.app.jobs import FLAKY_RETRIES, AsyncHang, AsyncWork, Flaky, Hang, Tick, Work
+from tests.chaos.app.jobs import (
+    FLAKY_RETRIES,
+    AsyncHang,
+    AsyncOrdered,
+    AsyncWork,
+    Flaky,
+    Hang,
+    Ordered,
+    Tick,
+    Work,
+)
 
 T = TypeVar("T")
 
@@ -44,6 +57,11 @@ SUCCESS, FAILED, RUNNING = "success", "failed", "running"
 REASON_PARENT = "parent failed"
 REASON_DECODE = "does not decode"
 REASON_FLAKY = "chaos flaky job"
+# Partition keys of the partitioned jobs: several per partition, so keys
+# share partitions (8) and a partition's order covers jobs of many keys.
+ORDERED_KEYS = 40
+# The share of the plan that is partitioned.
+ORDERED_SHARE = 0.15
 
 
 @dataclass
@@ -51,7 +69,7 @@ class Planned:
     """One job of the plan and what must become of it."""
 
     n: int
-    kind: str  # work awork flaky delayed child hang ahang
+    kind: str  # work awork flaky delayed child hang ahang ordered aordered
     expected: str
     reason: str = ""
     api: str = ""
@@ -61,6 +79,9 @@ class Planned:
     ready_at: float = 0.0
     children: int = 0
     corrupted_at: float | None = None
+    # A partitioned job's partition key and place among that key's jobs.
+    key: str | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -229,6 +250,8 @@ class Producer:
         # Parents a late continuation may pick: finished or not, never delayed
         # (delayed jobs are what the corrupt fault changes) and never a hang.
         self._parents: list[Planned] = []
+        # How many partitioned jobs each key has had: the next one's place.
+        self._key_seq: dict[str, int] = {}
 
     # -- the public API, retried ---------------------------------------------------
     def _call(self, fn: Callable[[], T]) -> T:
@@ -370,6 +393,37 @@ class Producer:
         self._child_of(parent)
         return 1
 
+    def _ordered_job(self) -> tuple[Planned, object]:
+        """The next partitioned job of a random key, and its payload."""
+        key = f"k{self.rng.randrange(ORDERED_KEYS):02d}"
+        seq = self._key_seq.get(key, 0)
+        self._key_seq[key] = seq + 1
+        is_async = self.rng.random() < 0.4
+        job = self.plan.new("aordered" if is_async else "ordered", SUCCESS, key=key, seq=seq)
+        cls = AsyncOrdered if is_async else Ordered
+        fail_first = self.rng.random() < 0.1  # its retry must keep its place
+        return job, cls(n=job.n, key=key, seq=seq, sleep_ms=self._sleep_ms(), fail_first=fail_first)
+
+    def _ordered(self, remaining: int) -> int:
+        """1-3 partitioned jobs: one call each, or all in one transaction
+        (``enqueue_to_partition_in``). A retried transaction enqueues the same
+        payloads again, so an ambiguous commit leaves twins at the same place."""
+        made = [self._ordered_job() for _ in range(min(remaining, self.rng.randint(1, 3)))]
+        if self.rng.random() < 0.3:
+            payloads = [payload for _, payload in made]
+
+            def in_transaction() -> list[Any]:
+                with transaction.atomic(using="default"):
+                    return [later.enqueue_to_partition_in(p) for p in payloads]
+
+            ids, api = self._call(in_transaction), "enqueue_to_partition_in"
+        else:
+            ids = [self._call(functools.partial(later.enqueue_to_partition, p)) for _, p in made]
+            api = "enqueue_to_partition"
+        for (job, _), job_id in zip(made, ids, strict=True):
+            self.plan.bind(job, job_id, api)
+        return len(made)
+
     def produce(self, seconds: float, stop: threading.Event) -> None:
         """Enqueue exactly ``profile.jobs`` jobs evenly over ``seconds``."""
         units = [
@@ -383,7 +437,7 @@ class Producer:
         weights = [60, 8, 7, 8, 9, 8]
         started = time.monotonic()
         end = started + seconds
-        made = 0
+        made = ordered = 0
         while not stop.is_set():
             now = time.monotonic()
             # The last turn tops the plan up to exactly ``profile.jobs``.
@@ -391,6 +445,11 @@ class Producer:
             if now >= end:
                 due = self.profile.jobs
             while made < due:
+                if ordered < ORDERED_SHARE * due:  # a steady share, whatever the units
+                    count = self._ordered(due - made)
+                    ordered += count
+                    made += count
+                    continue
                 unit = self.rng.choices(units, weights)[0]
                 if due - made < 5:
                     unit = self._bulk  # a chain could overshoot the total

@@ -4,6 +4,7 @@ Each handler run appends whole lines, with one ``O_APPEND`` write each, to
 ``$CHAOS_RECORD_DIR/rec-<pid>.txt``::
 
     S <job_id> <attempt> <pid> <time> <kind> <n>            first thing in the handler
+    S <job_id> <attempt> <pid> <time> <kind> <n> <key> <seq>  the same, of a partitioned job
     E <job_id> <attempt> <pid> <time> ok|raise|cancelled     last thing
 
 ``cancelled``: an async handler (``awork``, ``ahang``) was cancelled by its
@@ -13,6 +14,11 @@ the run really stopped. Sync handlers never write ``cancelled``: a thread
 cannot be stopped, and one its worker abandoned writes its own end line
 when it ends. No end line: the process was killed, or the run never ended
 (a ``hang``, an ``ahang`` nobody cancelled).
+
+``ordered`` (sync) and ``aordered`` (async) runs are partitioned jobs of
+topic ``chaos-ordered``: ``key`` is their partition key and ``seq`` their
+place among the jobs of that key, in enqueue order, so the report can check
+that each key's jobs ran one at a time, in order.
 
 ``tick`` runs are occurrences of the recurring schedules the runner
 registers (``Tick``; ``n`` is the schedule's index in the profile).
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from later_django import JobContext, RetryPolicy, job
+from tests.chaos.topics import ORDERED_TOPIC
 
 # Generous: a job killed or paused mid-run several times still has retries left,
 # so its expected outcome does not depend on where the faults fall.
@@ -62,8 +69,10 @@ def _write(line: str) -> None:
     os.write(_fd, line.encode())  # one O_APPEND write: whole lines only
 
 
-def record_start(ctx: JobContext, kind: str, n: int) -> None:
-    _write(f"S {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {kind} {n}\n")
+def record_start(ctx: JobContext, kind: str, n: int, place: str = "") -> None:
+    """``place``: ``<key> <seq>`` of a partitioned job, else empty."""
+    tail = f" {place}" if place else ""
+    _write(f"S {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {kind} {n}{tail}\n")
 
 
 def record_end(ctx: JobContext, outcome: str) -> None:
@@ -166,4 +175,60 @@ def run_tick(ctx: JobContext, payload: Tick) -> None:
     record_start(ctx, "tick", payload.n)
     if payload.sleep_ms:
         time.sleep(payload.sleep_ms / 1000)
+    record_end(ctx, "ok")
+
+
+@dataclass
+class Ordered:
+    """A partitioned job: jobs of one ``key`` run one at a time, in ``seq``
+    order. ``fail_first`` raises on attempt 1: its retry must keep its place
+    (the jobs after it wait)."""
+
+    n: int
+    key: str
+    seq: int
+    sleep_ms: int = 0
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic=ORDERED_TOPIC, retry=WORK_RETRY)
+def run_ordered(ctx: JobContext, payload: Ordered) -> None:
+    record_start(ctx, "ordered", payload.n, f"{payload.key} {payload.seq}")
+    if payload.sleep_ms:
+        time.sleep(payload.sleep_ms / 1000)
+    if payload.fail_first and ctx.attempt == 1:
+        record_end(ctx, "raise")
+        raise RuntimeError(f"chaos ordered job {payload.n} fails its first attempt")
+    record_end(ctx, "ok")
+
+
+@dataclass
+class AsyncOrdered:
+    """``Ordered`` with an ``async def`` handler (the same topic and keys)."""
+
+    n: int
+    key: str
+    seq: int
+    sleep_ms: int = 0
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic=ORDERED_TOPIC, retry=WORK_RETRY)
+async def run_async_ordered(ctx: JobContext, payload: AsyncOrdered) -> None:
+    record_start(ctx, "aordered", payload.n, f"{payload.key} {payload.seq}")
+    try:
+        if payload.sleep_ms:
+            await asyncio.sleep(payload.sleep_ms / 1000)
+    except asyncio.CancelledError:
+        record_end(ctx, "cancelled")
+        raise
+    if payload.fail_first and ctx.attempt == 1:
+        record_end(ctx, "raise")
+        raise RuntimeError(f"chaos ordered job {payload.n} fails its first attempt")
     record_end(ctx, "ok")
