@@ -108,6 +108,8 @@ LOG_PATTERNS = {
     "maintenance restarts": "restarting it",
     "LISTEN reconnects": "LISTEN connection lost",
     "service crashes": "crashed; restarting",
+    "partition refresh errors": "could not refresh partition ownership",
+    "partition leases lost": "lease lost; stopping its head",
 }
 
 
@@ -1452,12 +1454,12 @@ def _overlap_lines(summary: dict[str, Any], t0: float) -> list[str]:
     shown = rows[:MAX_OVERLAP_ROWS]
     side = f"{'att':>3} {'pid':>7} {'start':>7} {'end':>7} {'outcome':<9}"
     lines.append(
-        f"  {'job':<26} {'kind':<11} | older: {side} | newer: {side} | {'fault':>5}  verdict"
+        f"  {'job':<26} {'kind':<14} | older: {side} | newer: {side} | {'fault':>5}  verdict"
     )
     for o in shown:
         fault = f"#{o['fault']}" if o["fault"] is not None else "-"
         lines.append(
-            f"  {o['job_id']:<26} {o['kind'] + ' ' + o['older']['mode']:<11} | older: "
+            f"  {o['job_id']:<26} {o['kind'] + ' ' + o['older']['mode']:<14} | older: "
             f"{_overlap_side(o['older'], t0)} | newer: {_overlap_side(o['newer'], t0)} | "
             f"{fault:>5}  {o['verdict']}: {o['why']}"
         )
