@@ -3,7 +3,8 @@
 Each run starts its own database (the PostgreSQL one with initdb/pg_ctl,
 like tests/pgserver.py), three ``later_worker`` processes and a producer,
 injects every fault kind at least once and must report 0 lost jobs and no
-violation. See docs/chaos.md; the long profile is a documented command.
+violation, with partitioned jobs checked for order (pairs compared > 0, 0
+violations). See docs/chaos.md; the long profile is a documented command.
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ def parse_lost(report: str) -> int | None:
     """The ``lost`` number of a printed report."""
     match = re.search(r"^  lost\s+(\d+)", report, re.MULTILINE)
     return int(match.group(1)) if match else None
+
+
+def parse_order(report: str) -> tuple[int, int] | None:
+    """The ``order checks`` line of a printed report: (pairs compared, violations)."""
+    match = re.search(r"^order checks\s+(\d+)\s+violations (\d+)", report, re.MULTILINE)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def test_parse_order_reads_the_report_line():
+    line = "order checks            653   violations 0   (602 partitioned jobs, ...)"
+    assert parse_order(f"x\n{line}\ny") == (653, 0)
+    assert parse_order("order violations          0   (n/a)") is None
 
 
 @pytest.mark.slow
@@ -62,5 +75,7 @@ def test_chaos_ci_profile_loses_nothing(db, tmp_path):
     output = result.stdout + result.stderr
     assert "later chaos report" in output, output[-5000:]
     assert parse_lost(output) == 0, output[-8000:]
+    order = parse_order(output)
+    assert order is not None and order[0] > 0 and order[1] == 0, output[-8000:]
     assert "RESULT: PASS" in output, output[-8000:]
     assert result.returncode == 0, output[-8000:]

@@ -21,6 +21,11 @@ Definitions (docs/chaos.md):
 - **longest wait after a fault**: the largest of, over all faults, the time
   from the fault's end to the first handler start after it, and the longest
   time a job that was ready at the fault's end stayed ready after it;
+- **order** (``analyse_order``): per partition, the runs of partitioned
+  jobs whose outcome was stored run one at a time in sequence order, a
+  failed head retried before anything after it; every other run of them
+  (a repeat) is explained by a kill or pause of its process or by its
+  worker's own log line;
 - **recurring schedules** (``check_schedule``): per schedule, from its
   occurrence rows, every fire time on the cron's grid and enqueued once, none
   missing between registration and removal (unless no worker process ran for
