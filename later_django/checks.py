@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, cast
@@ -16,10 +15,10 @@ from django.utils.module_loading import import_string, module_has_submodule
 
 from later_django.conf import DEFAULTS, TIMING_KEYS, conf
 from later_django.db import dialect_for
-from later_django.registry import is_module_name
+from later_django.partitions.reserved import RECURRING_TOPIC, registered_topics
+from later_django.registry import TOPIC_NAME, is_module_name
 from later_django.retry import RetryPolicy
 
-TOPIC_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 MAX_WORKERS = 255
 
 
@@ -368,20 +367,32 @@ def _check_retained_log_lag(value: object) -> list[CheckMessage]:
 def check_stored_topics(
     databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Compare LATER['TOPICS'] with the partition counts stored by earlier runs."""
+    """Compare LATER['TOPICS'] (and RECURRING_SEQUENTIAL_PARTITIONS) with the
+    partition counts stored by earlier runs."""
     alias = conf.database
     if not databases or alias not in databases or alias not in settings.DATABASES:
         return []
-    topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
     return [
-        _error(
-            "E015",
-            f"Topic {name!r} has {count} partitions in LATER['TOPICS'] but was "
-            f"registered with {stored}; changing it would reorder its jobs.",
-            f"Restore LATER['TOPICS'][{name!r}] = {stored}, or use a new topic name.",
-        )
-        for name, count, stored in stored_topic_conflicts(alias, topics)
+        topic_conflict(name, count, stored)
+        for name, count, stored in stored_topic_conflicts(alias, registered_topics())
     ]
+
+
+def topic_conflict(name: str, count: int, stored: int) -> CheckMessage:
+    if name == RECURRING_TOPIC:
+        return _error(
+            "E015",
+            f"LATER['RECURRING_SEQUENTIAL_PARTITIONS'] is {count} but sequential recurring "
+            f"jobs were registered with {stored} partitions; changing it would move "
+            "schedules to other partitions and let their occurrences overlap.",
+            f"Restore LATER['RECURRING_SEQUENTIAL_PARTITIONS'] = {stored}.",
+        )
+    return _error(
+        "E015",
+        f"Topic {name!r} has {count} partitions in LATER['TOPICS'] but was "
+        f"registered with {stored}; changing it would reorder its jobs.",
+        f"Restore LATER['TOPICS'][{name!r}] = {stored}, or use a new topic name.",
+    )
 
 
 def stored_topic_conflicts(alias: str, topics: dict[str, Any]) -> list[tuple[str, int, int]]:

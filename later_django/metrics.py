@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from later_django import events
+from later_django.types import PartitionStats
 
 # Named queues do not exist yet: every job is in this one.
 QUEUE = "default"
@@ -146,10 +147,12 @@ class Metrics:
         self.queue = QueueCollector()
         self.workers = WorkersCollector()
         self.lag = LagCollector()
+        self.partitions = PartitionCollector()
         registry.register(_Locked(self))
         registry.register(self.queue)
         registry.register(self.workers)
         registry.register(self.lag)
+        registry.register(self.partitions)
 
     def subscribe(self) -> None:
         """Feed these families from the events of this process."""
@@ -280,6 +283,44 @@ class LagCollector(Collector):
             for (topic, group), lag in sorted(self._values.items()):
                 family.add_metric([topic, group], lag)
         yield family
+
+
+class PartitionCollector(Collector):
+    """``later_partition_depth`` (unfinished jobs) and
+    ``later_partition_head_age_seconds`` (how long the head has been due) of
+    every partition that has had a job, from partition_stats(): an index
+    probe per partition, no count over jobs. Set by the metrics service of a
+    worker that runs partition workers; the same shared value in every such
+    process: aggregate with ``max``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stats: list[PartitionStats] = []
+
+    def set(self, stats: list[PartitionStats]) -> None:
+        with self._lock:
+            self._stats = list(stats)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        depth = GaugeMetricFamily(
+            "later_partition_depth",
+            "Unfinished jobs of a partition (use max across instances).",
+            labels=["topic", "partition"],
+        )
+        age = GaugeMetricFamily(
+            "later_partition_head_age_seconds",
+            "How long a partition's head has been due; 0 when it has none or it is not due.",
+            labels=["topic", "partition"],
+        )
+        now_ms = time.time() * 1000
+        with self._lock:
+            for stats in self._stats:
+                labels = [stats.topic, str(stats.partition)]
+                depth.add_metric(labels, stats.depth)
+                due = stats.head_run_at_ms
+                age.add_metric(labels, 0.0 if due is None else max(now_ms - due, 0.0) / 1000)
+        yield depth
+        yield age
 
 
 class WorkersCollector(Collector):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,11 +112,16 @@ def _payload_type_of(func: Callable[..., Any]) -> type[Any]:
     return hint
 
 
+# A topic name as LATER["TOPICS"] takes it (checks.py): the reserved topic
+# of sequential recurring jobs has a ':' so that no user topic can take it.
+TOPIC_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
 def _check_topic(func: Callable[..., Any], payload_type: type[Any], topic: object) -> None:
-    if not isinstance(topic, str) or not topic:
+    if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
         raise TypeError(
-            f"@job(topic=...) of {func.__qualname__} must be a topic name (a non-empty "
-            f"string registered in LATER['TOPICS']), got {topic!r}"
+            f"@job(topic=...) of {func.__qualname__} must be a topic name of LATER['TOPICS'] "
+            f"(1-100 letters, digits, '_', '-' or '.'), got {topic!r}"
         )
     if not callable(getattr(payload_type, "partition_key", None)):
         raise TypeError(

@@ -99,8 +99,9 @@ class PartitionStats:
 
     ``depth`` is how many of its jobs are unfinished (the next sequence
     minus the head's); the head is its unfinished job of the lowest
-    sequence, ``head_run_at`` when it was (or will be) due; ``owner`` and
-    ``epoch`` the server holding its lease (None once released or expired)."""
+    sequence, ``head_run_at_ms`` when it was (or will be) due; ``owner`` and
+    ``epoch`` the server that holds or last held its lease (None once
+    released), valid until ``lease_expires_ms``."""
 
     topic: str
     partition: int

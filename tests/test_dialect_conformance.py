@@ -38,6 +38,7 @@ from later_django.db.rows import (
     DueSchedule,
     ExpiredFence,
     FailureWrite,
+    HeadFailure,
     Heartbeat,
     HeldLease,
     LeaseRequest,
@@ -1895,27 +1896,29 @@ def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
         assert dialect.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
 
 
+def head_failure(job_id: str | None) -> HeadFailure:
+    return HeadFailure(lane=ORDERS, error="boom", retention_ms=DAY_MS, job_id=job_id)
+
+
 def test_force_fail_and_truncate_act_on_one_partition(later_db, dialect):
     """force_fail fails the head whatever its stage (and its waiting
     children) and moves the epoch on; truncate keeps the newest finished."""
     ids = [insert_partitioned(later_db)[0] for _ in range(4)]
     epoch, job = claim_head(later_db, "a")
     with cursor_of(later_db, atomic=True) as c:
-        failed = dialect.partition_force_fail_head(c, ORDERS, error="boom", retention_ms=DAY_MS)
+        wrong = HeadFailure(lane=ORDERS, error="boom", retention_ms=DAY_MS, job_id=ids[1])
+        assert dialect.partition_force_fail_head(c, wrong) is None  # ids[1] is not the head
+        failed = dialect.partition_force_fail_head(c, head_failure(ids[0]))
         assert failed == ids[0]
         assert dialect.partition_fence(c, job.lane, owner="a") is False
     assert stages(later_db, *ids) == ["failed", "enqueued", "enqueued", "enqueued"]
     for _ in range(2):
         with cursor_of(later_db, atomic=True) as c:
-            dialect.partition_force_fail_head(c, ORDERS, error="boom", retention_ms=DAY_MS)
+            dialect.partition_force_fail_head(c, head_failure(None))
     with cursor_of(later_db, atomic=True) as c:
         assert dialect.partition_truncate_history(c, ORDERS, 1) == 2
-        assert (
-            dialect.partition_force_fail_head(
-                c, PartitionLane(NS, "none", 0), error="x", retention_ms=1
-            )
-            is None
-        )
+        nothing = HeadFailure(lane=PartitionLane(NS, "none", 0), error="x", retention_ms=1)
+        assert dialect.partition_force_fail_head(c, nothing) is None
     assert [row[0] for row in later_db.rows("SELECT id FROM later_job ORDER BY sequence")] == ids[
         2:
     ]

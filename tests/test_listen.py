@@ -13,7 +13,7 @@ import later_django as later
 from later_django import wakeup
 from later_django.db import dialect_for
 from tests.helpers import await_stage, await_until, in_thread, serve, set_later
-from tests.jobapp.jobs import Noop
+from tests.jobapp.jobs import Noop, Ordered
 
 
 def _terminate_listeners(alias: str) -> int:
@@ -67,3 +67,23 @@ def test_notify_payloads_count_the_jobs_that_became_ready(later_db):
         later.enqueue_delayed(Noop(n=9), timedelta(hours=1))  # not ready: no notification
         payloads = [note.payload for note in listener.notifies(timeout=2, stop_after=2)]
     assert payloads == ["default", "default\x1f3"]
+
+
+def test_partition_jobs_notify_their_own_channel_never_the_plain_one(later_db, settings):
+    """A ready partition job wakes partition pollers (channel later_partition)
+    and no plain worker (channel later); a plain job the other way round."""
+    if not dialect_for(later_db.alias).supports_listen:
+        pytest.skip("SQLite cannot notify")
+    import psycopg
+
+    from later_django.db.postgresql import connect_kwargs
+
+    set_later(settings, TOPICS={"ordered": 8})
+    with psycopg.connect(autocommit=True, **connect_kwargs(later_db.alias)) as listener:
+        listener.execute("LISTEN later")
+        listener.execute("LISTEN later_partition")
+        later.enqueue_to_partition(Ordered("k", 0))
+        later.enqueue_to_partition_delayed(Ordered("k", 1), timedelta(hours=1))  # not ready
+        later.enqueue(Noop(n=1))
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=3)]
+    assert notes == [("later_partition", "default"), ("later", "default")]

@@ -4,6 +4,7 @@ server."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -19,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import later_django as later
 from later_django import events, metrics
-from tests.helpers import PROJECT_DIR, wait_until
-from tests.jobapp.jobs import Flaky, Noop, NoRetry
+from tests.helpers import PROJECT_DIR, set_later, wait_until
+from tests.jobapp.jobs import Flaky, Noop, NoRetry, Ordered
 
 FAMILIES = {
     "later_job_transitions",
@@ -31,6 +32,8 @@ FAMILIES = {
     "later_worker_commands",
     "later_workers",
     "later_retained_log_consumer_lag",
+    "later_partition_depth",
+    "later_partition_head_age_seconds",
 }
 FORBIDDEN_LABELS = {"job_id", "id", "error", "message", "owner", "server_id", "server"}
 # A job id (26 lowercase base32 characters) or a server id (host-pid-hex).
@@ -212,6 +215,31 @@ def test_a_worker_serves_what_happened_on_its_metrics_port(later_db, workers):
     _, families = parse(scrape(port))
     assert {f.name for f in families} >= FAMILIES
     assert_no_leak(families)
+
+
+def test_a_worker_with_topics_serves_partition_depth_and_head_age(later_db, workers, settings):
+    """Depth is the partition's unfinished jobs; a head not due yet has no age."""
+    set_later(settings, TOPICS={"ordered": 8})
+    for n in range(3):
+        later.enqueue_to_partition_delayed(Ordered("k", n), timedelta(hours=1))
+    partition = str(later.partition_for_key("k", 8))
+    port = free_port()
+    proc = workers.start(
+        "--metrics-port", str(port), "--metrics-addr", "127.0.0.1",
+        timings={"METRICS_REFRESH_INTERVAL": 0.2}, workers=1,
+        env={"LATER_TEST_SETTINGS": json.dumps({"TOPICS": {"ordered": 8}})},
+    )  # fmt: skip
+    workers.wait_registered(proc)
+
+    def depth() -> Samples | None:
+        samples, _ = parse(scrape(port))
+        found = total(samples, "later_partition_depth", topic="ordered", partition=partition)
+        return samples if found == 3 else None
+
+    samples = wait_until(depth, 20, lambda: f"the partition depth:\n{scrape(port)}")
+    age = total(samples, "later_partition_head_age_seconds", partition=partition)
+    assert age == 0
+    assert_no_leak(parse(scrape(port))[1])
 
 
 def test_worker_metrics_port_in_use_is_a_clear_error(later_db, workers):

@@ -162,3 +162,17 @@ def test_the_newest_objects_are_those_of_the_last_objects_migration():
 def test_a_migrated_database_has_exactly_the_newest_objects(later_db):
     assert installed(later_db) == objects.expected(later_db.vendor)
     assert objects.expected(later_db.vendor), "every database has its counters' triggers"
+
+
+def test_a_changed_recurring_sequential_partition_count_is_refused(later_db, settings):
+    """The reserved topic of sequential recurring jobs is registered like a
+    topic: changing RECURRING_SEQUENTIAL_PARTITIONS would move schedules to
+    other partitions, so it is refused the same way, naming that setting."""
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=4)
+    assert "registered topic later:recurring with 4 partitions" in later_migrate()
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=8)
+    with pytest.raises(CommandError, match="RECURRING_SEQUENTIAL_PARTITIONS"):
+        later_migrate()
+    (error,) = e015(later_db)
+    assert "RECURRING_SEQUENTIAL_PARTITIONS" in error.msg
+    assert "= 4" in error.hint

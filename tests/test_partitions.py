@@ -4,6 +4,7 @@ pauses are in tests/test_partition_processes.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
@@ -243,3 +244,43 @@ def test_sequential_recurring_needs_its_setting_and_continue_needs_a_sequential_
     plain = later.enqueue(Noop())
     with pytest.raises(ValueError, match="not an occurrence"):
         later.enqueue_recurring_continue(plain, Noop())
+
+
+def test_the_plain_claim_reads_the_ready_index_which_holds_no_partition_job(topics):
+    """The ready index's predicate says topic IS NULL, and the plain claim's
+    terms imply it, so the claim keeps its index plan and never reads a
+    partition job's entry (docs/design.md, the lane rule)."""
+    claim_select = (
+        "SELECT id FROM later_job WHERE namespace = 'default' AND stage = 'enqueued' "
+        "AND topic IS NULL ORDER BY priority DESC, id LIMIT 8"
+    )
+    with connections[topics.alias].cursor() as c:
+        if topics.vendor == "sqlite":
+            c.execute("SELECT sql FROM sqlite_master WHERE name = 'later_job_ready'")
+            assert '"topic" IS NULL' in c.fetchone()[0]
+            c.execute(f"EXPLAIN QUERY PLAN {claim_select}")
+            plan = " ".join(str(row[-1]) for row in c.fetchall())
+        else:
+            c.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'later_job_ready'")
+            assert "topic IS NULL" in c.fetchone()[0]
+            with transaction.atomic(using=topics.alias):
+                c.execute("SET LOCAL enable_seqscan = off")
+                c.execute(f"EXPLAIN {claim_select}")
+                plan = " ".join(str(row[0]) for row in c.fetchall())
+    assert "later_job_ready" in plan, plan
+
+
+@dataclass
+class Keyed:
+    def partition_key(self) -> str:
+        return "k"
+
+
+def test_a_topic_name_must_be_one_later_topics_accepts():
+    """The reserved topic has a ':' that no @job topic may take."""
+
+    def handler(ctx: later.JobContext, payload: Keyed) -> None: ...
+
+    for bad in ("later:recurring", "", "a b"):
+        with pytest.raises(TypeError, match="topic name"):
+            later.job(topic=bad)(handler)

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.rows import (
+    HeadFailure,
     PartitionClaim,
     PartitionClaimRequest,
     PartitionHead,
@@ -150,21 +151,30 @@ class PartitionOperations(Statements):
         return [str(row[0]) for row in cursor.fetchall()]
 
     # -- operators ------------------------------------------------------------------
-    def partition_force_fail_head(
-        self, cursor: CursorWrapper, lane: PartitionLane, *, error: str, retention_ms: int
-    ) -> str | None:
-        """Fail the head of ``lane``'s partition whatever its stage, fail its
-        waiting continuations, and move the partition's epoch on; return the
-        head's id, or None when the partition has no unfinished job. Run in
-        one transaction."""
+    def partition_force_fail_head(self, cursor: CursorWrapper, fail: HeadFailure) -> str | None:
+        """Fail the head of ``fail.lane``'s partition whatever its stage (only
+        if it is ``fail.job_id``, when given), fail its waiting continuations,
+        and move the partition's epoch on; return the head's id, or None when
+        the partition has no unfinished job or another head. Run in one
+        transaction.
+
+        The epoch's write locks the partition's row first, as every outcome
+        of a head does (partition_fence): the head read next cannot finish
+        before this transaction ends."""
+        lane = fail.lane
         key: list[Any] = [lane.namespace, lane.topic, lane.partition]
         cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
-        cursor.execute(self._sql(partitions_sql.JOB_FORCE_FAIL_SQL), [retention_ms, error, *key])
+        cursor.execute(self._sql(partitions_sql.HEAD_ID), key)
         row = cursor.fetchone()
-        if row is None:
+        if row is None or (fail.job_id is not None and row[0] != fail.job_id):
             return None
         job_id = str(row[0])
-        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)  # type: ignore[attr-defined]
+        cursor.execute(
+            self._sql(partitions_sql.JOB_FORCE_FAIL_SQL), [fail.retention_ms, fail.error, job_id]
+        )
+        if cursor.rowcount != 1:
+            return None
+        self._fail_descendants(cursor, job_id=job_id, retention_ms=fail.retention_ms)  # type: ignore[attr-defined]
         return job_id
 
     def partition_truncate_history(

@@ -197,6 +197,17 @@ class PartitionClaimRequest:
     server_ttl_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadFailure:
+    """force_fail_partition_head: fail the head of ``lane``'s partition (only
+    if it is ``job_id``, when given) with ``error``."""
+
+    lane: PartitionLane
+    error: str
+    retention_ms: int
+    job_id: str | None = None
+
+
 class PartitionClaim(NamedTuple):
     """A partition lease taken or kept at ``epoch``, and the head claimed
     under it (None when the head is not ready)."""

@@ -1,9 +1,11 @@
 """Database objects, version 3: as version 2 (0005), but partition jobs
 (``topic IS NOT NULL``) are counted in their own lane of
 ``later_stage_count`` and wake partition pollers on channel
-'later_partition' (payload: the namespace), never the plain workers on
-'later' (docs/design.md, "Jobs that are enqueued but not for plain
-workers"). On SQLite the one-row-per-stage index gains the lane.
+'later_partition' (payload: the namespace) when they become ready or
+finish (a finished head lets the next one run, also when another process
+cancelled or force-failed it), never the plain workers on 'later'
+(docs/design.md, "Jobs that are enqueued but not for plain workers"). On
+SQLite the one-row-per-stage index gains the lane.
 
 Frozen: this text is what version 3 installs, whatever later code says.
 """
@@ -60,7 +62,8 @@ BEGIN
         PERFORM pg_notify('later', CASE WHEN ready = 1 THEN ns ELSE ns || chr(31) || ready END);
     END LOOP;
     FOR ns IN SELECT DISTINCT r.namespace FROM old_rows o JOIN new_rows r ON r.id = o.id
-            WHERE r.stage = 'enqueued' AND o.stage <> 'enqueued' AND r.topic IS NOT NULL LOOP
+            WHERE r.topic IS NOT NULL AND o.stage <> r.stage
+              AND r.stage IN ('enqueued', 'success', 'failed', 'cancelled') LOOP
         PERFORM pg_notify('later_partition', ns);
     END LOOP;
     RETURN NULL;

@@ -20,10 +20,10 @@ from later_django import events, registry, schema, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
-from later_django.db.rows import PartitionSlot
+from later_django.db.rows import HeadFailure, PartitionSlot
 from later_django.enqueue import tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
-from later_django.ids import JobId
+from later_django.ids import JobId, as_job_id
 from later_django.options import EnqueueOptions
 from later_django.partitions.hashing import partition_for_key
 from later_django.partitions.reserved import RECURRING_TOPIC, recurring_partitions
@@ -171,17 +171,27 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     return JobId(job.id)
 
 
-def force_fail_partition_head(topic: str, partition: int) -> JobId | None:
+def force_fail_partition_head(
+    topic: str, partition: int, *, job_id: str | None = None
+) -> JobId | None:
     """Fail the head of a partition now, whatever its stage and retries left,
     so the jobs after it run; return its id, or None when the partition has
     no unfinished job. A handler running it loses its lease (its outcome is
-    discarded); its waiting continuations fail with ``parent failed``."""
+    discarded); its waiting continuations fail with ``parent failed``.
+
+    With ``job_id``, the head is failed only if it is that job (None
+    otherwise): the poison job an operator saw, not the next one should it
+    have finished meanwhile."""
     lane = _lane(topic, partition)
+    failure = HeadFailure(
+        lane=lane,
+        error=FORCE_FAILED,
+        retention_ms=conf.millis("DASHBOARD_RETENTION"),
+        job_id=None if job_id is None else as_job_id(job_id),
+    )
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as c:
-        job_id = dialect_for(alias).partition_force_fail_head(
-            c, lane, error=FORCE_FAILED, retention_ms=conf.millis("DASHBOARD_RETENTION")
-        )
+        job_id = dialect_for(alias).partition_force_fail_head(c, failure)
     if job_id is not None:
         transaction.on_commit(wakeup.wake_partitions, using=alias)
     return None if job_id is None else JobId(job_id)

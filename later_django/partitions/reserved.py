@@ -32,3 +32,15 @@ def recurring_lane(namespace: str, identifier: str) -> PartitionLane:
             "partition count of their reserved topic, e.g. 8"
         )
     return PartitionLane(namespace, RECURRING_TOPIC, partition_for_key(identifier, count))
+
+
+def registered_topics() -> dict[str, int]:
+    """Every topic this configuration runs, with its partition count:
+    LATER["TOPICS"], and the reserved topic when sequential recurring jobs
+    are on. Registered by later_migrate and by every worker at start-up, so
+    a changed count of either is caught (check later.E015)."""
+    topics = dict(conf.TOPICS) if isinstance(conf.TOPICS, dict) else {}
+    count = conf.RECURRING_SEQUENTIAL_PARTITIONS
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        topics[RECURRING_TOPIC] = count
+    return topics

@@ -25,7 +25,7 @@ from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
-from later_django.partitions.reserved import recurring_partitions
+from later_django.partitions.reserved import recurring_partitions, registered_topics
 from later_django.retained_log.reads import lag_totals
 from later_django.store import Store, new_pool
 from later_django.worker import supervisor
@@ -303,7 +303,19 @@ class Server:
                 installed.queue.set(counts)
             if lag_wanted:
                 await self._refresh_lag(installed, lag_wanted)
+            if self.topics:
+                await self._refresh_partitions(installed)
             await asyncio.sleep(interval)
+
+    async def _refresh_partitions(self, installed: Metrics) -> None:
+        try:
+            stats = await self.store.run(
+                self._service_pool, lambda d, c: d.partition_stats(c, namespace=self.namespace)
+            )
+        except Exception as exc:  # noqa: BLE001  the gauges keep their last value
+            logger.debug("could not refresh the partition gauges: %s", exc)
+        else:
+            installed.partitions.set(stats)
 
     async def _refresh_lag(self, installed: Metrics, wanted: dict[str, Any]) -> None:
         def read(dialect: Dialect, cursor: CursorWrapper) -> dict[tuple[str, str], int]:
@@ -393,7 +405,7 @@ class Server:
     async def _start_partitions(self) -> None:
         """Register the topics, learn the live topic servers, then start as
         many partition workers as plain ones."""
-        topics = dict(conf.TOPICS)
+        topics = registered_topics()
         await self.store.run(
             self._service_pool,
             lambda d, c: [

@@ -152,8 +152,7 @@ JOB_FORCE_FAIL_SQL: Final = f"""
 UPDATE later_job SET stage = 'failed', changed_ms = {{stamp}}, finished_ms = {{stamp}},
     expires_ms = {{now}} + %s, last_error = %s, lease_owner = NULL, lease_expires_ms = NULL,
     history = history || 'failed@' || {{stamp}} || ';'
-WHERE id = ({HEAD_ID})
-RETURNING id
+WHERE id = %s AND {UNFINISHED}
 """
 
 # truncate_partition_history: finished jobs of the partition but the newest

@@ -10,9 +10,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
 from later_django import objects
-from later_django.checks import stored_topic_conflicts
+from later_django.checks import stored_topic_conflicts, topic_conflict
 from later_django.conf import conf
 from later_django.db import dialect_for
+from later_django.partitions.reserved import registered_topics
 
 
 class Command(BaseCommand):
@@ -57,15 +58,11 @@ class Command(BaseCommand):
             )
         actions += [f"installed trigger {name}" for name in sorted(missing)]
 
-        topics = conf.TOPICS if isinstance(conf.TOPICS, dict) else {}
+        topics = registered_topics()
         conflicts = stored_topic_conflicts(alias, topics)
         if conflicts:
-            name, count, stored = conflicts[0]
-            raise CommandError(
-                f"topic {name!r} is registered with {stored} partitions but LATER['TOPICS'] "
-                f"says {count}; changing it would reorder its jobs. Restore {stored} or "
-                "use a new topic name."
-            )
+            message = topic_conflict(*conflicts[0])
+            raise CommandError(f"{message.msg} {message.hint}")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for name, count in sorted(topics.items()):
                 if dialect.topic_register(
