@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from later_django import events
-from later_django.types import PartitionStats
+from later_django.types import PartitionLocal, PartitionStats
 
 # Named queues do not exist yet: every job is in this one.
 QUEUE = "default"
@@ -286,41 +286,98 @@ class LagCollector(Collector):
 
 
 class PartitionCollector(Collector):
-    """``later_partition_depth`` (unfinished jobs) and
-    ``later_partition_head_age_seconds`` (how long the head has been due) of
-    every partition that has had a job, from partition_stats(): an index
-    probe per partition, no count over jobs. Set by the metrics service of a
-    worker that runs partition workers; the same shared value in every such
-    process: aggregate with ``max``."""
+    """Sequential partition mode, in a worker that runs partition workers.
+
+    From partition_stats() (an index probe per partition, no count over
+    jobs), refreshed by the worker's metrics service; the same shared values
+    in every such process (aggregate with ``max``):
+    ``later_partition_queue_depth`` (unfinished jobs of a partition),
+    ``later_partition_backlog`` (of a topic) and
+    ``later_partition_oldest_head_age_seconds`` (how long a topic's oldest
+    due head has waited). From this process, read on scrape:
+    ``later_partitions_active`` (partition leases it holds, by topic),
+    ``later_partition_workers_live``, and the counters of its claims, heads
+    claimed and lease renewals (``PartitionClaimer.counts``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stats: list[PartitionStats] = []
+        self.local: Callable[[], PartitionLocal] | None = None
 
     def set(self, stats: list[PartitionStats]) -> None:
         with self._lock:
             self._stats = list(stats)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            stats = list(self._stats)
         depth = GaugeMetricFamily(
-            "later_partition_depth",
+            "later_partition_queue_depth",
             "Unfinished jobs of a partition (use max across instances).",
             labels=["topic", "partition"],
         )
+        backlog = GaugeMetricFamily(
+            "later_partition_backlog",
+            "Unfinished jobs of a topic's partitions (use max across instances).",
+            labels=["topic"],
+        )
         age = GaugeMetricFamily(
-            "later_partition_head_age_seconds",
-            "How long a partition's head has been due; 0 when it has none or it is not due.",
-            labels=["topic", "partition"],
+            "later_partition_oldest_head_age_seconds",
+            "How long the topic's oldest due partition head has waited (use max).",
+            labels=["topic"],
         )
         now_ms = time.time() * 1000
-        with self._lock:
-            for stats in self._stats:
-                labels = [stats.topic, str(stats.partition)]
-                depth.add_metric(labels, stats.depth)
-                due = stats.head_run_at_ms
-                age.add_metric(labels, 0.0 if due is None else max(now_ms - due, 0.0) / 1000)
-        yield depth
-        yield age
+        totals: dict[str, int] = {}
+        oldest: dict[str, float] = {}
+        for row in stats:
+            depth.add_metric([row.topic, str(row.partition)], row.depth)
+            totals[row.topic] = totals.get(row.topic, 0) + row.depth
+            due = row.head_run_at_ms
+            waited = 0.0 if due is None else max(now_ms - due, 0.0) / 1000
+            oldest[row.topic] = max(oldest.get(row.topic, 0.0), waited)
+        for topic in sorted(totals):
+            backlog.add_metric([topic], totals[topic])
+            age.add_metric([topic], oldest[topic])
+        yield from (depth, backlog, age)
+        yield from self._local_families()
+
+    def _local_families(self) -> Iterator[Any]:
+        active = GaugeMetricFamily(
+            "later_partitions_active",
+            "Partition leases this process holds.",
+            labels=["topic"],
+        )
+        live = GaugeMetricFamily(
+            "later_partition_workers_live", "Partition workers of this process."
+        )
+        claims = CounterMetricFamily(
+            "later_partition_claims",
+            "Partition leases taken or kept for a claim by this process.",
+            labels=["topic"],
+        )
+        heads = CounterMetricFamily(
+            "later_partition_heads_claimed",
+            "Partition heads this process claimed.",
+            labels=["topic"],
+        )
+        renewals = CounterMetricFamily(
+            "later_partition_lease_renewals",
+            "Partition lease renewals of this process: renewed, or lost.",
+            labels=["topic", "outcome"],
+        )
+        if self.local is not None:
+            local = self.local()
+            for topic, count in sorted(local.active.items()):
+                active.add_metric([topic], count)
+            live.add_metric([], local.workers)
+            for (name, topic, outcome), value in sorted(local.counts.items()):
+                if name == "claims":
+                    claims.add_metric([topic], value)
+                elif name == "heads":
+                    heads.add_metric([topic], value)
+                else:
+                    renewals.add_metric([topic, outcome], value)
+        yield from (active, live, claims, heads, renewals)
 
 
 class WorkersCollector(Collector):

@@ -137,3 +137,13 @@ class RecurringSchedule:
     next_run_at: dt.datetime
     last_job_id: JobId | None
     last_run_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLocal:
+    """What a worker's partition claimer knows of itself, for a scrape."""
+
+    active: dict[str, int]
+    workers: int
+    # (family, topic, outcome) -> count; family: claims, heads, renewals.
+    counts: dict[tuple[str, str, str], int]

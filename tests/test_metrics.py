@@ -32,8 +32,14 @@ FAMILIES = {
     "later_worker_commands",
     "later_workers",
     "later_retained_log_consumer_lag",
-    "later_partition_depth",
-    "later_partition_head_age_seconds",
+    "later_partition_queue_depth",
+    "later_partition_backlog",
+    "later_partition_oldest_head_age_seconds",
+    "later_partitions_active",
+    "later_partition_workers_live",
+    "later_partition_claims",
+    "later_partition_heads_claimed",
+    "later_partition_lease_renewals",
 }
 FORBIDDEN_LABELS = {"job_id", "id", "error", "message", "owner", "server_id", "server"}
 # A job id (26 lowercase base32 characters) or a server id (host-pid-hex).
@@ -218,7 +224,8 @@ def test_a_worker_serves_what_happened_on_its_metrics_port(later_db, workers):
 
 
 def test_a_worker_with_topics_serves_partition_depth_and_head_age(later_db, workers, settings):
-    """Depth is the partition's unfinished jobs; a head not due yet has no age."""
+    """Depth is the partition's unfinished jobs; a head not due yet has no
+    age; the worker's own partition workers and claims are counted."""
     set_later(settings, TOPICS={"ordered": 8})
     for n in range(3):
         later.enqueue_to_partition_delayed(Ordered("k", n), timedelta(hours=1))
@@ -233,12 +240,27 @@ def test_a_worker_with_topics_serves_partition_depth_and_head_age(later_db, work
 
     def depth() -> Samples | None:
         samples, _ = parse(scrape(port))
-        found = total(samples, "later_partition_depth", topic="ordered", partition=partition)
+        found = total(samples, "later_partition_queue_depth", topic="ordered", partition=partition)
         return samples if found == 3 else None
 
     samples = wait_until(depth, 20, lambda: f"the partition depth:\n{scrape(port)}")
-    age = total(samples, "later_partition_head_age_seconds", partition=partition)
-    assert age == 0
+    assert total(samples, "later_partition_backlog", topic="ordered") == 3
+    assert total(samples, "later_partition_oldest_head_age_seconds", topic="ordered") == 0
+    assert total(samples, "later_partition_workers_live") == 1
+    free_key = next(
+        key for key in (f"key-{n}" for n in range(100))
+        if str(later.partition_for_key(key, 8)) != partition
+    )  # fmt: skip
+    ready = later.enqueue_to_partition(Ordered(free_key, 0))
+    workers.wait_stage(ready, "success", 20)
+
+    def claimed() -> Samples | None:
+        samples, _ = parse(scrape(port))
+        return samples if total(samples, "later_partition_heads_claimed_total") >= 1 else None
+
+    samples = wait_until(claimed, 20, lambda: f"the claim counted:\n{scrape(port)}")
+    assert total(samples, "later_partition_claims_total", topic="ordered") >= 1
+    assert total(samples, "later_partitions_active", topic="ordered") >= 1
     assert_no_leak(parse(scrape(port))[1])
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -71,6 +71,8 @@ class PartitionClaimer:
         self.held: dict[Key, int] = {}  # partition leases held: their epoch
         self.busy: dict[Key, Claim] = {}  # partitions with a head in flight here
         self._ready: deque[Key] = deque()
+        # For the metrics: (family, topic, outcome) -> count; read on scrape.
+        self.counts: Counter[tuple[str, str, str]] = Counter()
         self._scan_lock = asyncio.Lock()
         # Stops the handler of a claim whose partition lease was lost.
         self.on_lost: Callable[[Claim, str], None] = lambda claim, why: None
@@ -121,8 +123,10 @@ class PartitionClaimer:
             return None
         epoch, job = result
         self.held[key] = epoch
+        self.counts["claims", key[0], ""] += 1
         if job is None:
             return None
+        self.counts["heads", key[0], ""] += 1
         claim = (job.id, job.attempts)
         self.leases.hold([claim], sent)
         self.busy[key] = claim
@@ -169,7 +173,9 @@ class PartitionClaimer:
         servers, renewed = await self.store.run(self.pool, self._refresh_in, atomic=True)
         self.servers = servers if self.owner in servers else [*servers, self.owner]
         for key, epoch in list(self.held.items()):
-            if renewed.get(key) != epoch:
+            kept = renewed.get(key) == epoch
+            self.counts["renewals", key[0], "renewed" if kept else "lost"] += 1
+            if not kept:
                 del self.held[key]
                 claim = self.busy.get(key)
                 if claim is not None and claim != RESERVED:

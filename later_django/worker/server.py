@@ -16,6 +16,7 @@ import os
 import secrets
 import socket
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from later_django import events, tracing
@@ -28,6 +29,7 @@ from later_django.maintenance.steps import StepContext
 from later_django.partitions.reserved import recurring_partitions, registered_topics
 from later_django.retained_log.reads import lag_totals
 from later_django.store import Store, new_pool
+from later_django.types import PartitionLocal
 from later_django.worker import supervisor
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
@@ -265,6 +267,8 @@ class Server:
         installed = self.metrics
         if installed is not None:
             installed.workers.count = self._worker_counts
+            if self.topics:
+                installed.partitions.local = self._partition_local
             # Fed by this service: a scrape (on a thread of the HTTP server)
             # never opens a connection of its own.
             installed.queue.read = None
@@ -285,6 +289,14 @@ class Server:
         """(workers, busy workers) of this server, for later_workers."""
         busy = sum(1 for slot in self.pool.slots if slot.busy_since is not None)
         return self.worker_count, busy
+
+    def _partition_local(self) -> PartitionLocal:
+        """This server's partition leases, workers and claim counts."""
+        return PartitionLocal(
+            active=dict(Counter(topic for topic, _ in list(self.partitions.held))),
+            workers=self.partition_pool.count,
+            counts=dict(self.partitions.counts),
+        )
 
     async def _refresh_metrics(self, installed: Metrics) -> None:
         """Keep later_queue_jobs at the namespace's counts, read every
