@@ -132,7 +132,7 @@ class StageCount(models.Model):
     stage = models.CharField(max_length=10, choices=Stage.choices)
     # '' for plain jobs, 'partition' for a topic's: autoscale reads the
     # plain backlog, stage_counts() sums both.
-    lane = models.CharField(max_length=10, default="")
+    lane = models.CharField(max_length=10, db_default="")
     n = models.BigIntegerField()
 
     class Meta:
@@ -154,7 +154,7 @@ class Server(models.Model):
     started_ms = models.BigIntegerField()
     heartbeat_ms = models.BigIntegerField()
     # Runs partition pollers: only such servers win partitions.
-    topics = models.BooleanField(default=False)
+    topics = models.BooleanField(db_default=False)
 
     class Meta:
         db_table = "later_server"
@@ -296,7 +296,7 @@ class Schedule(models.Model):
     changed_ms = models.BigIntegerField()
     # enqueue_recurring_sequential: occurrences go into the reserved topic's
     # partition of the identifier, so they never overlap.
-    sequential = models.BooleanField(default=False)
+    sequential = models.BooleanField(db_default=False)
 
     class Meta:
         db_table = "later_schedule"

@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-NEWEST = "later_django.migrations.0011_database_objects_v3"
+NEWEST = "later_django.migrations.0010_partitions"
 
 
 def _newest() -> ModuleType:

@@ -176,3 +176,33 @@ def test_a_changed_recurring_sequential_partition_count_is_refused(later_db, set
     (error,) = e015(later_db)
     assert "RECURRING_SEQUENTIAL_PARTITIONS" in error.msg
     assert "= 4" in error.hint
+
+
+def test_upgrading_to_partitions_keeps_every_count_and_installs_version_3(later_db, settings):
+    """Jobs counted by version 2 of the triggers stay counted exactly after
+    migration 0010 (tables remade and triggers replaced in one transaction),
+    and the new lane counts partition jobs apart."""
+    from datetime import timedelta
+
+    from django.db.migrations.executor import MigrationExecutor
+
+    from later_django.partitions.api import enqueue_to_partition
+    from tests.jobapp.jobs import Ordered
+
+    connection = connections[later_db.alias]
+    MigrationExecutor(connection).migrate([("later_django", "0009_retained_log")])
+    try:
+        ids = [later.enqueue(Noop(n=n)) for n in range(5)]
+        later.enqueue_delayed(Noop(n=9), timedelta(hours=1))
+        assert later.cancel(ids[0]) is True
+    finally:
+        MigrationExecutor(connection).migrate([("later_django", "0010_partitions")])
+    truth = dict(later_db.rows("SELECT stage, count(*) FROM later_job GROUP BY stage"))
+    counts = {stage: n for stage, n in later.stage_counts().items() if n}
+    assert counts == truth == {"enqueued": 4, "delayed": 1, "cancelled": 1}
+    assert installed(later_db) == objects.expected(later_db.vendor)
+    set_later(settings, TOPICS={"ordered": 8})
+    enqueue_to_partition(Ordered("k", 0))
+    with connections[later_db.alias].cursor() as cursor:
+        assert dialect_for(later_db.alias).plain_ready(cursor, namespace="default") == 4
+    assert later.stage_counts()["enqueued"] == 5
