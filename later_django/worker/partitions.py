@@ -71,6 +71,10 @@ class PartitionClaimer:
         self.held: dict[Key, int] = {}  # partition leases held: their epoch
         self.busy: dict[Key, Claim] = {}  # partitions with a head in flight here
         self._ready: deque[Key] = deque()
+        # Partitions whose lease another live server held at our last try:
+        # not tried again before the next refresh (it lets go of what it no
+        # longer wins there), so a scan does not retry a write in vain.
+        self._blocked: set[Key] = set()
         # For the metrics: (family, topic, outcome) -> count; read on scrape.
         self.counts: Counter[tuple[str, str, str]] = Counter()
         self._scan_lock = asyncio.Lock()
@@ -87,7 +91,7 @@ class PartitionClaimer:
         for _ in range(2):
             while self._ready:
                 key = self._ready.popleft()
-                if key in self.busy or not self.wins(key):
+                if key in self.busy or key in self._blocked or not self.wins(key):
                     continue
                 self.busy[key] = RESERVED
                 try:
@@ -120,6 +124,7 @@ class PartitionClaimer:
         )
         if result is None:
             self.held.pop(key, None)  # another live server holds it
+            self._blocked.add(key)
             return None
         epoch, job = result
         self.held[key] = epoch
@@ -142,7 +147,11 @@ class PartitionClaimer:
                 self.pool, lambda d, c: d.partition_heads(c, namespace=self.namespace)
             )
             found = [(head.topic, head.partition) for head in heads if head.stage == Stage.ENQUEUED]
-            ready = [key for key in found if key not in self.busy and self.wins(key)]
+            ready = [
+                key
+                for key in found
+                if key not in self.busy and key not in self._blocked and self.wins(key)
+            ]
             self._ready.extend(key for key in ready if key not in self._ready)
             return bool(self._ready)
 
@@ -172,6 +181,7 @@ class PartitionClaimer:
         under a lease lost, and let go of partitions now won elsewhere."""
         servers, renewed = await self.store.run(self.pool, self._refresh_in, atomic=True)
         self.servers = servers if self.owner in servers else [*servers, self.owner]
+        self._blocked.clear()
         for key, epoch in list(self.held.items()):
             kept = renewed.get(key) == epoch
             self.counts["renewals", key[0], "renewed" if kept else "lost"] += 1
