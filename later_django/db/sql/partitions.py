@@ -71,14 +71,17 @@ ORDER BY h.sequence LIMIT 1
 # Every partition of the namespace that has had a job, with its head's id
 # and stage (NULL when it has no unfinished job), one index probe each. A
 # read without a lock: it never waits for an enqueue's open transaction.
-PARTITION_HEADS_SQL: Final = f"""
-SELECT s.topic, s.partition, j.id, j.stage
-FROM later_partition_seq s
+# The head of each partition ``s`` of later_partition_seq, joined as ``j``.
+JOIN_HEAD_OF_SEQ: Final = f"""
 LEFT JOIN later_job j ON j.id = (
     SELECT h.id FROM later_job h
     WHERE h.namespace = s.namespace AND h.topic = s.topic AND h.partition = s.partition
       AND {UNFINISHED.replace("stage", "h.stage")}
-    ORDER BY h.sequence LIMIT 1)
+    ORDER BY h.sequence LIMIT 1)"""
+
+PARTITION_HEADS_SQL: Final = f"""
+SELECT s.topic, s.partition, j.id, j.stage
+FROM later_partition_seq s {JOIN_HEAD_OF_SEQ}
 WHERE s.namespace = %s
 """
 
@@ -173,12 +176,7 @@ WHERE namespace = %s AND topic = %s AND partition = %s
 PARTITION_STATS_SQL: Final = f"""
 SELECT s.topic, s.partition, s.next_seq, j.sequence, j.run_at_ms, j.stage,
        p.owner, p.epoch, p.lease_expires_ms
-FROM later_partition_seq s
-LEFT JOIN later_job j ON j.id = (
-    SELECT h.id FROM later_job h
-    WHERE h.namespace = s.namespace AND h.topic = s.topic AND h.partition = s.partition
-      AND {UNFINISHED.replace("stage", "h.stage")}
-    ORDER BY h.sequence LIMIT 1)
+FROM later_partition_seq s {JOIN_HEAD_OF_SEQ}
 LEFT JOIN later_partition p
   ON p.namespace = s.namespace AND p.topic = s.topic AND p.partition = s.partition
 WHERE s.namespace = %s
