@@ -92,7 +92,8 @@ WHERE s.namespace = %s
 # takes (PostgreSQL) is held until the claim's transaction ends, so two
 # servers never claim in one partition at once. No row returned: another
 # live server holds it.
-ACQUIRE: Final = """INSERT INTO later_partition (namespace, topic, partition, owner, epoch, lease_expires_ms)
+ACQUIRE: Final = """INSERT INTO later_partition
+    (namespace, topic, partition, owner, epoch, lease_expires_ms)
 VALUES (%s, %s, %s, %s, 1, {now} + %s)
 ON CONFLICT (namespace, topic, partition) DO UPDATE SET
     epoch = CASE WHEN later_partition.owner = excluded.owner
