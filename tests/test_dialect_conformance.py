@@ -58,6 +58,7 @@ from later_django.db.rows import (
     Orphan,
     OwnerFence,
     PartitionClaimRequest,
+    PartitionCompletion,
     PartitionSlot,
     RetryWrite,
     ScheduleAdvance,
@@ -142,6 +143,7 @@ COVERED = frozenset(
         "partition_heads",
         "partition_claim",
         "partition_fence",
+        "partition_complete",
         "partition_renew",
         "partition_release",
         "topic_servers",
@@ -1880,7 +1882,12 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
     assert [(s.partition, s.next_sequence, s.head_sequence, s.owner, s.depth) for s in stats] == [
         (3, 2, 0, "a", 2)
     ]
-    complete(later_db, [(job.id, job.attempts)], owner="a")
+    stale = job._replace(lane=job.lane._replace(epoch=epoch - 1))
+    for done, stored in ((stale, False), (job, True), (job, False)):
+        completion = PartitionCompletion(job=done, owner="a", retention_ms=DAY_MS)
+        with cursor_of(later_db, atomic=not dialect.partition_writes_one_statement) as c:
+            assert dialect.partition_complete(c, completion) is stored
+    assert stages(later_db, head) == ["success"]
     assert claim_head(later_db, "a")[1].id == second
     with cursor_of(later_db, atomic=True) as c:
         dialect.partition_release(c, namespace=NS, owner="a")

@@ -12,6 +12,7 @@ from later_django.db.rows import (
     HeadFailure,
     PartitionClaim,
     PartitionClaimRequest,
+    PartitionCompletion,
     PartitionHead,
     PartitionSlot,
     claimed_jobs,
@@ -28,6 +29,9 @@ class PartitionOperations(Statements):
     # Appended to the fence read of an outcome: a row lock where the vendor
     # has them (one writer at a time needs none).
     for_update: ClassVar[str] = ""
+    # Do partition_claim and partition_complete take one statement? Then
+    # callers run them without a transaction of their own (else in one).
+    partition_writes_one_statement: ClassVar[bool] = False
 
     # -- enqueue --------------------------------------------------------------------
     def partition_next_sequence(self, cursor: CursorWrapper, lane: PartitionLane) -> int:
@@ -112,6 +116,20 @@ class PartitionOperations(Statements):
         jobs = claimed_jobs(cursor.fetchall())
         job = jobs[0]._replace(lane=lane._replace(epoch=epoch)) if jobs else None
         return PartitionClaim(epoch, job)
+
+    def partition_complete(self, cursor: CursorWrapper, done: PartitionCompletion) -> bool:
+        """Store the success of ``done.job``, a partition head, if its claim
+        and its partition's lease (owner, epoch) both still hold, and release
+        its waiting continuations; return whether it was stored. Run in one
+        transaction unless partition_writes_one_statement."""
+        job = done.job
+        assert job.lane is not None
+        if not self.partition_fence(cursor, job.lane, owner=done.owner):
+            return False
+        completion = self.job_complete_many(  # type: ignore[attr-defined]
+            cursor, owner=done.owner, jobs=[(job.id, job.attempts)], retention_ms=done.retention_ms
+        )
+        return bool(completion.done_ids)
 
     def partition_fence(self, cursor: CursorWrapper, lane: PartitionLane, *, owner: str) -> bool:
         """Does ``owner`` still hold ``lane``'s partition at ``lane.epoch``?

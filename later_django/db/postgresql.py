@@ -21,7 +21,14 @@ from later_django.conf import conf
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
 from later_django.db.jobs import insert_one_params
-from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    PartitionClaim,
+    PartitionClaimRequest,
+    PartitionCompletion,
+    claimed_jobs,
+)
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
@@ -48,6 +55,7 @@ class PostgresDialect(Dialect):
     skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
     share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
     for_update: ClassVar[str] = "FOR UPDATE"
+    partition_writes_one_statement: ClassVar[bool] = True
     promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
 
     def __init__(self) -> None:
@@ -146,6 +154,55 @@ class PostgresDialect(Dialect):
             row = await cursor.fetchone()
         assert row is not None
         return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
+
+    # -- partitions ---------------------------------------------------------------------
+    # A claim and a success are one statement each: a partition job pays two
+    # round trips, not a transaction of several statements each way.
+    def partition_claim(
+        self, cursor: CursorWrapper, request: PartitionClaimRequest
+    ) -> PartitionClaim | None:
+        lane = request.lane
+        key: list[Any] = [lane.namespace, lane.topic, lane.partition]
+        cursor.execute(
+            self._sql(pg_sql.PARTITION_CLAIM_SQL),
+            [
+                *key,
+                request.owner,
+                request.partition_lease_ms,
+                request.server_ttl_ms,
+                request.owner,
+                request.job_lease_ms,
+                *key,
+            ],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        epoch = int(row[0])
+        if row[1] is None:
+            return PartitionClaim(epoch, None)
+        (job,) = claimed_jobs([row[1:]])
+        return PartitionClaim(epoch, job._replace(lane=lane._replace(epoch=epoch)))
+
+    def partition_complete(self, cursor: CursorWrapper, done: PartitionCompletion) -> bool:
+        job, lane = done.job, done.job.lane
+        assert lane is not None
+        cursor.execute(
+            pg_sql.PARTITION_COMPLETE_SQL,
+            [
+                lane.namespace,
+                lane.topic,
+                lane.partition,
+                done.owner,
+                lane.epoch,
+                [job.id],
+                [job.attempts],
+                done.owner,
+                done.retention_ms,
+            ],
+        )
+        row = cursor.fetchone()
+        return row is not None and bool(row[0])
 
     # -- counters -----------------------------------------------------------------------
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:

@@ -208,6 +208,15 @@ class HeadFailure:
     job_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionCompletion:
+    """The success of ``job``, a partition head ``owner`` claimed."""
+
+    job: ClaimedJob
+    owner: str
+    retention_ms: int
+
+
 class PartitionClaim(NamedTuple):
     """A partition lease taken or kept at ``epoch``, and the head claimed
     under it (None when the head is not ready)."""

@@ -145,15 +145,18 @@ def enqueue_recurring_continue(parent: str, payload: object, *, priority: int = 
 
 def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     """Write ``job`` at the next sequence of ``lane``'s partition, in the
-    calling thread's transaction (a savepoint inside the caller's block)."""
+    calling thread's transaction (its own outside an atomic block)."""
     alias = conf.database
     db = connections[alias]
     dialect = dialect_for(alias)
     retention = conf.millis("DASHBOARD_RETENTION")
+    # Only a continuation can be refused once its sequence is taken (its
+    # parent is unknown): inside the caller's block it gets a savepoint, so
+    # the refusal rolls its sequence back and the caller's block stays
+    # usable. Other jobs take none: a savepoint costs two round trips.
+    savepoint = job.parent_id is not None and db.in_atomic_block
     try:
-        # A savepoint inside the caller's block: an unknown parent rolls back
-        # the sequence taken for it, and the caller's block stays usable.
-        with transaction.atomic(using=alias, savepoint=db.in_atomic_block), db.cursor() as c:
+        with transaction.atomic(using=alias, savepoint=savepoint), db.cursor() as c:
             slot = PartitionSlot(lane, dialect.partition_next_sequence(c, lane))
             stage = dialect.job_insert_partitioned(c, job, slot, retention)
             if stage is None:

@@ -19,10 +19,9 @@ from typing import Any, NamedTuple
 from django.db.backends.utils import CursorWrapper
 
 from later_django import events
-from later_django.db import hot_path
 from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
-from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
+from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
 from later_django.db.sessions import HotPath
 from later_django.maintenance.runner import Maintenance
 from later_django.store import Store
@@ -147,10 +146,12 @@ class Completer:
         while True:
             try:
                 if job.lane is not None:
+                    # A success is one statement where the database allows.
+                    one = self.store.dialect.partition_writes_one_statement
                     stored = await self.store.run(
                         self.pool,
                         lambda d, c: self._store_partition(d, c, job, outcome),
-                        atomic=True,
+                        atomic=not (one and outcome.kind == "succeeded"),
                     )
                 elif outcome.kind == "succeeded":
                     stored = await self._completions.submit(claim)
@@ -350,13 +351,11 @@ def store_partition_outcome(
     transaction: the fence's row lock holds off a takeover until it ends, so
     only the current holder finishes a head and lets the next one run."""
     assert job.lane is not None
+    if outcome.kind == "succeeded":
+        done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)
+        return dialect.partition_complete(cursor, done)
     if not dialect.partition_fence(cursor, job.lane, owner=owner):
         return False
-    if outcome.kind == "succeeded":
-        completion = hot_path.job_complete_many(
-            dialect, cursor, owner=owner, jobs=[(job.id, job.attempts)], retention_ms=retention_ms
-        )
-        return bool(completion.done_ids)
     return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
 
 

@@ -92,8 +92,8 @@ WHERE s.namespace = %s
 # takes (PostgreSQL) is held until the claim's transaction ends, so two
 # servers never claim in one partition at once. No row returned: another
 # live server holds it.
-PARTITION_ACQUIRE_SQL: Final = """
-INSERT INTO later_partition (namespace, topic, partition, owner, epoch, lease_expires_ms)
+ACQUIRE: Final = """INSERT INTO later_partition
+    (namespace, topic, partition, owner, epoch, lease_expires_ms)
 VALUES (%s, %s, %s, %s, 1, {now} + %s)
 ON CONFLICT (namespace, topic, partition) DO UPDATE SET
     epoch = CASE WHEN later_partition.owner = excluded.owner
@@ -105,16 +105,16 @@ WHERE later_partition.owner IS NULL OR later_partition.owner = excluded.owner
    OR NOT EXISTS (
        SELECT 1 FROM later_server s
        WHERE s.id = later_partition.owner AND s.heartbeat_ms >= {now} - %s)
-RETURNING epoch
-"""
+RETURNING epoch"""
+PARTITION_ACQUIRE_SQL: Final = ACQUIRE
 
 # Claim the head of a partition whose lease this transaction just took: only
 # a ready head, fenced by the lease's owner and epoch.
-PARTITION_CLAIM_HEAD_SQL: Final = f"""
-UPDATE later_job SET stage = 'running', attempts = attempts + 1, changed_ms = {{stamp}},
-    started_ms = {{stamp}}, lease_owner = %s, lease_expires_ms = {{now}} + %s,
-    history = history || 'running@' || {{stamp}} || ';'
-WHERE id = ({HEAD_ID}) AND stage = 'enqueued'
+CLAIM_HEAD: Final = f"""UPDATE later_job SET stage = 'running', attempts = attempts + 1,
+    changed_ms = {{stamp}}, started_ms = {{stamp}}, lease_owner = %s,
+    lease_expires_ms = {{now}} + %s, history = history || 'running@' || {{stamp}} || ';'
+WHERE id = ({HEAD_ID}) AND stage = 'enqueued'"""
+PARTITION_CLAIM_HEAD_SQL: Final = f"""{CLAIM_HEAD}
 RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms
 """
 

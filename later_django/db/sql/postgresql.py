@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD
+
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
 # Partition jobs that became ready: partition pollers listen here, plain
@@ -106,4 +108,37 @@ WITH due AS MATERIALIZED (
 UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
     history = history || 'enqueued@' || {stamp} || ';'
 WHERE id IN (SELECT id FROM due) AND stage IN ('delayed', 'requeued')
+"""
+
+
+# -- partitions -------------------------------------------------------------------
+# The claim of a partition's head in one statement (SQLite takes two in a
+# transaction, db/sql/partitions.py): the lease's upsert locks the
+# partition's row for the whole statement, and the head is claimed only if
+# the upsert returned the lease. The head is read in the statement's
+# snapshot, which may predate the lock: an older head found so has finished
+# since, and its "stage = 'enqueued'", checked again on the row's newest
+# version, claims nothing; a sequence never comes back, so no later job can
+# be claimed before its turn.
+PARTITION_CLAIM_SQL: Final = f"""
+WITH lease AS ({ACQUIRE}),
+head AS (
+    {CLAIM_HEAD} AND EXISTS (SELECT 1 FROM lease)
+    RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms
+)
+SELECT lease.epoch, head.* FROM lease LEFT JOIN head ON true
+"""
+
+# A head's success in one statement: the fence locks the partition's row
+# (FOR UPDATE, held to the end of the statement), and the batch completion
+# runs only if (owner, epoch) still hold it; its one-time filter keeps the
+# function from running otherwise.
+PARTITION_COMPLETE_SQL: Final = """
+WITH fence AS MATERIALIZED (
+    SELECT 1 FROM later_partition
+    WHERE namespace = %s AND topic = %s AND partition = %s AND owner = %s AND epoch = %s
+    FOR UPDATE
+)
+SELECT c.done_ids FROM later_complete_many(%s, %s, %s, %s) c
+WHERE EXISTS (SELECT 1 FROM fence)
 """
