@@ -88,18 +88,18 @@ POSTGRESQL = (
     """
 CREATE OR REPLACE FUNCTION later_job_after_insert() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE ns text; ready bigint;
+DECLARE ns text; plain boolean; ready bigint;
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
         SELECT namespace, stage, CASE WHEN topic IS NULL THEN '' ELSE 'partition' END, count(*) FROM new_rows
         GROUP BY namespace, stage, CASE WHEN topic IS NULL THEN '' ELSE 'partition' END;
-    FOR ns, ready IN SELECT namespace, count(*) FROM new_rows
-            WHERE stage = 'enqueued' AND topic IS NULL GROUP BY namespace LOOP
-        PERFORM pg_notify('later', CASE WHEN ready = 1 THEN ns ELSE ns || chr(31) || ready END);
-    END LOOP;
-    FOR ns IN SELECT DISTINCT namespace FROM new_rows
-            WHERE stage = 'enqueued' AND topic IS NOT NULL LOOP
-        PERFORM pg_notify('later_partition', ns);
+    FOR ns, plain, ready IN SELECT namespace, topic IS NULL, count(*) FROM new_rows
+            WHERE stage = 'enqueued' GROUP BY namespace, topic IS NULL LOOP
+        IF plain THEN
+            PERFORM pg_notify('later', CASE WHEN ready = 1 THEN ns ELSE ns || chr(31) || ready END);
+        ELSE
+            PERFORM pg_notify('later_partition', ns);
+        END IF;
     END LOOP;
     RETURN NULL;
 END $$;
@@ -107,7 +107,7 @@ END $$;
     """
 CREATE OR REPLACE FUNCTION later_job_after_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE ns text; ready bigint;
+DECLARE ns text; plain boolean; ready bigint;
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
         SELECT namespace, stage, lane, sum(d) FROM (
@@ -118,15 +118,16 @@ BEGIN
             SELECT n.namespace, n.stage, CASE WHEN n.topic IS NULL THEN '' ELSE 'partition' END, 1
                 FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
         ) changes GROUP BY namespace, stage, lane;
-    FOR ns, ready IN SELECT r.namespace, count(*) FROM old_rows o JOIN new_rows r ON r.id = o.id
-            WHERE r.stage = 'enqueued' AND o.stage <> 'enqueued' AND r.topic IS NULL
-            GROUP BY r.namespace LOOP
-        PERFORM pg_notify('later', CASE WHEN ready = 1 THEN ns ELSE ns || chr(31) || ready END);
-    END LOOP;
-    FOR ns IN SELECT DISTINCT r.namespace FROM old_rows o JOIN new_rows r ON r.id = o.id
-            WHERE r.topic IS NOT NULL AND o.stage <> r.stage
-              AND r.stage IN ('enqueued', 'success', 'failed', 'cancelled') LOOP
-        PERFORM pg_notify('later_partition', ns);
+    FOR ns, plain, ready IN SELECT r.namespace, r.topic IS NULL, count(*)
+            FROM old_rows o JOIN new_rows r ON r.id = o.id
+            WHERE o.stage <> r.stage AND (r.stage = 'enqueued' OR (r.topic IS NOT NULL
+                AND r.stage IN ('success', 'failed', 'cancelled')))
+            GROUP BY r.namespace, r.topic IS NULL LOOP
+        IF plain THEN
+            PERFORM pg_notify('later', CASE WHEN ready = 1 THEN ns ELSE ns || chr(31) || ready END);
+        ELSE
+            PERFORM pg_notify('later_partition', ns);
+        END IF;
     END LOOP;
     RETURN NULL;
 END $$;
