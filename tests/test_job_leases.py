@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.db import connections
 
 import later_django as later
@@ -181,6 +182,7 @@ def _lease_expiries(later_db: Any, jobs: list[str]) -> dict[str, int]:
     return {job_id: int(str(later_db.job_field(job_id, "lease_expires_ms"))) for job_id in jobs}
 
 
+@pytest.mark.one_env
 def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, workers):
     """While the database takes no writes for longer than the lease, every
     async handler is cancelled before its lease can expire; afterwards each

@@ -41,7 +41,7 @@ TIMINGS = {
 }
 TOPIC_ENV = {"LATER_TEST_SETTINGS": json.dumps({"TOPICS": TOPICS})}
 KEYS = 50
-JOBS_PER_KEY = int(os.environ.get("LATER_ORDER_JOBS", "30"))
+JOBS_PER_KEY = int(os.environ.get("LATER_ORDER_JOBS", "20"))
 
 
 @pytest.fixture

@@ -382,6 +382,7 @@ TIMINGS = {"LEASE_DURATION": 2, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 
 HOUR = 3600.0
 
 
+@pytest.mark.one_env
 def test_worker_processes_enqueue_one_occurrence_per_second_through_kills_and_skew(
     later_db, workers
 ):

@@ -26,6 +26,9 @@ from tests.helpers import (
 )
 from tests.jobapp.jobs import AsyncSleep, Noop, Sleep
 
+# later_worker processes: Django's version changes nothing here (tox.ini).
+pytestmark = pytest.mark.one_env
+
 # Timings for processes that must recover a dead process's job quickly.
 SHORT_LEASE = {"LEASE_DURATION": 1, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 0.2}
 
