@@ -12,8 +12,9 @@ from django.db import connections
 from later_django.db.base import TABLES
 from tests.helpers import LaterDb, Workers
 
-# later_drain and later_inline, enabled the way docs/testing.md tells users to.
-pytest_plugins = ["later_django.testing.pytest_plugin"]
+# later_drain and later_inline, enabled the way docs/testing.md tells users to;
+# the browser and page fixtures of the real-browser tests (tests/browser.py).
+pytest_plugins = ["later_django.testing.pytest_plugin", "tests.browser"]
 
 ALIASES = {"sqlite": "default", "postgresql": "pg"}
 LATER_TABLES = TABLES  # later_job first: deleting jobs fires the counter triggers

@@ -32,6 +32,7 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
 
 INSTALLED_APPS = [
     "django.contrib.auth",
@@ -39,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.admin",
+    # The live server of the browser tests serves the admin's and later's static files.
+    "django.contrib.staticfiles",
     "later_django",
     "tests.jobapp",
 ]
