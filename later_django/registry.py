@@ -172,6 +172,11 @@ def handler_by_name(name: str) -> Handler | None:
     return handler
 
 
+def registered_names() -> list[str]:
+    """The names of every registered job type, sorted (the dashboard's type filter)."""
+    return sorted(_by_name)
+
+
 def _resolve(name: str) -> Handler | None:
     for resolver in _resolvers:
         handler = resolver(name)

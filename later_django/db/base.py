@@ -2,7 +2,7 @@
 
 Dialect is the abstract base every database vendor implements. Its
 operations come per domain (jobs.py, counters.py, servers.py, topics.py,
-partitions.py, leases.py, schedules.py, tasks.py, retained_log.py, each over the
+partitions.py, leases.py, schedules.py, tasks.py, retained_log.py, dashboard.py, each over the
 statements of its db/sql/ module): what both
 databases share is implemented there once; what differs per vendor is
 abstract, or belongs to a capability flag below. Operations on the database
@@ -19,6 +19,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.counters import CounterOperations
+from later_django.db.dashboard import DashboardOperations
 from later_django.db.jobs import JobOperations
 from later_django.db.leases import LeaseOperations
 from later_django.db.partitions import PartitionOperations
@@ -51,6 +52,7 @@ class Dialect(
     ScheduleOperations,
     TaskResultOperations,
     RetainedLogOperations,
+    DashboardOperations,
     abc.ABC,
 ):
     """SQL operations on later's tables for one database vendor."""

@@ -82,6 +82,10 @@ class PostgresDialect(Dialect):
     def journal_wal(self, cursor: CursorWrapper) -> bool:
         return False  # the write-ahead log is not a setting of a database
 
+    def database_size(self, cursor: CursorWrapper) -> int:
+        cursor.execute(pg_sql.DATABASE_SIZE_SQL)
+        return int(cursor.fetchone()[0])
+
     # -- enqueue ----------------------------------------------------------------------
     # Inserts run straight on the psycopg connection under Django's (the same
     # session and transaction), past Django's cursor, keeping its error

@@ -413,3 +413,67 @@ class LogLag:
     group: str
     partition: int
     lag: int
+
+
+@dataclass(frozen=True, slots=True)
+class StatRow:
+    """One flush: what this server's workers did since the previous one."""
+
+    started: int
+    succeeded: int
+    retried: int
+    failed: int
+    regular_waits: str
+    regular_sum_ms: int
+    regular_max_ms: int
+    partition_waits: str
+    partition_sum_ms: int
+    partition_max_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobQuery:
+    """One page of the dashboard's job list: jobs of ``stage`` (or every
+    stage for an id search), optionally of one type, topic and partition,
+    after the keyset cursor ``after``."""
+
+    namespace: str
+    stage: str | None
+    type_name: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    id_prefix: str | None = None
+    after: tuple[Any, ...] | None = None
+    page_size: int = 50
+    # Index entries one page looks at when a filter the index cannot serve
+    # (a type, say) is set: a page costs this much at most, at any backlog.
+    scan_limit: int = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class JobSummary:
+    """A job as the dashboard lists it: never its payload."""
+
+    id: str
+    type_name: str
+    stage: str
+    priority: int
+    attempts: int
+    created_ms: int
+    run_at_ms: int
+    changed_ms: int
+    topic: str | None
+    partition: int | None
+    sequence: int | None
+    failed_before: bool  # has a last error
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of jobs; ``after`` is the cursor of the next page (None at the
+    end). ``scanned_out`` says the page stopped at ``scan_limit`` entries
+    before it was full: more may match beyond ``after``."""
+
+    jobs: list[JobSummary]
+    after: tuple[Any, ...] | None
+    scanned_out: bool

@@ -87,6 +87,10 @@ class SqliteDialect(Dialect):
         cursor.execute(sqlite_sql.VACUUM_SQL)
         return True
 
+    def database_size(self, cursor: CursorWrapper) -> int:
+        cursor.execute(sqlite_sql.DATABASE_SIZE_SQL)
+        return int(cursor.fetchone()[0])
+
     # -- enqueue ----------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         with db.cursor() as cursor:

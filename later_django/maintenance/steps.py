@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 
 BATCH = 500  # rows one statement changes; keeps each transaction short
 MAX_ROUNDS = 20  # batches per step per tick, so one tick stays bounded
+# The dashboard's figures: a queue-length point a minute, kept a week; the
+# workers' per-second rows, kept ten minutes (the page reads five).
+SAMPLE_INTERVAL_MS = 60_000
+SAMPLES_KEPT_MS = 7 * 24 * 3600_000
+STATS_KEPT_MS = 600_000
 LEASE_EXPIRED = "lease expired: the process running this job stopped renewing it (killed or paused)"
 
 
@@ -163,6 +168,26 @@ def prune_retained_log(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext
     return retention.prune_retained_log(dialect, cursor, namespace=ctx.namespace, leader=ctx.leader)
 
 
+def sample_queue(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
+    """Once a minute, by the leading server: the backlog as a point of the
+    dashboard's queue-length graph, and old figures deleted."""
+    if ctx.leader.lead(dialect, cursor, "dashboard") is None:
+        return 0
+    if not dialect.maintenance_claim(
+        cursor, namespace=ctx.namespace, step="sample_queue", interval_ms=SAMPLE_INTERVAL_MS
+    ):
+        return 0
+    with transaction.atomic(using=ctx.alias):
+        taken = dialect.sample_take(cursor, namespace=ctx.namespace)
+        dialect.dashboard_prune(
+            cursor,
+            namespace=ctx.namespace,
+            stats_for_ms=STATS_KEPT_MS,
+            samples_for_ms=SAMPLES_KEPT_MS,
+        )
+    return taken
+
+
 STEPS = {
     "fire_schedules": fire_schedules,
     "promote_due": promote_due,
@@ -172,4 +197,5 @@ STEPS = {
     "compact_counters": compact_counters,
     "vacuum": vacuum,
     "prune_retained_log": prune_retained_log,
+    "sample_queue": sample_queue,
 }

@@ -11,6 +11,7 @@ job's outcome is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from later_django import events, tracing
 from later_django.conf import conf
 from later_django.context import build_app
-from later_django.db.rows import Heartbeat
+from later_django.db.rows import Heartbeat, StatRow
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
@@ -55,6 +56,7 @@ logger = logging.getLogger(__name__)
 # used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
 # connections (docs/operations.md, "Connections").
 DB_THREADS = 4  # storing failures and retries: a statement each, about a millisecond
+DASHBOARD_FLUSH_INTERVAL = 1.0  # seconds between two rows of dashboard figures
 SERVICE_THREADS = 4  # renewals, heartbeat, backlog readings, giving back claims
 MAINTENANCE_THREADS = 2
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
@@ -264,6 +266,7 @@ class Server:
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))
         self.services.start("status", self.status.run)
+        self.services.start("dashboard", self._flush_dashboard)
         installed = self.metrics
         if installed is not None:
             installed.workers.count = self._worker_counts
@@ -458,6 +461,30 @@ class Server:
                 ),
             ),
         )
+
+    async def _flush_dashboard(self) -> None:
+        """Write what the workers did for the dashboard, once a second while
+        they work: one row a second, never a write per job."""
+        recorder = self.completer.recorder
+        while True:
+            await asyncio.sleep(DASHBOARD_FLUSH_INTERVAL)
+            row = recorder.take()
+            if row is None:
+                continue
+            try:
+                await self.store.run(
+                    self._service_pool,
+                    functools.partial(self._store_stat, row=row),
+                )
+            except Exception as exc:  # noqa: BLE001  a second of figures, not jobs
+                logger.warning(
+                    "could not store the dashboard's figures: %s",
+                    exc,
+                    extra={"action": "dashboard_flush_error"},
+                )
+
+    def _store_stat(self, dialect: Dialect, cursor: CursorWrapper, *, row: StatRow) -> None:
+        dialect.stat_insert(cursor, namespace=self.namespace, server_id=self.server_id, row=row)
 
     async def _heartbeat_loop(self) -> None:
         interval = conf.seconds("PARTITION_HEARTBEAT_INTERVAL")

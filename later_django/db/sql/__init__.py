@@ -38,6 +38,8 @@ TABLES: Final = (
     "later_log_partition",
     "later_log_record",
     "later_log_consumer",
+    "later_dashboard_stat",
+    "later_queue_sample",
 )
 
 # The time of a stage change: never before the row's previous change, so a

@@ -142,3 +142,6 @@ WITH fence AS MATERIALIZED (
 SELECT c.done_ids FROM later_complete_many(%s, %s, %s, %s) c
 WHERE EXISTS (SELECT 1 FROM fence)
 """
+
+# The whole database's size on disk.
+DATABASE_SIZE_SQL: Final = "SELECT pg_database_size(current_database())"

@@ -80,3 +80,8 @@ TABLES_FOUND_SQL: Final = (
 JOURNAL_MODE_SQL: Final = "PRAGMA journal_mode"
 JOURNAL_WAL_SQL: Final = "PRAGMA journal_mode=WAL"
 VACUUM_SQL: Final = "VACUUM"
+
+# The database file's size; the write-ahead log beside it is not counted.
+DATABASE_SIZE_SQL: Final = (
+    "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
+)

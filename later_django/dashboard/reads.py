@@ -1,0 +1,303 @@
+"""What the dashboard shows, read for its pages and its JSON alike.
+
+Everything here reads counters, small tables or one index range: nothing
+grows with the backlog (docs/dashboard.md has the plans). The overview is
+computed at most once a second per cache and served to every viewer from
+Django's cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from django.core.cache import cache
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+
+from later_django.conf import conf
+from later_django.dashboard import cursors
+from later_django.dashboard.waits import WaitSummary, merged
+from later_django.db import dialect_for
+from later_django.db.base import Dialect
+from later_django.db.rows import JobPage, JobQuery, JobSummary
+from later_django.partitions.api import partition_stats
+from later_django.partitions.reserved import registered_topics
+from later_django.recurring.api import list_recurring
+from later_django.states import Stage
+
+OVERVIEW_CACHE_SECONDS = 1
+THROUGHPUT_WINDOW_MS = 60_000
+WAITS_WINDOW_MS = 300_000
+LIVE_WITHIN_MS = 15_000  # a server whose heartbeat is older is not shown as live
+RUNNING_SHOWN = 200  # running jobs listed under their servers, at most
+CHILDREN_SHOWN = 25
+SAMPLE_RANGES = {"1h": 3600_000, "24h": 24 * 3600_000, "7d": 7 * 24 * 3600_000}
+SAMPLE_POINTS = 360  # the graph's points at most; a range with more is thinned
+
+
+@contextmanager
+def _db() -> Iterator[tuple[Dialect, CursorWrapper]]:
+    alias = conf.database
+    with connections[alias].cursor() as cursor:
+        yield dialect_for(alias), cursor
+
+
+# -- overview ---------------------------------------------------------------------------
+def overview() -> dict[str, Any]:
+    """Counts, rates, waits, servers and size: one computation a second,
+    shared through Django's cache by every viewer."""
+    key = f"later:dashboard:overview:{conf.database}:{conf.namespace}"
+    found = cache.get(key)
+    if found is None:
+        found = _overview()
+        cache.set(key, found, OVERVIEW_CACHE_SECONDS)
+    return found  # type: ignore[no-any-return]
+
+
+def _overview() -> dict[str, Any]:
+    namespace = conf.namespace
+    with _db() as (dialect, cursor):
+        lanes = dialect.lane_counts(cursor, namespace=namespace)
+        stats = dialect.stats_since(cursor, namespace=namespace, window_ms=WAITS_WINDOW_MS)
+        servers = dialect.live_servers(cursor, namespace=namespace, within_ms=LIVE_WITHIN_MS)
+        running = dialect.running_jobs(cursor, namespace=namespace, limit=RUNNING_SHOWN)
+        size = dialect.database_size(cursor)
+        now_ms = dialect.clock_now(cursor)
+    counts = {stage.value: 0 for stage in Stage}
+    partitioned = {stage.value: 0 for stage in Stage}
+    for (lane, stage), n in lanes.items():
+        counts[stage] = counts.get(stage, 0) + n
+        if lane:
+            partitioned[stage] = partitioned.get(stage, 0) + n
+    return {
+        "namespace": namespace,
+        "database": conf.database,
+        "vendor": connections[conf.database].vendor,
+        "now_ms": now_ms,
+        "counts": counts,
+        "partition_counts": partitioned,
+        "throughput": _throughput(stats, now_ms),
+        "waits": _waits(stats),
+        "servers": _servers(servers, running),
+        "database_size_bytes": size,
+    }
+
+
+def _throughput(stats: list[tuple[Any, ...]], now_ms: int) -> dict[str, Any]:
+    """Stage changes the workers made in the last 60 s: starts and outcomes,
+    per second of the window (oldest first)."""
+    seconds = THROUGHPUT_WINDOW_MS // 1000
+    per_second = [0] * seconds
+    totals = {"started": 0, "succeeded": 0, "retried": 0, "failed": 0}
+    for at_ms, started, succeeded, retried, failed, *_ in stats:
+        age = (now_ms - at_ms) // 1000
+        if not 0 <= age < seconds:
+            continue
+        per_second[seconds - 1 - age] += started + succeeded + retried + failed
+        for name, n in zip(totals, (started, succeeded, retried, failed), strict=True):
+            totals[name] += n
+    changes = sum(per_second)
+    return {
+        "window_seconds": seconds,
+        "stage_changes": changes,
+        "per_second": round(changes / seconds, 2),
+        "series": per_second,
+        **totals,
+    }
+
+
+def _waits(stats: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """Dispatch waits (due to started) over the last five minutes, plain
+    and partitioned apart: a partition job also waits for its turn."""
+    regular = merged((r[5], r[6], r[7]) for r in stats)
+    partition = merged((r[8], r[9], r[10]) for r in stats)
+    return {
+        "window_seconds": WAITS_WINDOW_MS // 1000,
+        "regular": _wait_dict(regular.summary()),
+        "partitioned": _wait_dict(partition.summary()),
+    }
+
+
+def _wait_dict(summary: WaitSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(summary).items()}
+
+
+def _servers(
+    servers: list[tuple[Any, ...]], running: list[tuple[Any, ...]]
+) -> list[dict[str, Any]]:
+    by_owner: dict[str, list[dict[str, Any]]] = {}
+    for job_id, type_name, owner, started_ms, topic, partition in running:
+        by_owner.setdefault(owner, []).append(
+            {
+                "id": job_id,
+                "type": type_name,
+                "started_ms": started_ms,
+                "topic": topic,
+                "partition": partition,
+            }
+        )
+    return [
+        {
+            "id": server_id,
+            "hostname": hostname,
+            "pid": pid,
+            "workers": workers,
+            "topics": bool(topics),
+            "started_ms": started_ms,
+            "heartbeat_age_ms": max(0, now_ms - heartbeat_ms),
+            "running": by_owner.get(server_id, []),
+        }
+        for server_id, hostname, pid, workers, topics, started_ms, heartbeat_ms, now_ms in servers
+    ]
+
+
+# -- queue-length graph ---------------------------------------------------------------
+def samples(range_name: str) -> dict[str, Any]:
+    """The per-minute backlog samples of the range, thinned to at most
+    SAMPLE_POINTS points (each the largest of its stretch)."""
+    window = SAMPLE_RANGES[range_name]
+    with _db() as (dialect, cursor):
+        rows = dialect.samples_since(cursor, namespace=conf.namespace, window_ms=window)
+    step = max(1, -(-len(rows) // SAMPLE_POINTS))
+    points = []
+    for start in range(0, len(rows), step):
+        chunk = rows[start : start + step]
+        points.append([chunk[-1][0], *(max(col) for col in list(zip(*chunk, strict=True))[1:])])
+    return {
+        "range": range_name,
+        "columns": ["at_ms", "ready", "scheduled", "running", "waiting", "partitioned"],
+        "points": points,
+    }
+
+
+# -- jobs -----------------------------------------------------------------------------------
+def job_page(query: JobQuery) -> JobPage:
+    with _db() as (dialect, cursor):
+        return dialect.job_page(cursor, query)
+
+
+def job_detail(job_id: str) -> dict[str, Any] | None:
+    """A job without its payload: times, durations, history, parent and
+    up to 25 direct continuations."""
+    with _db() as (dialect, cursor):
+        job = dialect.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
+        if job is None:
+            return None
+        children = dialect.job_children(cursor, job_id=job_id, limit=CHILDREN_SHOWN + 1)
+        now_ms = dialect.clock_now(cursor)
+    history = parse_history(job.pop("history"))
+    job["history"] = [{"stage": stage, "at_ms": at} for stage, at in history]
+    job["durations_ms"] = durations(history, job["created_ms"], job["finished_ms"], now_ms)
+    job["children"] = [summary_dict(c) for c in children[:CHILDREN_SHOWN]]
+    job["more_children"] = len(children) > CHILDREN_SHOWN
+    job["now_ms"] = now_ms
+    return job
+
+
+def parse_history(text: str) -> list[tuple[str, int]]:
+    changes = []
+    for entry in text.split(";"):
+        if entry:
+            stage, _, at = entry.partition("@")
+            changes.append((stage, int(at)))
+    return changes
+
+
+def durations(
+    history: list[tuple[str, int]], created_ms: int, finished_ms: int | None, now_ms: int
+) -> dict[str, int]:
+    """Total time from creation to the finish (or now), the part spent
+    running handlers, and the rest, spent waiting."""
+    end = finished_ms if finished_ms is not None else now_ms
+    processing = 0
+    for (stage, at), following in zip(history, [*history[1:], None], strict=True):
+        if stage == Stage.RUNNING:
+            processing += (following[1] if following else end) - at
+    total = max(0, end - created_ms)
+    processing = min(max(0, processing), total)
+    return {"total": total, "processing": processing, "waiting": total - processing}
+
+
+def summary_dict(job: JobSummary) -> dict[str, Any]:
+    out = asdict(job)
+    out["short_id"] = job.id[-6:]
+    return out
+
+
+def page_dict(page: JobPage) -> dict[str, Any]:
+    return {
+        "jobs": [summary_dict(j) for j in page.jobs],
+        "next": cursors.encode(page.after),
+        "scanned_out": page.scanned_out,
+    }
+
+
+# -- topics, retained log, recurring ----------------------------------------------------
+def topics() -> dict[str, Any]:
+    """Every registered topic with its depth and its partitions (depth, head
+    age, owner, epoch), and every retained-log consumer group's offsets and lag."""
+    stats = partition_stats()
+    with _db() as (dialect, cursor):
+        consumers = dialect.log_consumers(cursor, namespace=conf.namespace)
+        now_ms = dialect.clock_now(cursor)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in stats:
+        entry = asdict(p)
+        entry["depth"] = p.depth
+        entry["head_age_ms"] = (
+            max(0, now_ms - p.head_run_at_ms) if p.head_run_at_ms is not None else None
+        )
+        entry["lease_live"] = p.owner is not None and p.lease_expires_ms > now_ms
+        by_topic.setdefault(p.topic, []).append(entry)
+    topics_out = []
+    for name, count in sorted(registered_topics().items()):
+        parts = by_topic.get(name, [])
+        topics_out.append(
+            {
+                "name": name,
+                "partitions": count,
+                "depth": sum(p["depth"] for p in parts),
+                "oldest_head_age_ms": max(
+                    (p["head_age_ms"] for p in parts if p["head_age_ms"] is not None), default=None
+                ),
+                "partition_stats": parts,
+            }
+        )
+    groups = [
+        {
+            "topic": topic,
+            "group": group,
+            "partition": part,
+            "committed_offset": committed,
+            "next_offset": next_offset,
+            "lag": max(0, next_offset - committed),
+            "member": member,
+            "epoch": epoch,
+            "lease_live": expires_ms > now,
+        }
+        for topic, group, part, committed, next_offset, member, epoch, expires_ms, now in consumers
+    ]
+    return {"now_ms": now_ms, "topics": topics_out, "retained_log": groups}
+
+
+def recurring() -> dict[str, Any]:
+    return {
+        "schedules": [
+            {
+                "identifier": s.identifier,
+                "cron": s.cron,
+                "zone": s.zone,
+                "type": s.type_name,
+                "priority": s.priority,
+                "next_run_at": s.next_run_at.isoformat(),
+                "last_job_id": s.last_job_id,
+                "last_run_at": s.last_run_at.isoformat() if s.last_run_at else None,
+            }
+            for s in list_recurring()
+        ]
+    }

@@ -1,0 +1,267 @@
+"""The dashboard's pages and JSON endpoints, served inside an admin site.
+
+Every view runs behind the site's ``admin_view`` (staff only: others go to
+the admin login; CSRF on POST) and then checks the permission:
+``later_django.view_dashboard`` to look, ``later_django.change_job`` as
+well to act. No response carries a payload's bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin import AdminSite
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from later_django import registry
+from later_django.dashboard import actions, filters, reads
+from later_django.ids import ULID_LENGTH
+from later_django.partitions.reserved import registered_topics
+
+VIEW_PERMISSION = "later_django.view_dashboard"
+CHANGE_PERMISSION = "later_django.change_job"
+NAMESPACE = "later_dashboard"
+
+View = Callable[..., HttpResponse]
+
+
+def _viewer(request: HttpRequest) -> None:
+    if not request.user.has_perm(VIEW_PERMISSION):
+        raise PermissionDenied(f"the dashboard needs the permission {VIEW_PERMISSION}")
+
+
+class Dashboard:
+    """The views, bound to the admin site whose look and login they use."""
+
+    def __init__(self, site: AdminSite) -> None:
+        self.site = site
+
+    def urls(self) -> list[Any]:
+        wrap = self.site.admin_view
+        pages: list[tuple[str, View, str]] = [
+            ("", self.overview, "overview"),
+            ("jobs/", self.jobs, "jobs"),
+            ("jobs/<str:job_id>/", self.job, "job"),
+            ("topics/", self.topics, "topics"),
+            ("recurring/", self.recurring, "recurring"),
+            ("actions/", self.action, "action"),
+            ("api/overview", self.api_overview, "api_overview"),
+            ("api/samples", self.api_samples, "api_samples"),
+            ("api/jobs", self.api_jobs, "api_jobs"),
+            ("api/jobs/<str:job_id>", self.api_job, "api_job"),
+            ("api/topics", self.api_topics, "api_topics"),
+            ("api/recurring", self.api_recurring, "api_recurring"),
+        ]
+        return [path(route, wrap(view), name=f"{NAMESPACE}_{name}") for route, view, name in pages]
+
+    def _render(
+        self, request: HttpRequest, template: str, title: str, **context: Any
+    ) -> HttpResponse:
+        return TemplateResponse(
+            request,
+            f"later_django/dashboard/{template}",
+            {
+                **self.site.each_context(request),
+                "title": title,
+                "can_change": request.user.has_perm(CHANGE_PERMISSION),
+                **context,
+            },
+        )
+
+    # -- pages --------------------------------------------------------------------------
+    def overview(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        overview = reads.overview()
+        return self._render(
+            request,
+            "overview.html",
+            "Jobs",
+            tab="overview",
+            overview=overview,
+            wait_rows=[
+                ("regular", "Plain", overview["waits"]["regular"] or {}),
+                ("partitioned", "Partitioned", overview["waits"]["partitioned"] or {}),
+            ],
+            sample_ranges=list(reads.SAMPLE_RANGES),
+        )
+
+    def jobs(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        try:
+            query = filters.query_from(request.GET)
+        except ValueError as exc:
+            return HttpResponseBadRequest(str(exc))
+        if query.id_prefix is not None and len(query.id_prefix) == ULID_LENGTH:
+            return HttpResponseRedirect(reverse(f"admin:{NAMESPACE}_job", args=[query.id_prefix]))
+        page = reads.job_page(query)
+        counts = reads.overview()["counts"]
+        return self._render(
+            request,
+            "jobs.html",
+            "Job list",
+            tab="jobs",
+            query=query,
+            page=page,
+            jobs=[reads.summary_dict(j) for j in page.jobs],
+            next_query=filters.query_string(query, after=reads.page_dict(page)["next"])
+            if page.after
+            else None,
+            filter_query=filters.query_string(query),
+            filter_fields=filters.fields_of(query),
+            stage_links=[
+                (stage, filters.query_string(query, stage=stage, q=None), counts.get(stage, 0))
+                for stage in filters.STAGES
+            ],
+            types=registry.registered_names(),
+            topic_names=sorted(registered_topics()),
+            page_size=query.page_size,
+            scan_limit=query.scan_limit,
+            actions=_actions_for(query.stage, partition_job=query.topic is not None),
+        )
+
+    def job(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        _viewer(request)
+        job = reads.job_detail(job_id.lower())
+        if job is None:
+            raise Http404(f"no job {job_id} (finished jobs are deleted after DASHBOARD_RETENTION)")
+        return self._render(
+            request,
+            "job.html",
+            f"Job {job['id']}",
+            tab="jobs",
+            job=job,
+            actions=_actions_for(job["stage"], partition_job=job["topic"] is not None),
+        )
+
+    def topics(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._render(request, "topics.html", "Topics", tab="topics", data=reads.topics())
+
+    def recurring(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._render(
+            request, "recurring.html", "Recurring jobs", tab="recurring", data=reads.recurring()
+        )
+
+    # -- actions -------------------------------------------------------------------------
+    @staticmethod
+    def _back(request: HttpRequest) -> str:
+        target = request.POST.get("next") or ""
+        if url_has_allowed_host_and_scheme(
+            target, {request.get_host()}, require_https=request.is_secure()
+        ):
+            return target
+        return reverse(f"admin:{NAMESPACE}_overview")
+
+    def action(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        _viewer(request)
+        if not request.user.has_perm(CHANGE_PERMISSION):
+            raise PermissionDenied(f"actions on jobs need the permission {CHANGE_PERMISSION}")
+        action = request.POST.get("action", "")
+        if action not in actions.ACTIONS:
+            return HttpResponseBadRequest(
+                f"unknown action {action!r}: use one of {', '.join(actions.ACTIONS)}"
+            )
+        if request.POST.get("all_matching"):
+            try:
+                query = filters.query_from(request.POST, with_cursor=False)
+            except ValueError as exc:
+                return HttpResponseBadRequest(str(exc))
+            if not request.POST.get("confirm"):
+                return self._render(
+                    request,
+                    "confirm.html",
+                    "Are you sure?",
+                    action=action,
+                    verb=actions.ACTIONS[action],
+                    query=query,
+                    fields=dict(filters.fields_of(query)),
+                    back=self._back(request),
+                )
+            result = actions.apply_matching(action, query)
+        else:
+            ids = [i.strip().lower() for i in request.POST.getlist("job") if i.strip()]
+            if not ids:
+                messages.warning(request, "No job was selected: tick the jobs to act on.")
+                return HttpResponseRedirect(self._back(request))
+            result = actions.apply(action, ids)
+        level = messages.SUCCESS if result.done else messages.WARNING
+        messages.add_message(request, level, result.message())
+        return HttpResponseRedirect(self._back(request))
+
+    # -- JSON --------------------------------------------------------------------------------
+    @staticmethod
+    def _json(data: dict[str, Any]) -> JsonResponse:
+        return JsonResponse(data, json_dumps_params={"separators": (",", ":")})
+
+    def api_overview(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._json(reads.overview())
+
+    def api_samples(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        range_name = request.GET.get("range", "24h")
+        if range_name not in reads.SAMPLE_RANGES:
+            return _json_error(
+                f"unknown range {range_name!r}: use one of {', '.join(reads.SAMPLE_RANGES)}"
+            )
+        return self._json(reads.samples(range_name))
+
+    def api_jobs(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        try:
+            query = filters.query_from(request.GET)
+        except ValueError as exc:
+            return _json_error(str(exc))
+        return self._json(reads.page_dict(reads.job_page(query)))
+
+    def api_job(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        _viewer(request)
+        job = reads.job_detail(job_id.lower())
+        if job is None:
+            return JsonResponse({"error": f"no job {job_id}"}, status=404)
+        return self._json(job)
+
+    def api_topics(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._json(reads.topics())
+
+    def api_recurring(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._json(reads.recurring())
+
+
+def _json_error(message: str) -> JsonResponse:
+    return JsonResponse({"error": message}, status=400)
+
+
+def _actions_for(stage: str | None, *, partition_job: bool = False) -> list[tuple[str, str]]:
+    """The actions that apply to jobs of ``stage``: (action, button label)."""
+    if stage == "failed":
+        return [] if partition_job else [("retry", "Retry")]
+    if stage in ("delayed", "requeued"):
+        found = [("run_now", "Run now"), ("cancel", "Cancel")]
+    elif stage in ("enqueued", "waiting"):
+        found = [("cancel", "Cancel")]
+    else:
+        found = []
+    if stage in ("enqueued", "delayed", "requeued", "running", "waiting") and (
+        partition_job or stage is None
+    ):
+        found.append(("force_fail", "Force-fail partition head"))
+    return found

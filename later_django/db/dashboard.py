@@ -1,0 +1,270 @@
+"""Operations of the dashboard: its figures, its lists of jobs and its
+actions on jobs (docs/dashboard.md). The database's size differs per vendor."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.rows import JobPage, JobQuery, JobSummary, StatRow
+from later_django.db.sql import dashboard as dashboard_sql
+from later_django.db.sql.dashboard import ListOrder
+from later_django.db.statements import Statements
+from later_django.states import PARENT_FAILED
+
+# The largest prefix that is still a prefix of an id: ids are 26 characters
+# of Crockford's base32, and "~" sorts after every one of them.
+ID_END = "~"
+
+
+class DashboardOperations(Statements):
+    """The dashboard's reads and writes."""
+
+    # -- figures ------------------------------------------------------------------------
+    def stat_insert(
+        self, cursor: CursorWrapper, *, namespace: str, server_id: str, row: StatRow
+    ) -> None:
+        cursor.execute(
+            self._sql(dashboard_sql.STAT_INSERT_SQL),
+            [
+                namespace,
+                server_id,
+                row.started,
+                row.succeeded,
+                row.retried,
+                row.failed,
+                row.regular_waits,
+                row.regular_sum_ms,
+                row.regular_max_ms,
+                row.partition_waits,
+                row.partition_sum_ms,
+                row.partition_max_ms,
+            ],
+        )
+
+    def stats_since(
+        self, cursor: CursorWrapper, *, namespace: str, window_ms: int
+    ) -> list[tuple[Any, ...]]:
+        """The stat rows of the last ``window_ms``; each ends with the database's now."""
+        cursor.execute(self._sql(dashboard_sql.STATS_SINCE_SQL), [namespace, window_ms])
+        return list(cursor.fetchall())
+
+    def sample_take(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        """Store the backlog now as a sample of the queue-length graph."""
+        cursor.execute(self._sql(dashboard_sql.SAMPLE_TAKE_SQL), [namespace, namespace])
+        return int(cursor.rowcount)
+
+    def samples_since(
+        self, cursor: CursorWrapper, *, namespace: str, window_ms: int
+    ) -> list[tuple[int, ...]]:
+        cursor.execute(self._sql(dashboard_sql.SAMPLES_SINCE_SQL), [namespace, window_ms])
+        return [tuple(int(v) for v in row) for row in cursor.fetchall()]
+
+    def dashboard_prune(
+        self, cursor: CursorWrapper, *, namespace: str, stats_for_ms: int, samples_for_ms: int
+    ) -> int:
+        """Delete stat rows older than ``stats_for_ms`` and samples older than
+        ``samples_for_ms``; return how many rows."""
+        cursor.execute(self._sql(dashboard_sql.STATS_PRUNE_SQL), [namespace, stats_for_ms])
+        deleted = int(cursor.rowcount)
+        cursor.execute(self._sql(dashboard_sql.SAMPLES_PRUNE_SQL), [namespace, samples_for_ms])
+        return deleted + int(cursor.rowcount)
+
+    def lane_counts(self, cursor: CursorWrapper, *, namespace: str) -> dict[tuple[str, str], int]:
+        """Jobs per (lane, stage), from the counters."""
+        cursor.execute(self._sql(dashboard_sql.LANE_COUNTS_SQL), [namespace])
+        return {(lane, stage): int(n) for lane, stage, n in cursor.fetchall()}
+
+    def live_servers(
+        self, cursor: CursorWrapper, *, namespace: str, within_ms: int
+    ) -> list[tuple[Any, ...]]:
+        """Servers with a heartbeat in the last ``within_ms``; each row ends with now."""
+        cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
+        return list(cursor.fetchall())
+
+    def running_jobs(
+        self, cursor: CursorWrapper, *, namespace: str, limit: int
+    ) -> list[tuple[Any, ...]]:
+        cursor.execute(self._sql(dashboard_sql.RUNNING_JOBS_SQL), [namespace, limit])
+        return list(cursor.fetchall())
+
+    def log_consumers(self, cursor: CursorWrapper, *, namespace: str) -> list[tuple[Any, ...]]:
+        """(topic, group, partition, committed, next offset, member, epoch,
+        lease expiry, now) of every retained-log consumer."""
+        cursor.execute(self._sql(dashboard_sql.LOG_CONSUMERS_SQL), [namespace])
+        return list(cursor.fetchall())
+
+    @abc.abstractmethod
+    def database_size(self, cursor: CursorWrapper) -> int:
+        """The whole database's size on disk in bytes, later's tables and the
+        application's alike."""
+
+    # -- jobs -----------------------------------------------------------------------------
+    def job_detail(
+        self, cursor: CursorWrapper, *, namespace: str, job_id: str
+    ) -> dict[str, Any] | None:
+        cursor.execute(self._sql(dashboard_sql.JOB_DETAIL_SQL), [job_id, namespace])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        names = [c.strip() for c in dashboard_sql.DETAIL_COLUMNS.split(",")]
+        return dict(zip(names, row, strict=True))
+
+    def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
+        cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, limit])
+        return [_summary(row) for row in cursor.fetchall()]
+
+    def job_page(self, cursor: CursorWrapper, query: JobQuery) -> JobPage:
+        """A page of the list ``query`` asks for, read in its index's order."""
+        order, where, params = _source(query)
+        filters, filter_params = _filters(query, order)
+        keyset, keyset_params = _after(order, query.after)
+        base = f"FROM later_job WHERE namespace = %s AND {order.where}{where}{keyset}"
+        base_params = [query.namespace, *params, *keyset_params]
+        by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
+        by_key = ", ".join(
+            f"k{i} DESC" if desc else f"k{i}" for i, (_, desc) in enumerate(order.keys)
+        )
+        keys = ", ".join(f"{col} AS k{i}" for i, (col, _) in enumerate(order.keys))
+        key_cols = ", ".join(col for col, _ in order.keys)
+        limit = query.page_size + 1
+        if not filters:
+            cursor.execute(
+                f"SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base} ORDER BY {by} LIMIT %s",
+                [*base_params, limit],
+            )
+            return _page(cursor.fetchall(), query.page_size, scanned_out=False)
+        # Filters the index cannot serve are applied to a bounded stretch of it.
+        cursor.execute(
+            f"SELECT * FROM (SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base} "
+            f"ORDER BY {by} LIMIT %s) s WHERE {filters} ORDER BY {by_key} LIMIT %s",
+            [*base_params, query.scan_limit, *filter_params, limit],
+        )
+        rows = cursor.fetchall()
+        if len(rows) == limit:
+            return _page(rows, query.page_size, scanned_out=False)
+        # Not a full page: did the stretch end the index, or does it go on?
+        cursor.execute(
+            f"SELECT {key_cols} {base} ORDER BY {by} LIMIT 1 OFFSET %s",
+            [*base_params, query.scan_limit - 1],
+        )
+        last = cursor.fetchone()
+        jobs = [_summary(row) for row in rows]
+        return JobPage(jobs, tuple(last) if last else None, scanned_out=last is not None)
+
+    # -- actions -------------------------------------------------------------------------
+    def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
+        """Make the failed plain job ``job_id`` ready again, and its
+        continuations that failed because it did wait for it again; return
+        how many continuations, or None if the job was not a failed plain job.
+        Run in one transaction."""
+        cursor.execute(self._sql(dashboard_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
+        if cursor.rowcount != 1:
+            return None
+        cursor.execute(
+            self._sql(dashboard_sql.JOB_REVIVE_DESCENDANTS_SQL),
+            [job_id, PARENT_FAILED, PARENT_FAILED],
+        )
+        return int(cursor.rowcount)
+
+    def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
+        """Make a delayed or requeued job due now; return whether it was one."""
+        cursor.execute(self._sql(dashboard_sql.JOB_RUN_NOW_SQL), [job_id, namespace])
+        return bool(cursor.rowcount == 1)
+
+
+def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
+    """The index the list reads, with the terms of ``query`` it serves."""
+    if query.id_prefix is not None:
+        return dashboard_sql.BY_ID, "", [query.id_prefix, query.id_prefix + ID_END]
+    stage = query.stage
+    if query.topic is not None and stage not in ("success", "failed", "cancelled"):
+        if query.partition is None:
+            return dashboard_sql.PARTITION, " AND topic = %s", [query.topic]
+        return (
+            dashboard_sql.PARTITION,
+            " AND topic = %s AND partition = %s",
+            [query.topic, query.partition],
+        )
+    if stage == "enqueued":
+        return dashboard_sql.READY, "", []
+    if stage in ("delayed", "requeued"):
+        return dashboard_sql.DUE, "", []
+    if stage == "running":
+        return dashboard_sql.RUNNING, "", []
+    if stage == "success":
+        return dashboard_sql.FINISHED, "", []
+    return dashboard_sql.ATTENTION, f" AND stage = '{_checked_stage(stage)}'", []
+
+
+def _checked_stage(stage: str | None) -> str:
+    if stage not in ("waiting", "failed", "cancelled"):
+        raise ValueError(f"unknown stage {stage!r}")
+    return stage
+
+
+def _filters(query: JobQuery, order: ListOrder) -> tuple[str, list[Any]]:
+    """The terms of ``query`` its index does not serve."""
+    terms: list[str] = []
+    params: list[Any] = []
+    if query.stage is not None and order in (
+        dashboard_sql.PARTITION,
+        dashboard_sql.DUE,
+        dashboard_sql.FINISHED,
+        dashboard_sql.BY_ID,
+    ):
+        terms.append("stage = %s")
+        params.append(query.stage)
+    if query.type_name is not None:
+        terms.append("type_name = %s")
+        params.append(query.type_name)
+    if query.topic is not None and order is not dashboard_sql.PARTITION:
+        terms.append("topic = %s")
+        params.append(query.topic)
+        if query.partition is not None:
+            terms.append("partition = %s")
+            params.append(query.partition)
+    return " AND ".join(terms), params
+
+
+def _after(order: ListOrder, after: tuple[Any, ...] | None) -> tuple[str, list[Any]]:
+    """The keyset term: rows strictly after ``after`` in the list's order."""
+    if after is None:
+        return "", []
+    if len(after) != len(order.keys):
+        raise ValueError("the cursor does not belong to this list")
+    alternatives, params = [], []
+    for i, (col, desc) in enumerate(order.keys):
+        equal = [f"{c} = %s" for c, _ in order.keys[:i]]
+        alternatives.append(" AND ".join([*equal, f"{col} {'<' if desc else '>'} %s"]))
+        params.extend([*after[:i], after[i]])
+    return f" AND ({' OR '.join(f'({a})' for a in alternatives)})", params
+
+
+def _summary(row: tuple[Any, ...]) -> JobSummary:
+    job_id, type_name, stage, priority, attempts, created, run_at, changed, topic, part, seq = row[
+        :11
+    ]
+    return JobSummary(
+        job_id,
+        type_name,
+        stage,
+        priority,
+        attempts,
+        created,
+        run_at,
+        changed,
+        topic,
+        part,
+        seq,
+        bool(row[11]),
+    )
+
+
+def _page(rows: list[tuple[Any, ...]], size: int, *, scanned_out: bool) -> JobPage:
+    more = len(rows) > size
+    rows = rows[:size]
+    after = tuple(rows[-1][12:]) if more and rows else None
+    return JobPage([_summary(row) for row in rows], after, scanned_out)

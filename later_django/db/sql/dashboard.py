@@ -1,0 +1,163 @@
+"""SQL of the dashboard: its figures (``later_dashboard_stat``,
+``later_queue_sample``), its lists of jobs, and its actions on jobs.
+
+Every list reads one index in that index's order, and repeats the index's
+predicate as the index states it (SQLite uses a partial index only for a
+query whose terms imply it), so a page costs the page at any backlog. The
+plans are in docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from later_django.db.sql.partitions import UNFINISHED
+
+
+@dataclass(frozen=True, slots=True)
+class ListOrder:
+    """An index a list reads: its predicate and its key, in list order
+    ((column, descending), ...). The last column is unique within it."""
+
+    where: str
+    keys: tuple[tuple[str, bool], ...]
+
+
+# Plain jobs ready to run, in the order workers take them.
+READY: Final = ListOrder(
+    "stage = 'enqueued' AND topic IS NULL", (("priority", True), ("id", False))
+)
+# A topic's unfinished jobs, by partition and sequence.
+PARTITION: Final = ListOrder(
+    f"topic IS NOT NULL AND {UNFINISHED}", (("partition", False), ("sequence", False))
+)
+# Delayed and requeued jobs, soonest due first.
+DUE: Final = ListOrder("stage IN ('delayed', 'requeued')", (("run_at_ms", False), ("id", False)))
+# Running jobs, by when their lease runs out.
+RUNNING: Final = ListOrder("stage = 'running'", (("lease_expires_ms", False), ("id", False)))
+# Finished jobs, latest first (their expiry is their finish plus the retention).
+FINISHED: Final = ListOrder("expires_ms IS NOT NULL", (("expires_ms", True), ("id", True)))
+# Waiting, failed and cancelled jobs, latest change first.
+ATTENTION: Final = ListOrder(
+    "stage IN ('waiting', 'failed', 'cancelled')", (("changed_ms", True), ("id", True))
+)
+# An id search: ids sort by creation time.
+BY_ID: Final = ListOrder("id >= %s AND id < %s", (("id", False),))
+
+SUMMARY_COLUMNS: Final = (
+    "id, type_name, stage, priority, attempts, created_ms, run_at_ms, changed_ms, "
+    "topic, partition, sequence, last_error IS NOT NULL AS failed_before"
+)
+
+DETAIL_COLUMNS: Final = (
+    "id, type_name, stage, priority, attempts, created_ms, run_at_ms, changed_ms, "
+    "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
+    "history, parent_id, recurring, topic, partition, sequence"
+)
+
+JOB_DETAIL_SQL: Final = f"SELECT {DETAIL_COLUMNS} FROM later_job WHERE id = %s AND namespace = %s"
+
+# Up to a page of a job's continuations (the parent index).
+JOB_CHILDREN_SQL: Final = f"""
+SELECT {SUMMARY_COLUMNS} FROM later_job
+WHERE parent_id = %s AND parent_id IS NOT NULL ORDER BY id LIMIT %s
+"""
+
+# Jobs running now, with the server whose lease they hold.
+RUNNING_JOBS_SQL: Final = """
+SELECT id, type_name, lease_owner, started_ms, topic, partition FROM later_job
+WHERE namespace = %s AND stage = 'running' ORDER BY started_ms LIMIT %s
+"""
+
+SERVERS_SQL: Final = """
+SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms, {now} FROM later_server
+WHERE namespace = %s AND heartbeat_ms >= {now} - %s ORDER BY hostname, pid
+"""
+
+STAT_INSERT_SQL: Final = """
+INSERT INTO later_dashboard_stat (namespace, server_id, at_ms, started, succeeded, retried,
+    failed, regular_waits, regular_sum_ms, regular_max_ms, partition_waits, partition_sum_ms,
+    partition_max_ms)
+VALUES (%s, %s, {now}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+
+STATS_SINCE_SQL: Final = """
+SELECT at_ms, started, succeeded, retried, failed, regular_waits, regular_sum_ms,
+    regular_max_ms, partition_waits, partition_sum_ms, partition_max_ms, {now}
+FROM later_dashboard_stat WHERE namespace = %s AND at_ms >= {now} - %s
+"""
+
+STATS_PRUNE_SQL: Final = (
+    "DELETE FROM later_dashboard_stat WHERE namespace = %s AND at_ms < {now} - %s"
+)
+
+# The backlog now, from the counters: one row, whatever the backlog.
+SAMPLE_TAKE_SQL: Final = """
+INSERT INTO later_queue_sample (namespace, at_ms, ready, scheduled, running, waiting, partitioned)
+SELECT %s, {now},
+    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'enqueued' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane = '' AND stage IN ('delayed', 'requeued') THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'running' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'waiting' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane <> '' AND stage NOT IN ('success', 'failed', 'cancelled')
+        THEN n END), 0)
+FROM later_stage_count WHERE namespace = %s
+ON CONFLICT (namespace, at_ms) DO NOTHING
+"""
+
+SAMPLES_SINCE_SQL: Final = """
+SELECT at_ms, ready, scheduled, running, waiting, partitioned FROM later_queue_sample
+WHERE namespace = %s AND at_ms >= {now} - %s ORDER BY at_ms
+"""
+
+SAMPLES_PRUNE_SQL: Final = (
+    "DELETE FROM later_queue_sample WHERE namespace = %s AND at_ms < {now} - %s"
+)
+
+# Counts per stage and lane, for the overview's split of the two lanes.
+LANE_COUNTS_SQL: Final = """
+SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY lane, stage
+"""
+
+# -- actions ---------------------------------------------------------------------------
+# A failed plain job runs again: it is ready now, and its attempts go on
+# counting (so its retry policy, already spent, gives it this one run).
+JOB_RETRY_FAILED_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    finished_ms = NULL, expires_ms = NULL,
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
+"""
+
+# The continuations (and theirs) that failed only because this job failed
+# wait for it again.
+JOB_REVIVE_DESCENDANTS_SQL: Final = """
+WITH RECURSIVE d(id) AS (
+    SELECT id FROM later_job WHERE parent_id = %s AND stage = 'failed' AND last_error = %s
+    UNION
+    SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
+    WHERE j.stage = 'failed' AND j.last_error = %s
+)
+UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
+    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {stamp} || ';'
+WHERE id IN (SELECT id FROM d) AND stage = 'failed'
+"""
+
+# A delayed or requeued job is due now.
+JOB_RUN_NOW_SQL: Final = """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+    history = history || 'enqueued@' || {stamp} || ';'
+WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
+"""
+
+# Every consumer group's place in every partition of the retained log.
+LOG_CONSUMERS_SQL: Final = """
+SELECT c.topic, c.consumer_group, c.part, c.committed_offset, COALESCE(p.next_offset, 0),
+    c.member, c.epoch, c.expires_ms, {now}
+FROM later_log_consumer c
+LEFT JOIN later_log_partition p
+    ON p.namespace = c.namespace AND p.topic = c.topic AND p.part = c.part
+WHERE c.namespace = %s
+ORDER BY c.topic, c.consumer_group, c.part
+"""

@@ -1,0 +1,193 @@
+// The later dashboard: live counts and figures from the JSON endpoints, the
+// queue-length graph, local times. No library: the page works without it,
+// this only keeps it current.
+(function () {
+  "use strict";
+  const REFRESH_MS = 1000;
+  const SAMPLES_REFRESH_MS = 60000;
+
+  function formatDuration(ms) {
+    if (ms === null || ms === undefined) return "—";
+    if (ms < 1000) return Math.round(ms) + " ms";
+    const s = ms / 1000;
+    if (s < 120) return s.toFixed(1) + " s";
+    if (s < 7200) return (s / 60).toFixed(1) + " min";
+    if (s < 172800) return (s / 3600).toFixed(1) + " h";
+    return (s / 86400).toFixed(1) + " d";
+  }
+
+  function formatBytes(n) {
+    let size = n;
+    for (const unit of ["B", "KiB", "MiB", "GiB"]) {
+      if (size < 1024) return unit === "B" ? size + " B" : size.toFixed(1) + " " + unit;
+      size /= 1024;
+    }
+    return size.toFixed(1) + " TiB";
+  }
+
+  function localTimes(root) {
+    for (const el of root.querySelectorAll("time[data-ms]")) {
+      const ms = Number(el.dataset.ms);
+      if (!ms) continue;
+      el.title = el.textContent;
+      el.textContent = new Date(ms).toLocaleString();
+    }
+  }
+
+  function field(data, path) {
+    return path.split(".").reduce((v, k) => (v === null || v === undefined ? v : v[k]), data);
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function drawBars(svg, series) {
+    svg.replaceChildren();
+    const max = Math.max(1, ...series);
+    const width = 600 / series.length;
+    series.forEach((n, i) => {
+      const h = (n / max) * 58;
+      const rect = document.createElementNS(SVG, "rect");
+      rect.setAttribute("x", String(i * width + 1));
+      rect.setAttribute("y", String(60 - h));
+      rect.setAttribute("width", String(Math.max(1, width - 2)));
+      rect.setAttribute("height", String(h));
+      const title = document.createElementNS(SVG, "title");
+      title.textContent = n + " stage changes, " + (series.length - i) + " s ago";
+      rect.appendChild(title);
+      svg.appendChild(rect);
+    });
+  }
+
+  function drawQueue(svg, data) {
+    svg.replaceChildren();
+    const points = data.points;
+    if (!points.length) {
+      const text = document.createElementNS(SVG, "text");
+      text.setAttribute("x", "10");
+      text.setAttribute("y", "100");
+      text.textContent = "No sample yet: a worker takes one a minute.";
+      svg.appendChild(text);
+      return;
+    }
+    const series = ["ready", "scheduled", "partitioned", "running"];
+    const col = (name) => data.columns.indexOf(name);
+    const t0 = points[0][0];
+    const t1 = Math.max(points[points.length - 1][0], t0 + 1);
+    const max = Math.max(1, ...points.flatMap((p) => series.map((s) => p[col(s)])));
+    const x = (t) => ((t - t0) / (t1 - t0)) * 790 + 5;
+    const y = (v) => 195 - (v / max) * 180;
+    for (const name of series) {
+      const path = document.createElementNS(SVG, "path");
+      path.setAttribute("class", "later-series-" + name);
+      path.setAttribute("d", points.map((p, i) => (i ? "L" : "M") + x(p[0]).toFixed(1) + " " + y(p[col(name)]).toFixed(1)).join(" "));
+      svg.appendChild(path);
+    }
+    const label = document.createElementNS(SVG, "text");
+    label.setAttribute("x", "8");
+    label.setAttribute("y", "12");
+    label.textContent = "max " + max.toLocaleString();
+    svg.appendChild(label);
+  }
+
+  async function getJson(url) {
+    const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(url + ": " + response.status);
+    return response.json();
+  }
+
+  function renderServers(tbody, servers, jobsUrl) {
+    tbody.replaceChildren();
+    if (!servers.length) {
+      const row = tbody.insertRow();
+      const cell = row.insertCell();
+      cell.colSpan = 7;
+      cell.textContent = "No live server.";
+      return;
+    }
+    for (const s of servers) {
+      const row = tbody.insertRow();
+      const id = row.insertCell();
+      id.textContent = s.id.slice(-8);
+      id.title = s.id;
+      for (const value of [s.hostname, s.pid, s.workers, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
+        row.insertCell().textContent = String(value);
+      }
+      const running = row.insertCell();
+      if (!s.running.length) running.textContent = "—";
+      s.running.forEach((job, i) => {
+        if (i) running.appendChild(document.createElement("br"));
+        const link = document.createElement("a");
+        link.href = jobsUrl + job.id + "/";
+        link.title = job.id;
+        link.textContent = "…" + job.id.slice(-6);
+        running.append(link, " " + job.type);
+      });
+    }
+  }
+
+  function startOverview(root) {
+    let refreshed = 0;
+    const spark = document.getElementById("later-throughput");
+    async function refresh() {
+      try {
+        const data = await getJson(root.dataset.api);
+        for (const el of document.querySelectorAll("[data-stage-count]")) {
+          el.textContent = String(data.counts[el.dataset.stageCount]);
+        }
+        for (const el of root.querySelectorAll("[data-field]")) {
+          const value = field(data, el.dataset.field);
+          el.textContent = el.dataset.format === "bytes" ? formatBytes(value) : String(value);
+        }
+        for (const row of root.querySelectorAll("#later-waits tr[data-lane]")) {
+          const waits = data.waits[row.dataset.lane] || {};
+          for (const cell of row.querySelectorAll("[data-wait]")) {
+            const value = waits[cell.dataset.wait];
+            cell.textContent = cell.dataset.wait === "count" ? String(value || 0) : formatDuration(value);
+          }
+        }
+        drawBars(spark, data.throughput.series);
+        renderServers(root.querySelector("#later-servers tbody"), data.servers, root.dataset.jobs);
+        refreshed += 1;
+        document.body.dataset.refreshed = String(refreshed);
+      } catch (error) {
+        console.warn("later dashboard: refresh failed", error);
+      }
+    }
+    let range = "24h";
+    const graph = document.getElementById("later-queue-graph");
+    async function refreshSamples() {
+      try {
+        drawQueue(graph, await getJson(root.dataset.samples + "?range=" + range));
+      } catch (error) {
+        console.warn("later dashboard: samples failed", error);
+      }
+    }
+    for (const button of root.querySelectorAll("[data-range]")) {
+      button.addEventListener("click", () => {
+        range = button.dataset.range;
+        for (const b of root.querySelectorAll("[data-range]")) b.setAttribute("aria-pressed", String(b === button));
+        refreshSamples();
+      });
+    }
+    refresh();
+    refreshSamples();
+    setInterval(refresh, REFRESH_MS);
+    setInterval(refreshSamples, SAMPLES_REFRESH_MS);
+  }
+
+  function startJobs() {
+    const all = document.getElementById("later-select-all");
+    if (all) {
+      all.addEventListener("change", () => {
+        for (const box of document.querySelectorAll('#later-jobs input[name="job"]')) box.checked = all.checked;
+      });
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    localTimes(document);
+    const overview = document.getElementById("later-overview");
+    if (overview) startOverview(overview);
+    startJobs();
+  });
+})();

@@ -1,0 +1,160 @@
+"""The dashboard's pages, JSON and actions through Django's test client, on
+SQLite and PostgreSQL: permissions, counts against the truth, lists and
+their cursors, the actions, and that no response carries payload bytes."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.core.cache import cache
+from django.test import Client
+
+import later_django as later
+from later_django.testing import drain
+from tests.helpers import LaterDb
+from tests.jobapp.jobs import Gate, Noop, NoRetry, Order
+
+BASE = "/admin/later/"
+HOUR = timedelta(hours=1)
+SECRET = "s3cr3t-payload-bytes"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    cache.clear()
+
+
+def _user(name: str, *perms: str, staff: bool = True) -> User:
+    user = User.objects.create_user(name, password="pw", is_staff=staff)
+    for perm in perms:
+        app, codename = perm.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app, codename=codename)
+        )
+    return user
+
+
+def _client(user: User | None, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def operator(later_db: LaterDb) -> Client:
+    return _client(_user("operator", "later_django.view_dashboard", "later_django.change_job"))
+
+
+def _json(client: Client, url: str) -> Any:
+    response = client.get(url)
+    assert response.status_code == 200, response.content[:500]
+    return json.loads(response.content)
+
+
+def test_the_admin_index_links_to_the_dashboard(operator: Client) -> None:
+    index = operator.get("/admin/")
+    assert index.status_code == 200
+    assert b"/admin/later_django/dashboard/" in index.content
+    moved = operator.get("/admin/later_django/dashboard/")
+    assert moved.status_code == 302 and moved["Location"] == BASE
+
+
+def test_pages_need_staff_then_the_view_permission(later_db: LaterDb) -> None:
+    logged_out = _client(None).get(BASE)
+    assert logged_out.status_code == 302 and "/admin/login/" in logged_out["Location"]
+    staff_only = _client(_user("staff"))
+    for url in (BASE, f"{BASE}jobs/", f"{BASE}topics/", f"{BASE}recurring/", f"{BASE}api/overview"):
+        assert staff_only.get(url).status_code == 403, url
+    viewer = _client(_user("viewer", "later_django.view_dashboard"))
+    for url in (BASE, f"{BASE}jobs/", f"{BASE}topics/", f"{BASE}recurring/", f"{BASE}api/overview"):
+        assert viewer.get(url).status_code == 200, url
+
+
+def test_actions_need_the_change_permission_and_csrf(later_db: LaterDb) -> None:
+    job_id = later.enqueue(Noop())
+    viewer = _client(_user("viewer", "later_django.view_dashboard"))
+    refused = viewer.post(f"{BASE}actions/", {"action": "cancel", "job": job_id})
+    assert refused.status_code == 403
+    operator = _client(
+        _user("op", "later_django.view_dashboard", "later_django.change_job"), csrf=True
+    )
+    no_token = operator.post(f"{BASE}actions/", {"action": "cancel", "job": job_id})
+    assert no_token.status_code == 403
+    assert later_db.stage_of(job_id) == "enqueued"
+    page = operator.get(f"{BASE}jobs/?stage=enqueued")
+    token = page.cookies["csrftoken"].value
+    done = operator.post(
+        f"{BASE}actions/", {"action": "cancel", "job": job_id, "csrfmiddlewaretoken": token}
+    )
+    assert done.status_code == 302
+    assert later_db.stage_of(job_id) == "cancelled"
+
+
+def test_counts_equal_the_truth_after_a_random_workload(
+    later_db: LaterDb, operator: Client, tmp_path: Any
+) -> None:
+    rng = random.Random(7)
+    ids = []
+    for _ in range(120):
+        kind = rng.random()
+        if kind < 0.4:
+            ids.append(later.enqueue(Noop()))
+        elif kind < 0.6:
+            ids.append(later.enqueue_delayed(Noop(), HOUR))
+        elif kind < 0.8:
+            ids.append(later.enqueue(Gate(str(tmp_path / "closed"))))
+        else:
+            parent = rng.choice(ids) if ids else later.enqueue(Noop())
+            ids.append(later.enqueue_continue(parent, Noop()))
+    for job_id in rng.sample(ids, 20):
+        later.cancel(job_id)
+    drain()
+    truth = dict(later_db.rows("SELECT stage, COUNT(*) FROM later_job GROUP BY stage"))
+    counts = _json(operator, f"{BASE}api/overview")["counts"]
+    assert {k: v for k, v in counts.items() if v} == truth
+
+
+def test_no_response_carries_payload_bytes(
+    later_db: LaterDb, operator: Client, tmp_path: Any
+) -> None:
+    failed = later.enqueue(NoRetry())
+    later.enqueue(Order(1, note=SECRET))
+    later.enqueue_delayed(Order(2, note=SECRET), HOUR)
+    drain()
+    urls = [
+        BASE,
+        f"{BASE}topics/",
+        f"{BASE}recurring/",
+        f"{BASE}api/overview",
+        f"{BASE}api/samples",
+    ]
+    for stage in ("enqueued", "delayed", "failed", "success"):
+        urls += [f"{BASE}jobs/?stage={stage}", f"{BASE}api/jobs?stage={stage}"]
+    for row in later_db.rows("SELECT id FROM later_job"):
+        urls += [f"{BASE}jobs/{row[0]}/", f"{BASE}api/jobs/{row[0]}"]
+    for url in urls:
+        response = operator.get(url)
+        assert response.status_code == 200, url
+        assert SECRET.encode() not in response.content, url
+    assert b"refused once and for all" in operator.get(f"{BASE}jobs/{failed}/").content
+
+
+def test_the_list_pages_through_every_job_once(later_db: LaterDb, operator: Client) -> None:
+    ids = {later.enqueue(Noop(), priority=random.Random(3).choice([0, 5])) for _ in range(7)}
+    ids |= {later.enqueue(Noop(), priority=5) for _ in range(6)}
+    seen: list[str] = []
+    url = f"{BASE}api/jobs?stage=enqueued"
+    while True:
+        page = _json(operator, url)
+        seen += [j["id"] for j in page["jobs"]]
+        if page["next"] is None:
+            break
+        url = f"{BASE}api/jobs?stage=enqueued&after={page['next']}"
+        assert len(page["jobs"]) == 50 or page["next"] is None
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
