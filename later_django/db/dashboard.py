@@ -117,42 +117,86 @@ class DashboardOperations(Statements):
         return [_summary(row) for row in cursor.fetchall()]
 
     def job_page(self, cursor: CursorWrapper, query: JobQuery) -> JobPage:
-        """A page of the list ``query`` asks for, read in its index's order."""
+        """A page of the list ``query`` asks for, read in its index's order
+        from its cursor on: a page costs the same however deep it is."""
         order, where, params = _source(query)
-        filters, filter_params = _filters(query, order)
-        keyset, keyset_params = _after(order, query.after)
-        base = f"FROM later_job WHERE namespace = %s AND {order.where}{where}{keyset}"
-        base_params = [query.namespace, *params, *keyset_params]
-        by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
-        by_key = ", ".join(
-            f"k{i} DESC" if desc else f"k{i}" for i, (_, desc) in enumerate(order.keys)
-        )
-        keys = ", ".join(f"{col} AS k{i}" for i, (col, _) in enumerate(order.keys))
-        key_cols = ", ".join(col for col, _ in order.keys)
-        limit = query.page_size + 1
-        if not filters:
-            cursor.execute(
-                f"SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base} ORDER BY {by} LIMIT %s",
-                [*base_params, limit],
+        base = f"FROM later_job WHERE namespace = %s AND {order.where}{where}"
+        base_params = [query.namespace, *params]
+        key_names = ", ".join(col for col, _ in order.keys)
+        checks = _filters(query, order)
+        if not checks:
+            rows = self._stretch(
+                cursor,
+                f"{dashboard_sql.SUMMARY_COLUMNS}, {key_names}",
+                (base, base_params),
+                order,
+                query.after,
+                query.page_size + 1,
             )
-            return _page(cursor.fetchall(), query.page_size, scanned_out=False)
-        # Filters the index cannot serve are applied to a bounded stretch of it.
-        cursor.execute(
-            f"SELECT * FROM (SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base} "
-            f"ORDER BY {by} LIMIT %s) s WHERE {filters} ORDER BY {by_key} LIMIT %s",
-            [*base_params, query.scan_limit, *filter_params, limit],
+            more = len(rows) > query.page_size
+            rows = rows[: query.page_size]
+            after = _key(rows[-1], order) if more else None
+            return JobPage([_summary(row) for row in rows], after, scanned_out=False)
+        # Terms the index cannot serve are checked on a bounded stretch of
+        # it (narrow rows), and the page's matches read by id.
+        names = [name for name, _ in checks]
+        rows = self._stretch(
+            cursor,
+            f"id, {', '.join(names)}, {key_names}",
+            (base, base_params),
+            order,
+            query.after,
+            query.scan_limit,
         )
-        rows = cursor.fetchall()
-        if len(rows) == limit:
-            return _page(rows, query.page_size, scanned_out=False)
-        # Not a full page: did the stretch end the index, or does it go on?
+        matches = [row for row in rows if all(row[1 + i] == v for i, (_, v) in enumerate(checks))]
+        if len(matches) > query.page_size:
+            matches = matches[: query.page_size]
+            after, scanned_out = _key(matches[-1], order), False
+        elif len(rows) == query.scan_limit:
+            after, scanned_out = _key(rows[-1], order), True
+        else:
+            after, scanned_out = None, False
+        return JobPage(self._summaries(cursor, [row[0] for row in matches]), after, scanned_out)
+
+    def _stretch(
+        self,
+        cursor: CursorWrapper,
+        columns: str,
+        base: tuple[str, list[Any]],
+        order: ListOrder,
+        after: tuple[Any, ...] | None,
+        limit: int,
+    ) -> list[tuple[Any, ...]]:
+        """Up to ``limit`` rows of the list after ``after``, in its order.
+
+        After a cursor (x, y) the rows are those with the key x and a later
+        y, then those with a later x: two reads that each start where they
+        begin in the index, where one read with "k0 > x OR (k0 = x AND
+        k1 > y)" would walk the index from its start on PostgreSQL."""
+        sql, params = base
+        by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
+        rows: list[tuple[Any, ...]] = []
+        for term, term_params in _segments(order, after):
+            cursor.execute(
+                f"SELECT {columns} {sql}{term} ORDER BY {by} LIMIT %s",
+                [*params, *term_params, limit - len(rows)],
+            )
+            rows.extend(cursor.fetchall())
+            if len(rows) >= limit:
+                break
+        return rows
+
+    def _summaries(self, cursor: CursorWrapper, ids: list[str]) -> list[JobSummary]:
+        """The jobs ``ids``, in that order."""
+        if not ids:
+            return []
+        placeholders = ", ".join(["%s"] * len(ids))
         cursor.execute(
-            f"SELECT {key_cols} {base} ORDER BY {by} LIMIT 1 OFFSET %s",
-            [*base_params, query.scan_limit - 1],
+            f"SELECT {dashboard_sql.SUMMARY_COLUMNS} FROM later_job WHERE id IN ({placeholders})",
+            ids,
         )
-        last = cursor.fetchone()
-        jobs = [_summary(row) for row in rows]
-        return JobPage(jobs, tuple(last) if last else None, scanned_out=last is not None)
+        found = {row[0]: _summary(row) for row in cursor.fetchall()}
+        return [found[job_id] for job_id in ids if job_id in found]
 
     # -- actions -------------------------------------------------------------------------
     def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
@@ -205,42 +249,43 @@ def _checked_stage(stage: str | None) -> str:
     return stage
 
 
-def _filters(query: JobQuery, order: ListOrder) -> tuple[str, list[Any]]:
-    """The terms of ``query`` its index does not serve."""
-    terms: list[str] = []
-    params: list[Any] = []
+def _filters(query: JobQuery, order: ListOrder) -> list[tuple[str, Any]]:
+    """The (column, value) terms of ``query`` its index does not serve."""
+    checks: list[tuple[str, Any]] = []
     if query.stage is not None and order in (
         dashboard_sql.PARTITION,
         dashboard_sql.DUE,
         dashboard_sql.FINISHED,
         dashboard_sql.BY_ID,
     ):
-        terms.append("stage = %s")
-        params.append(query.stage)
+        checks.append(("stage", query.stage))
     if query.type_name is not None:
-        terms.append("type_name = %s")
-        params.append(query.type_name)
+        checks.append(("type_name", query.type_name))
     if query.topic is not None and order is not dashboard_sql.PARTITION:
-        terms.append("topic = %s")
-        params.append(query.topic)
+        checks.append(("topic", query.topic))
         if query.partition is not None:
-            terms.append("partition = %s")
-            params.append(query.partition)
-    return " AND ".join(terms), params
+            checks.append(("partition", query.partition))
+    return checks
 
 
-def _after(order: ListOrder, after: tuple[Any, ...] | None) -> tuple[str, list[Any]]:
-    """The keyset term: rows strictly after ``after`` in the list's order."""
+def _segments(order: ListOrder, after: tuple[Any, ...] | None) -> list[tuple[str, list[Any]]]:
+    """The terms that, read one after the other, give the rows after
+    ``after`` in the list's order: for keys (k0, k1), "k0 = x AND k1 > y",
+    then "k0 > x" (with < for a descending key)."""
     if after is None:
-        return "", []
+        return [("", [])]
     if len(after) != len(order.keys):
-        raise ValueError("the cursor does not belong to this list")
-    alternatives, params = [], []
-    for i, (col, desc) in enumerate(order.keys):
-        equal = [f"{c} = %s" for c, _ in order.keys[:i]]
-        alternatives.append(" AND ".join([*equal, f"{col} {'<' if desc else '>'} %s"]))
-        params.extend([*after[:i], after[i]])
-    return f" AND ({' OR '.join(f'({a})' for a in alternatives)})", params
+        raise ValueError("the cursor 'after' does not belong to this list: follow its Next link")
+    segments = []
+    for i in range(len(order.keys) - 1, -1, -1):
+        col, desc = order.keys[i]
+        equal = "".join(f" AND {c} = %s" for c, _ in order.keys[:i])
+        segments.append((f"{equal} AND {col} {'<' if desc else '>'} %s", [*after[: i + 1]]))
+    return segments
+
+
+def _key(row: tuple[Any, ...], order: ListOrder) -> tuple[Any, ...]:
+    return tuple(row[-len(order.keys) :])
 
 
 def _summary(row: tuple[Any, ...]) -> JobSummary:
@@ -261,10 +306,3 @@ def _summary(row: tuple[Any, ...]) -> JobSummary:
         seq,
         bool(row[11]),
     )
-
-
-def _page(rows: list[tuple[Any, ...]], size: int, *, scanned_out: bool) -> JobPage:
-    more = len(rows) > size
-    rows = rows[:size]
-    after = tuple(rows[-1][12:]) if more and rows else None
-    return JobPage([_summary(row) for row in rows], after, scanned_out)
