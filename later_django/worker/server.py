@@ -387,6 +387,7 @@ class Server:
             await self.completer.abandon(pending)
         await self.services.stop_all()
         self.notifier.stop()
+        await self._flush_dashboard_once()  # the figures since the last flush
         try:
             await self.store.run(self._service_pool, self._deregister)
         except Exception as exc:  # noqa: BLE001  best effort: the rows expire anyway
@@ -465,23 +466,22 @@ class Server:
     async def _flush_dashboard(self) -> None:
         """Write what the workers did for the dashboard, once a second while
         they work: one row a second, never a write per job."""
-        recorder = self.completer.recorder
         while True:
             await asyncio.sleep(DASHBOARD_FLUSH_INTERVAL)
-            row = recorder.take()
-            if row is None:
-                continue
-            try:
-                await self.store.run(
-                    self._service_pool,
-                    functools.partial(self._store_stat, row=row),
-                )
-            except Exception as exc:  # noqa: BLE001  a second of figures, not jobs
-                logger.warning(
-                    "could not store the dashboard's figures: %s",
-                    exc,
-                    extra={"action": "dashboard_flush_error"},
-                )
+            await self._flush_dashboard_once()
+
+    async def _flush_dashboard_once(self) -> None:
+        row = self.completer.recorder.take()
+        if row is None:
+            return
+        try:
+            await self.store.run(self._service_pool, functools.partial(self._store_stat, row=row))
+        except Exception as exc:  # noqa: BLE001  a second of figures, not jobs
+            logger.warning(
+                "could not store the dashboard's figures: %s",
+                exc,
+                extra={"action": "dashboard_flush_error"},
+            )
 
     def _store_stat(self, dialect: Dialect, cursor: CursorWrapper, *, row: StatRow) -> None:
         dialect.stat_insert(cursor, namespace=self.namespace, server_id=self.server_id, row=row)
