@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 import later_django as later
+from later_django.dashboard import reads
 from later_django.states import TERMINAL
 from shop import order_events
 from shop.jobs import (
@@ -105,6 +106,21 @@ class Command(BaseCommand):
             f"order event at {order_events.TOPIC}/{partition} offset {offset}; the "
             f"analytics group consumed {revenue.orders} new event(s), "
             f"{revenue.cents / 100:.2f} in total"
+        )
+        self._report_dashboard()
+
+    def _report_dashboard(self) -> None:
+        """What the admin dashboard's overview shows for this run, read as
+        its JSON endpoint reads it."""
+        overview = reads.overview()
+        throughput, waits = overview["throughput"], overview["waits"]["regular"]
+        self.stdout.write(
+            f"dashboard: {throughput['stage_changes']} stage changes in the last "
+            f"{throughput['window_seconds']} s; dispatch wait p50 "
+            f"{waits['p50_ms'] if waits else '-'} ms, max {waits['max_ms'] if waits else '-'} ms"
+            f"; database {overview['database_size_bytes'] // 1024} KiB\n"
+            "  see it live: python manage.py createsuperuser, python manage.py runserver, "
+            "then http://127.0.0.1:8000/admin/later/"
         )
 
     def _wait(self, ids: Any) -> None:
