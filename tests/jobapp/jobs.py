@@ -117,6 +117,21 @@ def run_no_retry(ctx: JobContext, payload: NoRetry) -> None:
 
 
 @dataclass
+class Gate:
+    """Fails, with no retry, while the file ``path`` does not exist: a job
+    that succeeds once the test opens the gate and retries it."""
+
+    path: str
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_gate(ctx: JobContext, payload: Gate) -> None:
+    _record("gate", ctx)
+    if not os.path.exists(payload.path):
+        raise RuntimeError(f"the gate is closed: {payload.path} does not exist")
+
+
+@dataclass
 class CallablePolicy:
     retries: int = 1
 
