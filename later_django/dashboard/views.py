@@ -88,7 +88,7 @@ class Dashboard:
         return self._render(
             request,
             "overview.html",
-            "Jobs",
+            "Dashboard",
             tab="overview",
             overview=overview,
             wait_rows=[

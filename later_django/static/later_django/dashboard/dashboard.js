@@ -30,7 +30,7 @@
       const ms = Number(el.dataset.ms);
       if (!ms) continue;
       el.title = el.textContent;
-      el.textContent = new Date(ms).toLocaleString();
+      el.textContent = new Date(ms).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
     }
   }
 
@@ -69,6 +69,7 @@
       svg.appendChild(text);
       return;
     }
+    if (points.length === 1) points.push([points[0][0] + 60000, ...points[0].slice(1)]);
     const series = ["ready", "scheduled", "partitioned", "running"];
     const col = (name) => data.columns.indexOf(name);
     const t0 = points[0][0];
