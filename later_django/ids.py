@@ -11,6 +11,7 @@ import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lowercase
+ID_ALPHABET = frozenset(_ALPHABET)
 # Every pair of characters (10 bits), so an id is 13 lookups instead of 26.
 _PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
 _LOW_BITS = 50  # the last 10 characters
@@ -77,6 +78,15 @@ def id_time_ms(job_id: str) -> int:
     for char in job_id[:10]:
         ms = ms * 32 + _ALPHABET.index(char)
     return ms
+
+
+def is_job_id(value: object) -> bool:
+    """Is ``value`` a job id string (any case)?"""
+    return (
+        isinstance(value, str)
+        and len(value) == ULID_LENGTH
+        and all(c in _ALPHABET for c in value.lower())
+    )
 
 
 def as_job_id(value: object, *, argument: str = "job_id") -> JobId:

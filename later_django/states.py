@@ -19,3 +19,5 @@ class Stage(models.TextChoices):
 TERMINAL = frozenset({Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED})
 
 PARENT_FAILED = "parent failed"
+# A continuation whose parent was gone (pruned) when it was resolved.
+PARENT_MISSING = "parent missing"

@@ -28,6 +28,10 @@ ACTIONS = f"{BASE}actions/"
 HOUR = timedelta(hours=1)
 NOOP = "tests.jobapp.jobs.Noop"
 TOPICS = {"ordered": 4}
+RETRY_REFUSED = (
+    "only a failed job can be retried: not a partition job, nor a continuation that failed "
+    "because its parent did, which a retry of its parent revives"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -155,16 +159,6 @@ def test_retry_revives_the_continuations_that_failed_with_parent_failed(
 def test_the_retry_message_counts_the_revived_continuations(
     later_db: LaterDb, operator: Client, request: pytest.FixtureRequest
 ) -> None:
-    if later_db.vendor == "sqlite":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="db/dashboard.py job_retry_failed returns cursor.rowcount of "
-                "JOB_REVIVE_DESCENDANTS_SQL, a statement that starts with WITH: "
-                "Python's sqlite3 reports rowcount -1 for it, so the message says "
-                "'-1 continuations' (and counts -1 when none was revived)",
-            )
-        )
     lone = later.enqueue(NoRetry())
     parent = later.enqueue(NoRetry())
     child = later.enqueue_continue(parent, Noop(n=1))
@@ -177,13 +171,6 @@ def test_the_retry_message_counts_the_revived_continuations(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JOB_RETRY_FAILED_SQL makes any failed plain job ready, a continuation that "
-    "failed with 'parent failed' too: a bulk retry of the failed list (latest change "
-    "first, so continuations before their parent) enqueues the continuations before "
-    "their parent is retried, and they run whether or not the parent then succeeds",
-)
 def test_a_bulk_retry_of_the_failed_list_keeps_continuations_behind_their_parent(
     later_db: LaterDb, operator: Client, tmp_path: Path
 ) -> None:
@@ -197,7 +184,10 @@ def test_a_bulk_retry_of_the_failed_list_keeps_continuations_behind_their_parent
     assert [later_db.stage_of(j) for j in (parent, child, grandchild)] == ["failed"] * 3
 
     fields = {"all_matching": "1", "confirm": "1", "stage": "failed"}
-    assert act(operator, "retry", **fields).startswith("3 jobs retried")
+    assert act(operator, "retry", **fields) == (
+        "1 job retried; 2 continuations that had failed with 'parent failed' wait for it "
+        f"again; 2 left as they were ({RETRY_REFUSED})."
+    )
     assert later_db.stage_of(parent) == "enqueued"
     assert [later_db.stage_of(j) for j in (child, grandchild)] == ["waiting"] * 2
     # The gate is still closed: the parent fails again, and its continuations with it.
@@ -214,20 +204,11 @@ def test_retry_of_a_failed_partition_job_is_refused(topics: LaterDb, operator: C
     history = topics.job_field(head, "history")
 
     message = act(operator, "retry", head)
-    assert message == (
-        "0 jobs retried; 1 left as they were (only a failed job that is not a "
-        "partition job can be retried)."
-    )
+    assert message == f"0 jobs retried; 1 left as they were ({RETRY_REFUSED})."
     assert topics.stage_of(head) == "failed"
     assert topics.job_field(head, "history") == history
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="JOB_REVIVE_DESCENDANTS_SQL revives failed continuations whatever their "
-    "topic: a partition continuation goes back to 'waiting' below its partition's "
-    "current head, although a failed partition job cannot be retried",
-)
 def test_retry_leaves_a_failed_partition_continuation_failed(
     topics: LaterDb, operator: Client, tmp_path: Path
 ) -> None:
@@ -295,12 +276,6 @@ def test_actions_skip_an_id_that_is_no_job(later_db: LaterDb, operator: Client) 
     assert later_db.stage_of(pending) == "enqueued"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actions._apply_one passes the posted id to enqueue.cancel(), whose "
-    "as_job_id() raises ValueError on an id that is not 26 base32 characters: "
-    "the request ends in a 500 (retry and run_now skip such an id)",
-)
 def test_cancel_of_a_malformed_job_id_is_skipped_not_a_server_error(
     later_db: LaterDb, operator: Client
 ) -> None:
@@ -363,8 +338,8 @@ def test_force_fail_fails_only_the_head_and_the_next_job_becomes_the_head(
 
     message = act(operator, "force_fail", second)  # not the head: refused
     assert message == (
-        "0 jobs force-failed; 1 left as they were (only the head of its partition can be "
-        "force-failed)."
+        "0 jobs force-failed; 1 left as they were (only a job that was its partition's "
+        "head can be force-failed)."
     )
     assert topics.stage_of(second) == "enqueued"
 
@@ -384,6 +359,34 @@ def test_force_fail_fails_only_the_head_and_the_next_job_becomes_the_head(
     assert message.startswith("0 jobs force-failed; 1 left as they were")
     assert topics.stage_of(plain) == "enqueued"
     counts_match_the_truth(topics)
+
+
+def test_force_fail_acts_only_on_the_heads_when_the_action_started(
+    topics: LaterDb, operator: Client
+) -> None:
+    """Ticking a partition's first jobs, or force-failing every job of a
+    topic, fails each partition's head once: the job that becomes the head
+    meanwhile is left as it is."""
+    head = later.enqueue_to_partition(Ordered("k", 0))
+    second = later.enqueue_to_partition(Ordered("k", 1))
+    third = later.enqueue_to_partition(Ordered("k", 2))
+    message = act(operator, "force_fail", head, second)
+    assert message.startswith("1 job force-failed; 1 left as they were")
+    assert [topics.stage_of(j) for j in (head, second, third)] == ["failed", "enqueued", "enqueued"]
+
+    fields = {"all_matching": "1", "confirm": "1", "topic": "ordered"}
+    assert act(operator, "force_fail", **fields).startswith("1 job force-failed; 1 left")
+    assert [topics.stage_of(j) for j in (second, third)] == ["failed", "enqueued"]
+
+
+def test_force_fail_of_every_matching_job_needs_a_topic(topics: LaterDb, operator: Client) -> None:
+    head = later.enqueue_to_partition(Ordered("k", 0))
+    response = operator.post(
+        ACTIONS, {"action": "force_fail", "all_matching": "1", "confirm": "1", "stage": "enqueued"}
+    )
+    assert response.status_code == 400
+    assert b"needs a topic filter" in response.content
+    assert topics.stage_of(head) == "enqueued"
 
 
 # -- every job matching a filter ------------------------------------------------------

@@ -333,13 +333,6 @@ def test_an_id_prefix_finds_its_jobs_in_every_stage(later_db: LaterDb, viewer: C
     assert viewer.get(whole["Location"]).status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="db/dashboard.py _source bounds an id prefix with prefix + '~' (ID_END), which "
-    "sorts after every id character only in a bytewise collation: under a linguistic "
-    "one (ICU, or glibc's en_US.UTF-8, PostgreSQL's usual default) '~' is ignored at "
-    "the first level, so 'prefix~' sorts before every longer id and the search finds nothing",
-)
 def test_an_id_prefix_search_works_under_a_linguistic_collation(later_db: LaterDb) -> None:
     if later_db.vendor != "postgresql":
         pytest.skip("SQLite compares text bytewise")
@@ -390,14 +383,6 @@ def test_bad_filters_and_cursors_are_refused_with_a_message(
     assert viewer.get(f"{BASE}api/jobs?stage=enqueued&after=").status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cursor that decodes but does not fit the list (another list's, or edited) "
-    "reaches the SQL: db/dashboard.py _segments raises ValueError for a key of the wrong "
-    "length, outside the views' try (500); a string where the key is a number is a "
-    "DataError on PostgreSQL (500) and a page on SQLite (200); an int beyond 64 bits "
-    "is an OverflowError on SQLite (500) and a page on PostgreSQL (200)",
-)
 def test_a_cursor_that_does_not_fit_the_list_is_refused(later_db: LaterDb, viewer: Client) -> None:
     job_id = later.enqueue(Noop())
     statuses = {}

@@ -15,7 +15,8 @@ from later_django.dashboard import reads
 from later_django.db import dialect_for
 from later_django.db.rows import JobQuery
 from later_django.enqueue import cancel
-from later_django.partitions.api import force_fail_partition_head
+from later_django.ids import is_job_id
+from later_django.partitions.api import force_fail_partition_head, partition_stats
 
 ACTIONS = {
     "retry": "retried",
@@ -56,17 +57,21 @@ class Result:
 
 def _why_skipped(action: str) -> str:
     return {
-        "retry": "only a failed job that is not a partition job can be retried",
+        "retry": (
+            "only a failed job can be retried: not a partition job, nor a continuation "
+            "that failed because its parent did, which a retry of its parent revives"
+        ),
         "cancel": "only a job that has not started can be cancelled",
         "run_now": "only a delayed or requeued job can be made due",
-        "force_fail": "only the head of its partition can be force-failed",
+        "force_fail": "only a job that was its partition's head can be force-failed",
     }[action]
 
 
 def apply(action: str, job_ids: list[str]) -> Result:
     result = Result(action)
+    heads = _heads() if action == "force_fail" else None
     for job_id in job_ids:
-        _apply_one(action, job_id, result)
+        _apply_one(action, job_id, result, heads)
     return result
 
 
@@ -76,10 +81,11 @@ def apply_matching(action: str, query: JobQuery) -> Result:
     result = Result(action)
     deadline = time.monotonic() + BULK_BUDGET_SECONDS
     query = replace(query, page_size=BULK_PAGE)
+    heads = _heads() if action == "force_fail" else None
     while True:
         page = reads.job_page(query)
         for job in page.jobs:
-            _apply_one(action, job.id, result)
+            _apply_one(action, job.id, result, heads)
         if page.after is None:
             return result
         if time.monotonic() >= deadline:
@@ -88,13 +94,28 @@ def apply_matching(action: str, query: JobQuery) -> Result:
         query = replace(query, after=page.after)
 
 
-def _apply_one(action: str, job_id: str, result: Result) -> None:
+def _heads() -> set[tuple[str, int, int]]:
+    """(topic, partition, sequence) of every partition's head now. Force-fail
+    acts on the jobs that were heads when the action started: failing a head
+    makes the next job the head, which a list of them must not fail too."""
+    return {
+        (s.topic, s.partition, s.head_sequence)
+        for s in partition_stats()
+        if s.head_sequence is not None
+    }
+
+
+def _apply_one(
+    action: str, job_id: str, result: Result, heads: set[tuple[str, int, int]] | None
+) -> None:
     alias, namespace = conf.database, conf.namespace
     dialect = dialect_for(alias)
-    if action == "cancel":
+    if not is_job_id(job_id):
+        changed = False
+    elif action == "cancel":
         changed = cancel(job_id)
     elif action == "force_fail":
-        changed = _force_fail(job_id)
+        changed = _force_fail(job_id, heads or set())
     else:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             if action == "run_now":
@@ -109,9 +130,9 @@ def _apply_one(action: str, job_id: str, result: Result) -> None:
         result.skipped.append(job_id)
 
 
-def _force_fail(job_id: str) -> bool:
+def _force_fail(job_id: str, heads: set[tuple[str, int, int]]) -> bool:
     job = reads.job_detail(job_id)
-    if job is None or job["topic"] is None:
+    if job is None or (job["topic"], job["partition"], job["sequence"]) not in heads:
         return False
     try:
         return force_fail_partition_head(job["topic"], job["partition"], job_id=job_id) is not None

@@ -10,22 +10,22 @@ from urllib.parse import urlencode
 from later_django.conf import conf
 from later_django.dashboard import cursors
 from later_django.db.rows import JobQuery
-from later_django.ids import ULID_LENGTH
+from later_django.ids import ID_ALPHABET, ULID_LENGTH
 from later_django.states import Stage
 
 FIELDS = ("stage", "type", "topic", "partition", "q")
-ID_CHARACTERS = frozenset("0123456789abcdefghjkmnpqrstvwxyz")
 STAGES = [stage.value for stage in Stage]
 
 
 def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQuery:
     stage = params.get("stage") or None
     prefix = (params.get("q") or "").strip().lower() or None
-    if stage is None and prefix is None:
-        stage = Stage.ENQUEUED.value
+    topic = params.get("topic") or None
+    if stage is None and prefix is None and topic is None:
+        stage = Stage.ENQUEUED.value  # a topic without a stage: its unfinished jobs
     if stage is not None and stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
-    if prefix is not None and (len(prefix) > ULID_LENGTH or not set(prefix) <= ID_CHARACTERS):
+    if prefix is not None and (len(prefix) > ULID_LENGTH or not set(prefix) <= ID_ALPHABET):
         raise ValueError(
             f"{prefix!r} is not the start of a job id: ids are up to 26 characters of "
             "0-9 and a-z without i, l, o and u"
@@ -33,7 +33,6 @@ def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQue
     partition = params.get("partition") or None
     if partition is not None and not partition.isdigit():
         raise ValueError(f"partition must be a number, got {partition!r}")
-    topic = params.get("topic") or None
     if partition is not None and topic is None:
         raise ValueError("a partition filter needs a topic: set topic too")
     after = params.get("after") if with_cursor else None

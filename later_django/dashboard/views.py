@@ -106,7 +106,10 @@ class Dashboard:
             return HttpResponseBadRequest(str(exc))
         if query.id_prefix is not None and len(query.id_prefix) == ULID_LENGTH:
             return HttpResponseRedirect(reverse(f"admin:{NAMESPACE}_job", args=[query.id_prefix]))
-        page = reads.job_page(query)
+        try:
+            page = reads.job_page(query)
+        except ValueError as exc:  # a cursor that does not fit the list
+            return HttpResponseBadRequest(str(exc))
         counts = reads.overview()["counts"]
         return self._render(
             request,
@@ -182,6 +185,11 @@ class Dashboard:
                 query = filters.query_from(request.POST, with_cursor=False)
             except ValueError as exc:
                 return HttpResponseBadRequest(str(exc))
+            if action == "force_fail" and query.topic is None:
+                return HttpResponseBadRequest(
+                    "force-failing every matching job needs a topic filter: the heads "
+                    "of that topic's partitions are failed"
+                )
             if not request.POST.get("confirm"):
                 return self._render(
                     request,
@@ -226,9 +234,10 @@ class Dashboard:
         _viewer(request)
         try:
             query = filters.query_from(request.GET)
+            page = reads.job_page(query)
         except ValueError as exc:
             return _json_error(str(exc))
-        return self._json(reads.page_dict(reads.job_page(query)))
+        return self._json(reads.page_dict(page))
 
     def api_job(self, request: HttpRequest, job_id: str) -> HttpResponse:
         _viewer(request)
@@ -251,17 +260,15 @@ def _json_error(message: str) -> JsonResponse:
 
 
 def _actions_for(stage: str | None, *, partition_job: bool = False) -> list[tuple[str, str]]:
-    """The actions that apply to jobs of ``stage``: (action, button label)."""
-    if stage == "failed":
-        return [] if partition_job else [("retry", "Retry")]
+    """The actions that apply to jobs of ``stage`` (None: a list of several
+    stages): (action, button label)."""
+    found = []
+    if stage == "failed" and not partition_job:
+        found.append(("retry", "Retry"))
     if stage in ("delayed", "requeued"):
-        found = [("run_now", "Run now"), ("cancel", "Cancel")]
-    elif stage in ("enqueued", "waiting"):
-        found = [("cancel", "Cancel")]
-    else:
-        found = []
-    if stage in ("enqueued", "delayed", "requeued", "running", "waiting") and (
-        partition_job or stage is None
-    ):
+        found.append(("run_now", "Run now"))
+    if stage in (None, "enqueued", "delayed", "waiting", "requeued"):
+        found.append(("cancel", "Cancel"))
+    if partition_job and stage in (None, "enqueued", "delayed", "waiting", "requeued", "running"):
         found.append(("force_fail", "Force-fail partition head"))
     return found

@@ -12,11 +12,13 @@ from later_django.db.rows import JobPage, JobQuery, JobSummary, StatRow
 from later_django.db.sql import dashboard as dashboard_sql
 from later_django.db.sql.dashboard import ListOrder
 from later_django.db.statements import Statements
-from later_django.states import PARENT_FAILED
 
-# The largest prefix that is still a prefix of an id: ids are 26 characters
-# of Crockford's base32, and "~" sorts after every one of them.
-ID_END = "~"
+# The last character of the id alphabet (lowercase Crockford base32): a
+# prefix padded with it to an id's length is the largest id it starts.
+ID_LAST = "z"
+ID_LENGTH = 26
+# A key value a cursor may hold: 64-bit integers, ids.
+INT_BOUND = 1 << 63
 
 
 class DashboardOperations(Statements):
@@ -207,10 +209,7 @@ class DashboardOperations(Statements):
         cursor.execute(self._sql(dashboard_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
         if cursor.rowcount != 1:
             return None
-        cursor.execute(
-            self._sql(dashboard_sql.JOB_REVIVE_DESCENDANTS_SQL),
-            [job_id, PARENT_FAILED, PARENT_FAILED],
-        )
+        cursor.execute(self._sql(dashboard_sql.JOB_REVIVE_DESCENDANTS_SQL), [job_id])
         return int(cursor.rowcount)
 
     def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
@@ -222,7 +221,8 @@ class DashboardOperations(Statements):
 def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
     """The index the list reads, with the terms of ``query`` it serves."""
     if query.id_prefix is not None:
-        return dashboard_sql.BY_ID, "", [query.id_prefix, query.id_prefix + ID_END]
+        end = query.id_prefix.ljust(ID_LENGTH, ID_LAST)
+        return dashboard_sql.BY_ID, "", [query.id_prefix, end]
     stage = query.stage
     if query.topic is not None and stage not in ("success", "failed", "cancelled"):
         if query.partition is None:
@@ -274,7 +274,9 @@ def _segments(order: ListOrder, after: tuple[Any, ...] | None) -> list[tuple[str
     then "k0 > x" (with < for a descending key)."""
     if after is None:
         return [("", [])]
-    if len(after) != len(order.keys):
+    if len(after) != len(order.keys) or not all(
+        _fits(col, value) for (col, _), value in zip(order.keys, after, strict=True)
+    ):
         raise ValueError("the cursor 'after' does not belong to this list: follow its Next link")
     segments = []
     for i in range(len(order.keys) - 1, -1, -1):
@@ -282,6 +284,13 @@ def _segments(order: ListOrder, after: tuple[Any, ...] | None) -> list[tuple[str
         equal = "".join(f" AND {c} = %s" for c, _ in order.keys[:i])
         segments.append((f"{equal} AND {col} {'<' if desc else '>'} %s", [*after[: i + 1]]))
     return segments
+
+
+def _fits(column: str, value: Any) -> bool:
+    """Can ``value`` be a key value of ``column``: an id, or a 64-bit int?"""
+    if column == "id":
+        return type(value) is str
+    return type(value) is int and -INT_BOUND <= value < INT_BOUND
 
 
 def _key(row: tuple[Any, ...], order: ListOrder) -> tuple[Any, ...]:

@@ -29,7 +29,7 @@ from later_django.db.rows import (
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import schedules as schedules_sql
 from later_django.db.statements import Statements
-from later_django.states import PARENT_FAILED, TERMINAL, Stage
+from later_django.states import PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class JobOperations(Statements):
         if orphan.parent_stage == Stage.SUCCESS:
             cursor.execute(self._sql(jobs_sql.JOB_RELEASE_ONE_SQL), [orphan.job_id])
             return
-        reason = PARENT_FAILED if orphan.parent_stage else "parent missing"
+        reason = PARENT_FAILED if orphan.parent_stage else PARENT_MISSING
         cursor.execute(
             self._sql(jobs_sql.JOB_FAIL_WAITING_SQL), [retention_ms, reason, orphan.job_id]
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from later_django.db.sql.partitions import UNFINISHED
+from later_django.states import PARENT_FAILED, PARENT_MISSING
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +43,10 @@ FINISHED: Final = ListOrder("expires_ms IS NOT NULL", (("expires_ms", True), ("i
 ATTENTION: Final = ListOrder(
     "stage IN ('waiting', 'failed', 'cancelled')", (("changed_ms", True), ("id", True))
 )
-# An id search: ids sort by creation time.
-BY_ID: Final = ListOrder("id >= %s AND id < %s", (("id", False),))
+# An id search: ids sort by creation time. The bounds are the prefix and
+# the prefix padded with the last character of the id alphabet, which hold
+# under any collation of the column.
+BY_ID: Final = ListOrder("id >= %s AND id <= %s", (("id", False),))
 
 SUMMARY_COLUMNS: Final = (
     "id, type_name, stage, priority, attempts, created_ms, run_at_ms, changed_ms, "
@@ -122,26 +125,36 @@ SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY 
 
 # -- actions ---------------------------------------------------------------------------
 # A failed plain job runs again: it is ready now, and its attempts go on
-# counting (so its retry policy, already spent, gives it this one run).
-JOB_RETRY_FAILED_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
+# counting (so its retry policy, already spent, gives it this one run). A
+# continuation that failed because its parent did is not run without it:
+# retrying the parent revives it.
+JOB_RETRY_FAILED_SQL: Final = f"""
+UPDATE later_job SET stage = 'enqueued', changed_ms = {{stamp}}, run_at_ms = {{now}},
     finished_ms = NULL, expires_ms = NULL,
-    history = history || 'enqueued@' || {stamp} || ';'
+    history = history || 'enqueued@' || {{stamp}} || ';'
 WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
+  AND NOT (parent_id IS NOT NULL AND last_error IN ('{PARENT_FAILED}', '{PARENT_MISSING}'))
 """
 
-# The continuations (and theirs) that failed only because this job failed
-# wait for it again.
-JOB_REVIVE_DESCENDANTS_SQL: Final = """
-WITH RECURSIVE d(id) AS (
-    SELECT id FROM later_job WHERE parent_id = %s AND stage = 'failed' AND last_error = %s
-    UNION
-    SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
-    WHERE j.stage = 'failed' AND j.last_error = %s
-)
-UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
-    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {stamp} || ';'
-WHERE id IN (SELECT id FROM d) AND stage = 'failed'
+# The plain continuations (and theirs) that failed only because this job
+# failed wait for it again. A partition job is left failed: its partition
+# has moved on, and waiting again would put it back in front of the jobs
+# behind it. (A subquery, not a leading WITH: SQLite counts the rows an
+# UPDATE changed only then.)
+JOB_REVIVE_DESCENDANTS_SQL: Final = f"""
+UPDATE later_job SET stage = 'waiting', changed_ms = {{stamp}}, finished_ms = NULL,
+    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {{stamp}} || ';'
+WHERE id IN (
+    WITH RECURSIVE d(id) AS (
+        SELECT id FROM later_job
+        WHERE parent_id = %s AND stage = 'failed' AND last_error = '{PARENT_FAILED}'
+          AND topic IS NULL
+        UNION
+        SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
+        WHERE j.stage = 'failed' AND j.last_error = '{PARENT_FAILED}' AND j.topic IS NULL
+    )
+    SELECT id FROM d)
+  AND stage = 'failed'
 """
 
 # A delayed or requeued job is due now.
