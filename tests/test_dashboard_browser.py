@@ -2,28 +2,278 @@
 
 Chromium (tests/browser.py) drives pytest-django's live server while
 ``later_worker`` processes run the jobs; the live server, the workers and the
-test share the test database (see tests/browser.py). Screenshots of every page,
-in the light and the dark theme, are saved as artifacts.
+test share the test database (see tests/browser.py). Every wait is Playwright's
+``expect`` or a poll with a deadline. Screenshots of every page, in the light
+and the dark theme, are saved as artifacts (tests/artifacts/ or
+``$LATER_TEST_ARTIFACTS``).
 """
 
 from __future__ import annotations
 
-import pytest
-from playwright.sync_api import expect
+import re
+from datetime import UTC, datetime, timedelta
 
-from tests.browser import admin_login, create_staff
+import pytest
+from django.core.cache import cache
+from playwright.sync_api import Page, expect
+
+import later_django as later
+from later_django.partitions.api import partition_of
+from tests.browser import admin_login, create_staff, force_login, screenshot, use_theme
+from tests.helpers import history_stages, read_records
+from tests.jobapp.jobs import AsyncHold, Gate, Noop, NoRetry, Ordered
 
 # A real browser and real processes: Django's version changes nothing (tox.ini).
 pytestmark = pytest.mark.one_env
 
+DASHBOARD = "/admin/later/"
+PERMISSIONS = ("later_django.view_dashboard", "later_django.change_job")
+NOOP = "tests.jobapp.jobs.Noop"
+WORKER_TIMEOUT_MS = 30_000  # a worker process starting and running the test's jobs
+HOUR = timedelta(hours=1)
+RETRIED_ONE = re.compile(r"^\s*1 job retried\.\s*$")
 
-def test_staff_logs_into_the_admin(later_db, live_server, page, settings):
-    """The chain works: the live server's login page renders in chromium, and
-    a staff user's login lands on the admin index."""
-    staff = create_staff(settings)
+
+@pytest.fixture
+def operator(later_db, live_server, page, settings) -> Page:
+    """``page``, logged into the admin as staff allowed to view the dashboard
+    and to act on jobs (the login form is test_staff_logs_into_the_admin's)."""
+    cache.clear()  # the overview is cached a second per process: none from an earlier test
+    force_login(page, live_server.url, create_staff(settings, "operator", permissions=PERMISSIONS))
+    return page
+
+
+def stage_count(page: Page, stage: str):
+    return page.locator(f'[data-stage-count="{stage}"]')
+
+
+def job_row(page: Page, job_id: str):
+    return page.locator(f'table#later-jobs tbody tr[data-job-id="{job_id}"]')
+
+
+def job_rows(page: Page):
+    return page.locator("table#later-jobs tbody tr[data-job-id]")
+
+
+def test_staff_logs_into_the_admin(live_server, page, settings):
+    """The chain works: the live server's login page renders in chromium, a
+    staff user's login lands on the admin index, and its entry opens the
+    dashboard (on SQLite's LATER database; the other tests run on both)."""
+    staff = create_staff(settings, permissions=PERMISSIONS)
     page.goto(f"{live_server.url}/admin/")
     expect(page).to_have_url(f"{live_server.url}/admin/login/?next=/admin/")
     expect(page.locator("#login-form")).to_be_visible()
     admin_login(page, live_server.url, staff)
     expect(page.locator("#user-tools")).to_contain_text(staff.username)
     expect(page.locator("#site-name")).to_have_text("Django administration")
+    page.locator('a[href="/admin/later_django/dashboard/"]').first.click()
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}")
+    expect(page.locator(".later-tabs [aria-current=page]")).to_have_text("Overview")
+
+
+def test_job_detail_opens_from_the_jobs_list(later_db, live_server, operator):
+    """A row of the jobs list opens the job's page; a continuation's page links
+    to its parent and the parent's page lists it."""
+    other = later.enqueue(Noop(n=1))
+    parent = later.enqueue(NoRetry())
+    child = later.enqueue_continue(parent, Noop(n=2))
+    page = operator
+
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}jobs/")
+    expect(job_rows(page)).to_have_count(2)  # the continuation waits: not in "enqueued"
+    expect(job_row(page, other)).to_contain_text(NOOP)
+    job_row(page, parent).locator("a.later-id").click()
+
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}jobs/{parent}/")
+    expect(page.locator("h2 code")).to_have_text(parent)
+    expect(page.locator("#later-job-stage")).to_have_text("enqueued")
+    expect(page.locator("#later-history li")).to_have_count(1)
+    expect(page.locator("#later-history li")).to_contain_text("enqueued")
+    expect(page.locator("#later-error")).to_have_count(0)
+    page.locator(f'#later-children tr[data-job-id="{child}"] a').click()
+
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}jobs/{child}/")
+    expect(page.locator("#later-job-stage")).to_have_text("waiting")
+    expect(page.locator("#later-parent")).to_have_text(parent)
+
+
+def test_failed_jobs_retried_from_the_list_and_the_job_page_succeed(
+    later_db, live_server, workers, tmp_path, operator
+):
+    """Two jobs fail for good; once their cause is fixed, one is retried from
+    the jobs list and one from its own page, and both succeed. A failed job
+    nobody retried stays failed."""
+    gate = tmp_path / "gate-open"
+    from_list = later.enqueue(Gate(str(gate)))
+    from_page = later.enqueue(Gate(str(gate)))
+    untouched = later.enqueue(NoRetry())
+    workers.start(workers=2)
+    for job_id in (from_list, from_page, untouched):
+        workers.wait_stage(job_id, "failed", WORKER_TIMEOUT_MS / 1000)
+    page = operator
+
+    page.goto(f"{live_server.url}{DASHBOARD}jobs/?stage=failed")
+    expect(job_rows(page)).to_have_count(3)
+    job_row(page, from_page).locator("a.later-id").click()
+    expect(page.locator("#later-job-stage")).to_have_text("failed")
+    expect(page.locator("#later-error")).to_contain_text("the gate is closed")
+    expect(page.locator("#later-history li")).to_have_count(3)  # enqueued, running, failed
+
+    gate.touch()
+    page.go_back()
+    job_row(page, from_list).locator('input[name="job"]').check()
+    page.locator('#later-actions button[name="action"][value="retry"]').click()
+    expect(page.locator(".messagelist")).to_have_text(RETRIED_ONE)
+    expect(job_row(page, from_list)).to_have_count(0)
+    expect(job_rows(page)).to_have_count(2)
+
+    page.goto(f"{live_server.url}{DASHBOARD}jobs/{from_page}/")
+    page.locator('#later-actions button[name="action"][value="retry"]').click()
+    expect(page.locator(".messagelist")).to_have_text(RETRIED_ONE)
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}jobs/{from_page}/")
+
+    for job_id in (from_list, from_page):
+        workers.wait_stage(job_id, "success", WORKER_TIMEOUT_MS / 1000)
+        page.goto(f"{live_server.url}{DASHBOARD}jobs/{job_id}/")
+        expect(page.locator("#later-job-stage")).to_have_text("success")
+        stages = page.locator("#later-history li .later-stage").all_inner_texts()
+        assert stages[:3] == ["enqueued", "running", "failed"], stages
+        assert stages[-2:] == ["running", "success"], stages
+        assert stages == history_stages(str(later_db.job_field(job_id, "history")))
+        assert len(read_records(workers.record, "gate", job_id)) == 2
+    assert later_db.stage_of(untouched) == "failed"
+
+
+def test_bulk_cancel_of_a_filtered_list(later_db, live_server, operator):
+    """Filtering the list by type and cancelling "every job matching this
+    filter" after the confirmation cancels those jobs and no other."""
+    noops = later.enqueue_many(Noop(n=i) for i in range(4))
+    others = [later.enqueue(NoRetry()) for _ in range(2)]
+    delayed_noop = later.enqueue_delayed(Noop(n=9), HOUR)  # another stage: not in the filter
+    page = operator
+
+    page.goto(f"{live_server.url}{DASHBOARD}jobs/")
+    expect(job_rows(page)).to_have_count(6)
+    page.locator('#later-filter input[name="type"]').fill(NOOP)
+    page.locator("#later-filter button[type=submit]").click()
+    expect(page).to_have_url(re.compile(r"type=tests\.jobapp\.jobs\.Noop"))
+    expect(job_rows(page)).to_have_count(4)
+    for job_id in noops:
+        expect(job_row(page, job_id)).to_be_visible()
+
+    page.locator('#later-bulk select[name="action"]').select_option("cancel")
+    page.locator("#later-all-matching").click()
+    confirm = page.locator("#later-confirm")
+    expect(confirm).to_contain_text("cancelled")
+    expect(confirm).to_contain_text(NOOP)
+    expect(confirm).to_contain_text("enqueued")
+    confirm.locator('button[name="confirm"][value="1"]').click()
+
+    expect(page.locator(".messagelist")).to_contain_text("4 jobs cancelled.")
+    expect(page).to_have_url(re.compile(r"/admin/later/jobs/\?.*type=tests\.jobapp\.jobs\.Noop"))
+    expect(job_rows(page)).to_have_count(0)
+    assert [later_db.stage_of(j) for j in noops] == ["cancelled"] * 4
+    assert [later_db.stage_of(j) for j in others] == ["enqueued"] * 2
+    assert later_db.stage_of(delayed_noop) == "delayed"
+
+    page.goto(f"{live_server.url}{DASHBOARD}jobs/?stage=cancelled")
+    expect(job_rows(page)).to_have_count(4)
+    expect(stage_count(page, "cancelled")).to_have_text("4")
+
+
+def _dark_background(page: Page) -> bool:
+    """Whether the page's body background is dark (luminance below half)."""
+    rgb = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    red, green, blue = (int(v) for v in re.findall(r"\d+", rgb)[:3])
+    return (0.2126 * red + 0.7152 * green + 0.0722 * blue) < 128
+
+
+def test_overview_follows_a_worker_then_every_page_in_both_themes(
+    later_db, live_server, workers, tmp_path, settings, operator
+):
+    """The overview's counts follow a worker as it runs the jobs, refreshed by
+    the page itself (no reload), with the worker among the servers. Then every
+    page on that busy queue, in the light and the dark theme: each shows its
+    content, the dark theme is dark, and a PNG of each is saved. (One test:
+    the worker and the queue serve both, and CI time is short.)"""
+    settings.LATER = {**settings.LATER, "TOPICS": {"ordered": 4}}
+    # Daily and weekly, about half a day from now: none falls due during the test.
+    hour = (datetime.now(UTC).hour + 12) % 24
+    later.enqueue_recurring("daily-report", Noop(n=0), f"0 {hour} * * *", tz="Europe/Paris")
+    later.enqueue_recurring("weekly-sync", Noop(n=1), f"30 {hour} * * 1")
+    succeeded = later.enqueue_many(Noop(n=i) for i in range(12))
+    failed = [later.enqueue(Gate(str(tmp_path / "closed"))), later.enqueue(NoRetry())]
+    page = operator
+    base = f"{live_server.url}{DASHBOARD}"
+
+    page.goto(base)
+    expect(stage_count(page, "enqueued")).to_have_text("14")
+    expect(stage_count(page, "delayed")).to_have_text("2")  # the schedules' next occurrences
+    expect(stage_count(page, "success")).to_have_text("0")
+    expect(page.locator("#later-servers")).to_contain_text("No live server.")
+    page.evaluate("window.laterSameDocument = true")
+    worker = workers.start(workers=2, timings={"SHUTDOWN_TIMEOUT": 0.5})
+    expect(stage_count(page, "success")).to_have_text("12", timeout=WORKER_TIMEOUT_MS)
+    expect(stage_count(page, "failed")).to_have_text("2")
+    expect(stage_count(page, "enqueued")).to_have_text("0")
+    expect(page.locator("#later-servers tbody")).to_contain_text(str(worker.pid))
+    assert page.evaluate("window.laterSameDocument") is True, "the counts came without a reload"
+    stages = [later_db.stage_of(job_id) for job_id in (*succeeded, *failed)]
+    assert stages == ["success"] * 12 + ["failed"] * 2
+
+    # Two jobs hold both workers, so what comes next stays queued.
+    holding = [later.enqueue(AsyncHold(seconds=60, n=i)) for i in range(2)]
+    for job_id in holding:
+        workers.wait_stage(job_id, "running", WORKER_TIMEOUT_MS / 1000)
+    keys = ("alice", "bob", "carol")
+    for key in keys:
+        for n in range(3):
+            later.enqueue_to_partition(Ordered(key=key, n=n))
+    later.enqueue_many(Noop(n=i) for i in range(5))
+    for n in range(3):
+        later.enqueue_delayed(Noop(n=n), HOUR * (n + 1))
+    later.cancel(later.enqueue_delayed(Noop(n=3), HOUR))
+    counts = later.stage_counts()
+    assert (counts["success"], counts["failed"], counts["running"]) == (12, 2, 2), counts
+    cache.clear()  # the overview a second old: the counts now, at once
+
+    for theme in ("light", "dark"):
+        use_theme(page, theme)
+        prefix = f"dashboard-{later_db.vendor}-{theme}"
+
+        page.goto(base)
+        expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"[1-9]"))
+        for stage in ("success", "failed", "running", "enqueued", "delayed", "cancelled"):
+            expect(stage_count(page, stage)).to_have_text(str(counts[stage]))
+        expect(page.locator("#later-servers tbody")).to_contain_text(str(worker.pid))
+        # The worker's per-second figures of the last minute (written about once a second).
+        expect(page.locator('[data-field="throughput.succeeded"]')).to_have_text("12")
+        expect(page.locator('[data-field="throughput.failed"]')).to_have_text("2")
+        expect(page.locator("#later-queue-graph > *").first).to_be_attached()
+        assert page.evaluate("document.documentElement.dataset.theme") == theme
+        assert _dark_background(page) is (theme == "dark")
+        screenshot(page, f"{prefix}-overview")
+
+        page.goto(f"{base}jobs/?stage=success")
+        expect(job_rows(page)).to_have_count(len(succeeded))
+        screenshot(page, f"{prefix}-jobs")
+
+        page.goto(f"{base}jobs/{failed[0]}/")
+        expect(page.locator("#later-error")).to_contain_text("the gate is closed")
+        screenshot(page, f"{prefix}-job")
+
+        page.goto(f"{base}topics/")
+        topic = page.locator('[data-topic="ordered"]')
+        expect(topic.locator("h2 .later-badge")).to_have_text("9")
+        partitions = topic.locator("tbody tr[data-partition]")
+        expect(partitions).to_have_count(len({partition_of("ordered", key) for key in keys}))
+        screenshot(page, f"{prefix}-topics")
+
+        page.goto(f"{base}recurring/")
+        expect(page.locator("#later-recurring tbody tr")).to_have_count(2)
+        expect(page.locator("#later-recurring")).to_contain_text("daily-report")
+        expect(page.locator("#later-recurring")).to_contain_text("Europe/Paris")
+        assert _dark_background(page) is (theme == "dark")
+        screenshot(page, f"{prefix}-recurring")
