@@ -108,11 +108,12 @@ def page(browser_context: BrowserContext, request: pytest.FixtureRequest) -> Ite
         yield opened
     finally:
         report = getattr(request.node, "later_call_report", None)
-        if report is not None and report.failed:
-            screenshot(opened, f"FAILED-{request.node.name}")
-        if not opened.is_closed() and opened.url.startswith("http"):
-            opened.evaluate("window.localStorage.clear()")
-        opened.close()
+        if not opened.is_closed():
+            if report is not None and report.failed:
+                screenshot(opened, f"FAILED-{request.node.name}")
+            if opened.url.startswith("http"):
+                opened.evaluate("window.localStorage.clear()")
+            opened.close()
         browser_context.clear_cookies()
 
 
