@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from django.core.cache import cache
@@ -23,6 +23,7 @@ from later_django.dashboard.waits import WaitSummary, merged
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.rows import JobPage, JobQuery, JobSummary
+from later_django.maintenance.steps import SAMPLE_INTERVAL_MS
 from later_django.partitions.api import partition_stats
 from later_django.partitions.reserved import registered_topics
 from later_django.recurring.api import list_recurring
@@ -53,6 +54,18 @@ def overview() -> dict[str, Any]:
     found = cache.get(key)
     if found is None:
         found = _overview()
+        cache.set(key, found, OVERVIEW_CACHE_SECONDS)
+    return found  # type: ignore[no-any-return]
+
+
+def counts() -> dict[str, int]:
+    """Jobs per stage, from the counters: what the job lists' tabs show,
+    cached like the overview."""
+    key = f"later:dashboard:counts:{conf.database}:{conf.namespace}"
+    found = cache.get(key)
+    if found is None:
+        with _db() as (dialect, cursor):
+            found = dialect.stage_counts(cursor, namespace=conf.namespace)
         cache.set(key, found, OVERVIEW_CACHE_SECONDS)
     return found  # type: ignore[no-any-return]
 
@@ -158,20 +171,18 @@ def _servers(
 
 # -- queue-length graph ---------------------------------------------------------------
 def samples(range_name: str) -> dict[str, Any]:
-    """The per-minute backlog samples of the range, thinned to at most
-    SAMPLE_POINTS points (each the largest of its stretch)."""
+    """The per-minute backlog samples of the range, at most SAMPLE_POINTS
+    points (each the largest of its stretch), thinned by the database."""
     window = SAMPLE_RANGES[range_name]
+    step = max(SAMPLE_INTERVAL_MS, -(-window // (SAMPLE_POINTS - 1)))
     with _db() as (dialect, cursor):
-        rows = dialect.samples_since(cursor, namespace=conf.namespace, window_ms=window)
-    step = max(1, -(-len(rows) // SAMPLE_POINTS))
-    points = []
-    for start in range(0, len(rows), step):
-        chunk = rows[start : start + step]
-        points.append([chunk[-1][0], *(max(col) for col in list(zip(*chunk, strict=True))[1:])])
+        points = dialect.samples_since(
+            cursor, namespace=conf.namespace, window_ms=window, step_ms=step
+        )
     return {
         "range": range_name,
         "columns": ["at_ms", "ready", "scheduled", "running", "waiting", "partitioned"],
-        "points": points,
+        "points": [list(point) for point in points],
     }
 
 
@@ -223,8 +234,13 @@ def durations(
     return {"total": total, "processing": processing, "waiting": total - processing}
 
 
+SUMMARY_FIELDS = tuple(field.name for field in fields(JobSummary))
+
+
 def summary_dict(job: JobSummary) -> dict[str, Any]:
-    out = asdict(job)
+    """``job`` as JSON: its fields (plain values: no deep copy needed) and
+    the last 6 characters of its id, which lists show."""
+    out = {name: getattr(job, name) for name in SUMMARY_FIELDS}
     out["short_id"] = job.id[-6:]
     return out
 

@@ -59,9 +59,11 @@ class DashboardOperations(Statements):
         return int(cursor.rowcount)
 
     def samples_since(
-        self, cursor: CursorWrapper, *, namespace: str, window_ms: int
+        self, cursor: CursorWrapper, *, namespace: str, window_ms: int, step_ms: int
     ) -> list[tuple[int, ...]]:
-        cursor.execute(self._sql(dashboard_sql.SAMPLES_SINCE_SQL), [namespace, window_ms])
+        """The samples of the last ``window_ms``, a point per ``step_ms``
+        (each the largest of its stretch), oldest first."""
+        cursor.execute(self._sql(dashboard_sql.SAMPLES_SINCE_SQL), [namespace, window_ms, step_ms])
         return [tuple(int(v) for v in row) for row in cursor.fetchall()]
 
     def dashboard_prune(
@@ -120,85 +122,58 @@ class DashboardOperations(Statements):
 
     def job_page(self, cursor: CursorWrapper, query: JobQuery) -> JobPage:
         """A page of the list ``query`` asks for, read in its index's order
-        from its cursor on: a page costs the same however deep it is."""
+        from its cursor on: a page costs the same however deep it is.
+
+        After a cursor (x, y) the list goes on with the rows of key x and a
+        later y, then those of a later x: two reads that each start where
+        their rows begin in the index, where one read with "k0 > x OR (k0 = x
+        AND k1 > y)" would walk the index from its start on PostgreSQL.
+        Terms the index cannot serve (a type, say) are checked, inside the
+        database, on a stretch of at most ``scan_limit`` of its entries per
+        read: a page then says where it stopped, and the next goes on."""
         order, where, params = _source(query)
         base = f"FROM later_job WHERE namespace = %s AND {order.where}{where}"
-        base_params = [query.namespace, *params]
-        key_names = ", ".join(col for col, _ in order.keys)
-        checks = _filters(query, order)
-        if not checks:
-            rows = self._stretch(
-                cursor,
-                f"{dashboard_sql.SUMMARY_COLUMNS}, {key_names}",
-                (base, base_params),
-                order,
-                query.after,
-                query.page_size + 1,
-            )
-            more = len(rows) > query.page_size
-            rows = rows[: query.page_size]
-            after = _key(rows[-1], order) if more else None
-            return JobPage([_summary(row) for row in rows], after, scanned_out=False)
-        # Terms the index cannot serve are checked on a bounded stretch of
-        # it (narrow rows), and the page's matches read by id.
-        names = [name for name, _ in checks]
-        rows = self._stretch(
-            cursor,
-            f"id, {', '.join(names)}, {key_names}",
-            (base, base_params),
-            order,
-            query.after,
-            query.scan_limit,
-        )
-        matches = [row for row in rows if all(row[1 + i] == v for i, (_, v) in enumerate(checks))]
-        if len(matches) > query.page_size:
-            matches = matches[: query.page_size]
-            after, scanned_out = _key(matches[-1], order), False
-        elif len(rows) == query.scan_limit:
-            after, scanned_out = _key(rows[-1], order), True
-        else:
-            after, scanned_out = None, False
-        return JobPage(self._summaries(cursor, [row[0] for row in matches]), after, scanned_out)
-
-    def _stretch(
-        self,
-        cursor: CursorWrapper,
-        columns: str,
-        base: tuple[str, list[Any]],
-        order: ListOrder,
-        after: tuple[Any, ...] | None,
-        limit: int,
-    ) -> list[tuple[Any, ...]]:
-        """Up to ``limit`` rows of the list after ``after``, in its order.
-
-        After a cursor (x, y) the rows are those with the key x and a later
-        y, then those with a later x: two reads that each start where they
-        begin in the index, where one read with "k0 > x OR (k0 = x AND
-        k1 > y)" would walk the index from its start on PostgreSQL."""
-        sql, params = base
         by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
+        keys = ", ".join(f"{col} AS k{i}" for i, (col, _) in enumerate(order.keys))
+        checks = _filters(query, order)
+        limit = query.page_size + 1
         rows: list[tuple[Any, ...]] = []
-        for term, term_params in _segments(order, after):
-            cursor.execute(
-                f"SELECT {columns} {sql}{term} ORDER BY {by} LIMIT %s",
-                [*params, *term_params, limit - len(rows)],
-            )
-            rows.extend(cursor.fetchall())
+        for term, term_params in _segments(order, after=query.after):
+            head = [query.namespace, *params, *term_params]
+            if not checks:
+                cursor.execute(
+                    f"SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base}{term} "
+                    f"ORDER BY {by} LIMIT %s",
+                    [*head, limit - len(rows)],
+                )
+                rows.extend(cursor.fetchall())
+            else:
+                by_key = ", ".join(
+                    f"k{i} DESC" if desc else f"k{i}" for i, (_, desc) in enumerate(order.keys)
+                )
+                cursor.execute(
+                    f"SELECT * FROM (SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base}{term} "
+                    f"ORDER BY {by} LIMIT %s) s "
+                    f"WHERE {' AND '.join(f'{name} = %s' for name, _ in checks)} "
+                    f"ORDER BY {by_key} LIMIT %s",
+                    [*head, query.scan_limit, *(value for _, value in checks), limit - len(rows)],
+                )
+                rows.extend(cursor.fetchall())
+                if len(rows) < limit:
+                    # Did the stretch end the read's rows, or do more follow?
+                    cursor.execute(
+                        f"SELECT {keys} {base}{term} ORDER BY {by} LIMIT 1 OFFSET %s",
+                        [*head, query.scan_limit - 1],
+                    )
+                    last = cursor.fetchone()
+                    if last is not None:
+                        return JobPage([_summary(r) for r in rows], tuple(last), scanned_out=True)
             if len(rows) >= limit:
                 break
-        return rows
-
-    def _summaries(self, cursor: CursorWrapper, ids: list[str]) -> list[JobSummary]:
-        """The jobs ``ids``, in that order."""
-        if not ids:
-            return []
-        placeholders = ", ".join(["%s"] * len(ids))
-        cursor.execute(
-            f"SELECT {dashboard_sql.SUMMARY_COLUMNS} FROM later_job WHERE id IN ({placeholders})",
-            ids,
-        )
-        found = {row[0]: _summary(row) for row in cursor.fetchall()}
-        return [found[job_id] for job_id in ids if job_id in found]
+        more = len(rows) > query.page_size
+        rows = rows[: query.page_size]
+        after = _key(rows[-1], order) if more else None
+        return JobPage([_summary(row) for row in rows], after, scanned_out=False)
 
     # -- actions -------------------------------------------------------------------------
     def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:

@@ -109,9 +109,12 @@ FROM later_stage_count WHERE namespace = %s
 ON CONFLICT (namespace, at_ms) DO NOTHING
 """
 
+# The samples of a window, one point per stretch of %s ms: each the largest
+# of its stretch, so a peak between two points is never lost.
 SAMPLES_SINCE_SQL: Final = """
-SELECT at_ms, ready, scheduled, running, waiting, partitioned FROM later_queue_sample
-WHERE namespace = %s AND at_ms >= {now} - %s ORDER BY at_ms
+SELECT MAX(at_ms), MAX(ready), MAX(scheduled), MAX(running), MAX(waiting), MAX(partitioned)
+FROM later_queue_sample WHERE namespace = %s AND at_ms >= {now} - %s
+GROUP BY at_ms / %s ORDER BY 1
 """
 
 SAMPLES_PRUNE_SQL: Final = (
