@@ -8,6 +8,7 @@ Django's cache.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, fields
@@ -301,6 +302,10 @@ def topics() -> dict[str, Any]:
     return {"now_ms": now_ms, "topics": topics_out, "retained_log": groups}
 
 
+def _ms(moment: dt.datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
 def recurring() -> dict[str, Any]:
     return {
         "schedules": [
@@ -311,8 +316,10 @@ def recurring() -> dict[str, Any]:
                 "type": s.type_name,
                 "priority": s.priority,
                 "next_run_at": s.next_run_at.isoformat(),
+                "next_run_ms": _ms(s.next_run_at),
                 "last_job_id": s.last_job_id,
                 "last_run_at": s.last_run_at.isoformat() if s.last_run_at else None,
+                "last_run_ms": _ms(s.last_run_at) if s.last_run_at else None,
             }
             for s in list_recurring()
         ]
