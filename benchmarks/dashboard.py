@@ -72,6 +72,7 @@ HOUR_MS = 3_600_000
 MINUTE_MS = 60_000
 WARM = 3
 BUDGET_MS = 50.0
+SORTED_ROWS = 1000  # PostgreSQL: a sort of a page's rows over more read rows is reported
 CHUNK = 100_000  # job rows per transaction
 DETAIL_CHILDREN = 30  # waiting continuations of the job whose detail page is timed
 SAMPLE_RANGES = ("1h", "24h", "7d")
@@ -670,12 +671,15 @@ def job_aliases(sql: str) -> set[str]:
     return names
 
 
-def explain(vendor: str, sql: str) -> tuple[list[str], list[str]]:
-    """The plan of ``sql`` as text lines, and what is wrong with it (a
-    full scan of later_job)."""
+def explain(vendor: str, sql: str) -> tuple[list[str], list[str], list[str]]:
+    """The plan of ``sql`` as text lines; the full scans of later_job in
+    it; and its sorts of later_job's rows where a page of them was asked
+    for (LIMIT): the index did not give them in the list's order, so every
+    row that matched was read and sorted, however many there are."""
     from django.db import connection
 
-    problems = []
+    problems, sorts = [], []
+    paged = "later_job" in sql and " LIMIT " in sql.upper()
     with connection.cursor() as c:
         if vendor == "postgresql":
             c.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}")
@@ -689,9 +693,18 @@ def explain(vendor: str, sql: str) -> tuple[list[str], list[str]]:
                     continue
                 skip = False
                 lines.append(line)
-            for line in lines:
+            for n, line in enumerate(lines):
                 if re.search(r"Seq Scan on later_job\b", line):
                     problems.append(line.strip())
+                if paged and re.match(r"\s*(->\s+)?Sort\b", line):
+                    read = [
+                        int(m.group(1))
+                        for below in lines[n + 1 :]
+                        if " on later_job" in below
+                        and (m := re.search(r"actual time=\S+ rows=(\d+)", below))
+                    ]
+                    if read and max(read) > SORTED_ROWS:
+                        sorts.append(f"{line.strip()} over {max(read)} rows")
         else:
             c.execute(f"EXPLAIN QUERY PLAN {sql}")
             rows = c.fetchall()
@@ -705,7 +718,9 @@ def explain(vendor: str, sql: str) -> tuple[list[str], list[str]]:
                 m = re.match(r"\s*SCAN (\w+)(.*)$", line)
                 if m and m.group(1) in aliases and " USING " not in m.group(2):
                     problems.append(line.strip())
-    return lines, problems
+                if paged and line.strip() == "USE TEMP B-TREE FOR ORDER BY":
+                    sorts.append(line.strip())
+    return lines, problems, sorts
 
 
 def run_time(sql: str) -> tuple[float, int]:
@@ -734,8 +749,11 @@ def shown(sql: str) -> str:
 
 
 class Statement:
-    def __init__(self, label: str, sql: str, ms: float, rows: int, problems: list[str]) -> None:
-        self.label, self.sql, self.ms, self.rows, self.problems = label, sql, ms, rows, problems
+    def __init__(
+        self, label: str, sql: str, ms: float, rows: int, problems: list[str], sorts: list[str]
+    ) -> None:
+        self.label, self.sql, self.ms, self.rows = label, sql, ms, rows
+        self.problems, self.sorts = problems, sorts
 
 
 def write_plans(
@@ -768,13 +786,15 @@ def write_plans(
                 out += [f"{n}. the same statement as {seen[key]}", ""]
                 continue
             seen[key] = f"{endpoint.label}, statement {n}"
-            lines, problems = explain(vendor, sql)
+            lines, problems, sorts = explain(vendor, sql)
             ms, rows = run_time(sql)
-            statements.append(Statement(endpoint.label, key, ms, rows, problems))
+            statements.append(Statement(endpoint.label, key, ms, rows, problems, sorts))
             out += [f"{n}. {ms:.2f} ms, {rows} rows", "", "```sql", key, "```", "", "```"]
             out += [*lines, "```", ""]
             if problems:
                 out += ["**A full scan of later_job.**", ""]
+            if sorts:
+                out += ["**A page of later_job's rows sorted, not read in index order.**", ""]
     section = "\n".join(out).rstrip() + "\n"
     sections: dict[str, str] = {}
     if os.path.exists(path):
@@ -932,6 +952,13 @@ def run(args: argparse.Namespace, folder: str) -> None:
                 print(f"    {label}: {line}")
         else:
             print("  full scans of later_job: none")
+        sorted_pages = [st for st in statements if st.sorts]
+        print(
+            "  pages of later_job sorted instead of read in index order: "
+            + ("none" if not sorted_pages else "")
+        )
+        for st in sorted_pages:
+            print(f"    {st.ms:6.1f} ms  {st.label}: {'; '.join(st.sorts)}: {st.sql[:70]}")
         print("  slowest statements (ms, rows; first endpoint that ran it):")
         for st in sorted(statements, key=lambda st: -st.ms)[:8]:
             print(f"    {st.ms:6.1f} {st.rows:>5}  {st.label}: {st.sql[:90]}")
