@@ -128,9 +128,9 @@ def test_histograms_merge_across_servers_as_one() -> None:
     assert together.counts == whole.counts
     assert (together.sum_ms, together.max_ms) == (sum(values), max(values))
     assert together.summary() == whole.summary()
-    # A row as stored: buckets sorted, each "bucket:count"; a repeated bucket adds up.
-    assert encode({20: 2, 3: 1}) == "3:1,20:2"
-    assert decode("3:1,20:2,3:4") == {3: 5, 20: 2}
+    # A row as stored: a JSON object of bucket to count, buckets sorted.
+    assert encode({20: 2, 3: 1}) == '{"3":1,"20":2}'
+    assert decode('{"3":1,"20":2}') == {3: 1, 20: 2}
     assert decode(encode(whole.counts)) == whole.counts
 
 
@@ -139,7 +139,7 @@ def test_no_wait_gives_no_summary() -> None:
     assert merged([]).summary() is None
     assert merged([("", 0, 0), ("", 0, 0)]).summary() is None
     assert decode("") == {}
-    one = merged([("", 0, 0), ("14:1", 20, 20)]).summary()
+    one = merged([("{}", 0, 0), ('{"14":1}', 20, 20)]).summary()
     assert one is not None and (one.count, one.p50_ms, one.max_ms) == (1, 20.0, 20.0)
 
 
@@ -165,7 +165,7 @@ def test_the_recorder_counts_until_taken_then_starts_afresh() -> None:
     recorder.started += 1  # a start alone is worth a row
     again = recorder.take()
     assert again is not None and (again.started, again.succeeded) == (1, 0)
-    assert again.regular_waits == "" and again.regular_max_ms == 0
+    assert again.regular_waits == "{}" and again.regular_max_ms == 0
     assert recorder.take() is None
 
 

@@ -457,7 +457,8 @@ def test_maintenance_failing_step_does_not_stop_others(later_db):
                 assert results["prune_expired"] >= 1
                 assert set(results) == {
                     "fire_schedules", "promote_due", "rescue_stuck", "resolve_orphans",
-                    "prune_expired", "compact_counters", "vacuum", "prune_retained_log", "sample_queue",
+                    "prune_expired", "compact_counters", "vacuum", "prune_retained_log",
+                    "sample_queue",
                 }  # fmt: skip
                 assert (await job_info(due)).stage == "enqueued"
                 assert await in_thread(later.get_job, expired) is None

@@ -32,7 +32,7 @@ from later_django.states import Stage
 
 OVERVIEW_CACHE_SECONDS = 1
 THROUGHPUT_WINDOW_MS = 60_000
-WAITS_WINDOW_MS = 300_000
+WAITS_WINDOW_MS = 60_000
 LIVE_WITHIN_MS = 15_000  # a server whose heartbeat is older is not shown as live
 RUNNING_SHOWN = 200  # running jobs listed under their servers, at most
 CHILDREN_SHOWN = 25
@@ -124,8 +124,8 @@ def _throughput(stats: list[tuple[Any, ...]], now_ms: int) -> dict[str, Any]:
 
 
 def _waits(stats: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """Dispatch waits (due to started) over the last five minutes, plain
-    and partitioned apart: a partition job also waits for its turn."""
+    """Dispatch waits (due to started) over the last 60 s, plain and
+    partitioned apart: a partition job also waits for its turn."""
     regular = merged((r[5], r[6], r[7]) for r in stats)
     partition = merged((r[8], r[9], r[10]) for r in stats)
     return {

@@ -8,6 +8,7 @@ The largest wait and the sum are kept exactly beside it.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,16 +28,15 @@ def upper_ms(bucket: int) -> float:
 
 
 def encode(counts: dict[int, int]) -> str:
-    return ",".join(f"{bucket}:{n}" for bucket, n in sorted(counts.items()))
+    """``{"3":1,"20":2}``: JSON, which the overview decodes at C speed for
+    every server's row of the last minute."""
+    return json.dumps(
+        {str(bucket): n for bucket, n in sorted(counts.items())}, separators=(",", ":")
+    )
 
 
 def decode(text: str) -> dict[int, int]:
-    counts: dict[int, int] = {}
-    for item in text.split(","):
-        if item:
-            bucket, _, n = item.partition(":")
-            counts[int(bucket)] = counts.get(int(bucket), 0) + int(n)
-    return counts
+    return {int(bucket): n for bucket, n in json.loads(text or "{}").items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +68,12 @@ class Waits:
         self.max_ms = max(self.max_ms, wait_ms)
 
     def merge(self, text: str, sum_ms: int, max_ms: int) -> None:
-        for bucket, n in decode(text).items():
-            self.counts[bucket] = self.counts.get(bucket, 0) + n
+        if text in ("", "{}"):
+            return  # no job of this lane in the row
+        counts = self.counts
+        for bucket, n in json.loads(text).items():
+            key = int(bucket)
+            counts[key] = counts.get(key, 0) + n
         self.sum_ms += sum_ms
         self.max_ms = max(self.max_ms, max_ms)
 

@@ -148,14 +148,15 @@ class DashboardOperations(Statements):
                 )
                 rows.extend(cursor.fetchall())
             else:
-                by_key = ", ".join(
-                    f"k{i} DESC" if desc else f"k{i}" for i, (_, desc) in enumerate(order.keys)
-                )
+                # No ORDER BY outside: both databases read a subquery in FROM in
+                # its own order (a SQLite co-routine, a PostgreSQL subquery
+                # scan), so the first matches are the page, and the read stops
+                # there. An outer ORDER BY would make SQLite sort the whole
+                # stretch first.
                 cursor.execute(
                     f"SELECT * FROM (SELECT {dashboard_sql.SUMMARY_COLUMNS}, {keys} {base}{term} "
                     f"ORDER BY {by} LIMIT %s) s "
-                    f"WHERE {' AND '.join(f'{name} = %s' for name, _ in checks)} "
-                    f"ORDER BY {by_key} LIMIT %s",
+                    f"WHERE {' AND '.join(f'{name} = %s' for name, _ in checks)} LIMIT %s",
                     [*head, query.scan_limit, *(value for _, value in checks), limit - len(rows)],
                 )
                 rows.extend(cursor.fetchall())
