@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 BATCH = 500  # rows one statement changes; keeps each transaction short
 MAX_ROUNDS = 20  # batches per step per tick, so one tick stays bounded
 # The dashboard's figures: a queue-length point a minute, kept a week; the
-# workers' per-second rows, kept ten minutes (the page reads five).
+# workers' per-second rows, kept ten minutes (the page reads the last minute).
 SAMPLE_INTERVAL_MS = 60_000
 SAMPLES_KEPT_MS = 7 * 24 * 3600_000
 STATS_KEPT_MS = 600_000
