@@ -696,7 +696,7 @@ def explain(vendor: str, sql: str) -> tuple[list[str], list[str], list[str]]:
             for n, line in enumerate(lines):
                 if re.search(r"Seq Scan on later_job\b", line):
                     problems.append(line.strip())
-                if paged and re.match(r"\s*(->\s+)?Sort\b", line):
+                if paged and re.match(r"\s*(->\s+)?Sort\s+\(cost", line):
                     read = [
                         int(m.group(1))
                         for below in lines[n + 1 :]
@@ -704,7 +704,7 @@ def explain(vendor: str, sql: str) -> tuple[list[str], list[str], list[str]]:
                         and (m := re.search(r"actual time=\S+ rows=(\d+)", below))
                     ]
                     if read and max(read) > SORTED_ROWS:
-                        sorts.append(f"{line.strip()} over {max(read)} rows")
+                        sorts.append(f"Sort over {max(read)} rows of later_job")
         else:
             c.execute(f"EXPLAIN QUERY PLAN {sql}")
             rows = c.fetchall()
