@@ -132,7 +132,11 @@ class DashboardOperations(Statements):
         database, on a stretch of at most ``scan_limit`` of its entries per
         read: a page then says where it stopped, and the next goes on."""
         order, where, params = _source(query)
-        base = f"FROM later_job WHERE namespace = %s AND {order.where}{where}"
+        # The list's own terms before the index's predicate: SQLite then
+        # searches the attention index by stage and reads it in order,
+        # instead of planning on the IN list and sorting the whole index.
+        # (Only one of the two takes parameters.)
+        base = f"FROM later_job WHERE namespace = %s{where} AND {order.where}"
         by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
         keys = ", ".join(f"{col} AS k{i}" for i, (col, _) in enumerate(order.keys))
         checks = _filters(query, order)

@@ -447,7 +447,7 @@ class JobQuery:
     page_size: int = 50
     # Index entries one page looks at when a filter the index cannot serve
     # (a type, say) is set: a page costs this much at most, at any backlog.
-    scan_limit: int = 5000
+    scan_limit: int = 2000
 
 
 @dataclass(frozen=True, slots=True)
