@@ -23,7 +23,14 @@ from later_django.dashboard import cursors
 from later_django.dashboard.waits import WaitSummary, merged
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
-from later_django.db.rows import JobPage, JobQuery, JobSummary
+from later_django.db.rows import (
+    JobPage,
+    JobQuery,
+    JobSummary,
+    LiveServer,
+    RunningJob,
+    StatReading,
+)
 from later_django.maintenance.steps import SAMPLE_INTERVAL_MS
 from later_django.partitions.api import partition_stats
 from later_django.partitions.reserved import registered_topics
@@ -82,10 +89,10 @@ def _overview() -> dict[str, Any]:
         now_ms = dialect.clock_now(cursor)
     counts = {stage.value: 0 for stage in Stage}
     partitioned = {stage.value: 0 for stage in Stage}
-    for (lane, stage), n in lanes.items():
-        counts[stage] = counts.get(stage, 0) + n
-        if lane:
-            partitioned[stage] = partitioned.get(stage, 0) + n
+    for count in lanes:
+        counts[count.stage] = counts.get(count.stage, 0) + count.n
+        if count.lane:
+            partitioned[count.stage] = partitioned.get(count.stage, 0) + count.n
     return {
         "namespace": namespace,
         "database": conf.database,
@@ -95,23 +102,25 @@ def _overview() -> dict[str, Any]:
         "partition_counts": partitioned,
         "throughput": _throughput(stats, now_ms),
         "waits": _waits(stats),
-        "servers": _servers(servers, running),
+        "servers": _servers(servers, running, now_ms),
         "database_size_bytes": size,
     }
 
 
-def _throughput(stats: list[tuple[Any, ...]], now_ms: int) -> dict[str, Any]:
+def _throughput(stats: list[StatReading], now_ms: int) -> dict[str, Any]:
     """Stage changes the workers made in the last 60 s: starts and outcomes,
     per second of the window (oldest first)."""
     seconds = THROUGHPUT_WINDOW_MS // 1000
     per_second = [0] * seconds
     totals = {"started": 0, "succeeded": 0, "retried": 0, "failed": 0}
-    for at_ms, started, succeeded, retried, failed, *_ in stats:
-        age = (now_ms - at_ms) // 1000
+    for reading in stats:
+        age = (now_ms - reading.at_ms) // 1000
         if not 0 <= age < seconds:
             continue
-        per_second[seconds - 1 - age] += started + succeeded + retried + failed
-        for name, n in zip(totals, (started, succeeded, retried, failed), strict=True):
+        stat = reading.stat
+        counted = (stat.started, stat.succeeded, stat.retried, stat.failed)
+        per_second[seconds - 1 - age] += sum(counted)
+        for name, n in zip(totals, counted, strict=True):
             totals[name] += n
     changes = sum(per_second)
     return {
@@ -123,11 +132,12 @@ def _throughput(stats: list[tuple[Any, ...]], now_ms: int) -> dict[str, Any]:
     }
 
 
-def _waits(stats: list[tuple[Any, ...]]) -> dict[str, Any]:
+def _waits(stats: list[StatReading]) -> dict[str, Any]:
     """Dispatch waits (due to started) over the last 60 s, plain and
     partitioned apart: a partition job also waits for its turn."""
-    regular = merged((r[5], r[6], r[7]) for r in stats)
-    partition = merged((r[8], r[9], r[10]) for r in stats)
+    rows = [reading.stat for reading in stats]
+    regular = merged((r.regular_waits, r.regular_sum_ms, r.regular_max_ms) for r in rows)
+    partition = merged((r.partition_waits, r.partition_sum_ms, r.partition_max_ms) for r in rows)
     return {
         "window_seconds": WAITS_WINDOW_MS // 1000,
         "regular": _wait_dict(regular.summary()),
@@ -142,31 +152,31 @@ def _wait_dict(summary: WaitSummary | None) -> dict[str, Any] | None:
 
 
 def _servers(
-    servers: list[tuple[Any, ...]], running: list[tuple[Any, ...]]
+    servers: list[LiveServer], running: list[RunningJob], now_ms: int
 ) -> list[dict[str, Any]]:
     by_owner: dict[str, list[dict[str, Any]]] = {}
-    for job_id, type_name, owner, started_ms, topic, partition in running:
-        by_owner.setdefault(owner, []).append(
+    for job in running:
+        by_owner.setdefault(job.owner, []).append(
             {
-                "id": job_id,
-                "type": type_name,
-                "started_ms": started_ms,
-                "topic": topic,
-                "partition": partition,
+                "id": job.id,
+                "type": job.type_name,
+                "started_ms": job.started_ms,
+                "topic": job.topic,
+                "partition": job.partition,
             }
         )
     return [
         {
-            "id": server_id,
-            "hostname": hostname,
-            "pid": pid,
-            "workers": workers,
-            "topics": bool(topics),
-            "started_ms": started_ms,
-            "heartbeat_age_ms": max(0, now_ms - heartbeat_ms),
-            "running": by_owner.get(server_id, []),
+            "id": server.id,
+            "hostname": server.hostname,
+            "pid": server.pid,
+            "workers": server.workers,
+            "topics": server.topics,
+            "started_ms": server.started_ms,
+            "heartbeat_age_ms": max(0, now_ms - server.heartbeat_ms),
+            "running": by_owner.get(server.id, []),
         }
-        for server_id, hostname, pid, workers, topics, started_ms, heartbeat_ms, now_ms in servers
+        for server in servers
     ]
 
 
@@ -183,7 +193,9 @@ def samples(range_name: str) -> dict[str, Any]:
     return {
         "range": range_name,
         "columns": ["at_ms", "ready", "scheduled", "running", "waiting", "partitioned"],
-        "points": [list(point) for point in points],
+        "points": [
+            [p.at_ms, p.ready, p.scheduled, p.running, p.waiting, p.partitioned] for p in points
+        ],
     }
 
 
@@ -197,11 +209,12 @@ def job_detail(job_id: str) -> dict[str, Any] | None:
     """A job without its payload: times, durations, history, parent and
     up to 25 direct continuations."""
     with _db() as (dialect, cursor):
-        job = dialect.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
-        if job is None:
+        detail = dialect.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
+        if detail is None:
             return None
         children = dialect.job_children(cursor, job_id=job_id, limit=CHILDREN_SHOWN + 1)
         now_ms = dialect.clock_now(cursor)
+    job = asdict(detail)
     history = parse_history(job.pop("history"))
     job["history"] = [{"stage": stage, "at_ms": at} for stage, at in history]
     job["durations_ms"] = durations(history, job["created_ms"], job["finished_ms"], now_ms)
@@ -287,17 +300,17 @@ def topics() -> dict[str, Any]:
         )
     groups = [
         {
-            "topic": topic,
-            "group": group,
-            "partition": part,
-            "committed_offset": committed,
-            "next_offset": next_offset,
-            "lag": max(0, next_offset - committed),
-            "member": member,
-            "epoch": epoch,
-            "lease_live": expires_ms > now,
+            "topic": c.topic,
+            "group": c.group,
+            "partition": c.partition,
+            "committed_offset": c.committed_offset,
+            "next_offset": c.next_offset,
+            "lag": max(0, c.next_offset - c.committed_offset),
+            "member": c.member,
+            "epoch": c.epoch,
+            "lease_live": c.expires_ms > now_ms,
         }
-        for topic, group, part, committed, next_offset, member, epoch, expires_ms, now in consumers
+        for c in consumers
     ]
     return {"now_ms": now_ms, "topics": topics_out, "retained_log": groups}
 

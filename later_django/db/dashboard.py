@@ -8,7 +8,19 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.rows import JobPage, JobQuery, JobSummary, StatRow
+from later_django.db.rows import (
+    JobDetail,
+    JobPage,
+    JobQuery,
+    JobSummary,
+    LaneCount,
+    LiveServer,
+    LogConsumerRow,
+    QueueSample,
+    RunningJob,
+    StatReading,
+    StatRow,
+)
 from later_django.db.sql import dashboard as dashboard_sql
 from later_django.db.sql.dashboard import ListOrder
 from later_django.db.statements import Statements
@@ -48,10 +60,10 @@ class DashboardOperations(Statements):
 
     def stats_since(
         self, cursor: CursorWrapper, *, namespace: str, window_ms: int
-    ) -> list[tuple[Any, ...]]:
-        """The stat rows of the last ``window_ms``; each ends with the database's now."""
+    ) -> list[StatReading]:
+        """The stat rows written in the last ``window_ms``."""
         cursor.execute(self._sql(dashboard_sql.STATS_SINCE_SQL), [namespace, window_ms])
-        return list(cursor.fetchall())
+        return [StatReading(int(row[0]), StatRow(*row[1:])) for row in cursor.fetchall()]
 
     def sample_take(self, cursor: CursorWrapper, *, namespace: str) -> int:
         """Store the backlog now as a sample of the queue-length graph."""
@@ -60,11 +72,11 @@ class DashboardOperations(Statements):
 
     def samples_since(
         self, cursor: CursorWrapper, *, namespace: str, window_ms: int, step_ms: int
-    ) -> list[tuple[int, ...]]:
+    ) -> list[QueueSample]:
         """The samples of the last ``window_ms``, a point per ``step_ms``
         (each the largest of its stretch), oldest first."""
         cursor.execute(self._sql(dashboard_sql.SAMPLES_SINCE_SQL), [namespace, window_ms, step_ms])
-        return [tuple(int(v) for v in row) for row in cursor.fetchall()]
+        return [QueueSample(*(int(v) for v in row)) for row in cursor.fetchall()]
 
     def dashboard_prune(
         self, cursor: CursorWrapper, *, namespace: str, stats_for_ms: int, samples_for_ms: int
@@ -76,29 +88,32 @@ class DashboardOperations(Statements):
         cursor.execute(self._sql(dashboard_sql.SAMPLES_PRUNE_SQL), [namespace, samples_for_ms])
         return deleted + int(cursor.rowcount)
 
-    def lane_counts(self, cursor: CursorWrapper, *, namespace: str) -> dict[tuple[str, str], int]:
-        """Jobs per (lane, stage), from the counters."""
+    def lane_counts(self, cursor: CursorWrapper, *, namespace: str) -> list[LaneCount]:
+        """Jobs per lane and stage, from the counters."""
         cursor.execute(self._sql(dashboard_sql.LANE_COUNTS_SQL), [namespace])
-        return {(lane, stage): int(n) for lane, stage, n in cursor.fetchall()}
+        return [LaneCount(lane, stage, int(n)) for lane, stage, n in cursor.fetchall()]
 
     def live_servers(
         self, cursor: CursorWrapper, *, namespace: str, within_ms: int
-    ) -> list[tuple[Any, ...]]:
-        """Servers with a heartbeat in the last ``within_ms``; each row ends with now."""
+    ) -> list[LiveServer]:
+        """Servers with a heartbeat in the last ``within_ms``."""
         cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
-        return list(cursor.fetchall())
+        return [
+            LiveServer(sid, host, pid, workers, bool(topics), started, beat)
+            for sid, host, pid, workers, topics, started, beat in cursor.fetchall()
+        ]
 
     def running_jobs(
         self, cursor: CursorWrapper, *, namespace: str, limit: int
-    ) -> list[tuple[Any, ...]]:
+    ) -> list[RunningJob]:
+        """Up to ``limit`` running jobs, the longest running first."""
         cursor.execute(self._sql(dashboard_sql.RUNNING_JOBS_SQL), [namespace, limit])
-        return list(cursor.fetchall())
+        return [RunningJob(*row) for row in cursor.fetchall()]
 
-    def log_consumers(self, cursor: CursorWrapper, *, namespace: str) -> list[tuple[Any, ...]]:
-        """(topic, group, partition, committed, next offset, member, epoch,
-        lease expiry, now) of every retained-log consumer."""
+    def log_consumers(self, cursor: CursorWrapper, *, namespace: str) -> list[LogConsumerRow]:
+        """Every retained-log consumer group's place in every partition."""
         cursor.execute(self._sql(dashboard_sql.LOG_CONSUMERS_SQL), [namespace])
-        return list(cursor.fetchall())
+        return [LogConsumerRow(*row) for row in cursor.fetchall()]
 
     @abc.abstractmethod
     def database_size(self, cursor: CursorWrapper) -> int:
@@ -106,15 +121,11 @@ class DashboardOperations(Statements):
         application's alike."""
 
     # -- jobs -----------------------------------------------------------------------------
-    def job_detail(
-        self, cursor: CursorWrapper, *, namespace: str, job_id: str
-    ) -> dict[str, Any] | None:
+    def job_detail(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobDetail | None:
+        """The job ``job_id`` of ``namespace`` without its payload, or None."""
         cursor.execute(self._sql(dashboard_sql.JOB_DETAIL_SQL), [job_id, namespace])
         row = cursor.fetchone()
-        if row is None:
-            return None
-        names = [c.strip() for c in dashboard_sql.DETAIL_COLUMNS.split(",")]
-        return dict(zip(names, row, strict=True))
+        return None if row is None else JobDetail(*row)
 
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
         cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, limit])

@@ -477,3 +477,91 @@ class JobPage:
     jobs: list[JobSummary]
     after: tuple[Any, ...] | None
     scanned_out: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StatReading:
+    """A stored StatRow and when it was written."""
+
+    at_ms: int
+    stat: StatRow
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """A point of the queue-length graph (see later_queue_sample)."""
+
+    at_ms: int
+    ready: int
+    scheduled: int
+    running: int
+    waiting: int
+    partitioned: int
+
+
+@dataclass(frozen=True, slots=True)
+class LaneCount:
+    lane: str  # '' plain, 'partition'
+    stage: str
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveServer:
+    id: str
+    hostname: str
+    pid: int
+    workers: int
+    topics: bool
+    started_ms: int
+    heartbeat_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: str
+    type_name: str
+    owner: str
+    started_ms: int | None
+    topic: str | None
+    partition: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogConsumerRow:
+    """A consumer group's place in a retained-log partition."""
+
+    topic: str
+    group: str
+    partition: int
+    committed_offset: int
+    next_offset: int
+    member: str
+    epoch: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetail:
+    """Every column of a job but its payload."""
+
+    id: str
+    type_name: str
+    stage: str
+    priority: int
+    attempts: int
+    created_ms: int
+    run_at_ms: int
+    changed_ms: int
+    started_ms: int | None
+    finished_ms: int | None
+    expires_ms: int | None
+    lease_owner: str | None
+    lease_expires_ms: int | None
+    last_error: str | None
+    history: str
+    parent_id: str | None
+    recurring: str | None
+    topic: str | None
+    partition: int | None
+    sequence: int | None

@@ -74,7 +74,7 @@ WHERE namespace = %s AND stage = 'running' ORDER BY started_ms LIMIT %s
 """
 
 SERVERS_SQL: Final = """
-SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms, {now} FROM later_server
+SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms FROM later_server
 WHERE namespace = %s AND heartbeat_ms >= {now} - %s ORDER BY hostname, pid
 """
 
@@ -87,7 +87,7 @@ VALUES (%s, %s, {now}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 
 STATS_SINCE_SQL: Final = """
 SELECT at_ms, started, succeeded, retried, failed, regular_waits, regular_sum_ms,
-    regular_max_ms, partition_waits, partition_sum_ms, partition_max_ms, {now}
+    regular_max_ms, partition_waits, partition_sum_ms, partition_max_ms
 FROM later_dashboard_stat WHERE namespace = %s AND at_ms >= {now} - %s
 """
 
@@ -170,7 +170,7 @@ WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
 # Every consumer group's place in every partition of the retained log.
 LOG_CONSUMERS_SQL: Final = """
 SELECT c.topic, c.consumer_group, c.part, c.committed_offset, COALESCE(p.next_offset, 0),
-    c.member, c.epoch, c.expires_ms, {now}
+    c.member, c.epoch, c.expires_ms
 FROM later_log_consumer c
 LEFT JOIN later_log_partition p
     ON p.namespace = c.namespace AND p.topic = c.topic AND p.part = c.part
