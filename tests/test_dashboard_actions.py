@@ -23,6 +23,10 @@ from later_django.testing import drain
 from tests.helpers import LaterDb, history_stages, read_records, set_later
 from tests.jobapp.jobs import Gate, Noop, NoRetry, Ordered
 
+# Django's version changes nothing in what these check (later's SQL and
+# actions): they run in the first tox env only (tox.ini), like the process tests.
+pytestmark = pytest.mark.one_env
+
 BASE = "/admin/later/"
 ACTIONS = f"{BASE}actions/"
 HOUR = timedelta(hours=1)

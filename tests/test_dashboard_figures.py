@@ -44,6 +44,10 @@ from later_django.worker.server import Server
 from tests.helpers import LaterDb, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop, Ordered
 
+# Django's version changes nothing in what these check (later's SQL and
+# actions): they run in the first tox env only (tox.ini), like the process tests.
+pytestmark = pytest.mark.one_env
+
 BASE = "/admin/later/"
 HOUR = timedelta(hours=1)
 STEP = 10 ** (1 / 10)  # the ratio of two buckets' upper bounds

@@ -35,6 +35,10 @@ from later_django.testing import drain
 from tests.helpers import LaterDb, history_stages, set_later
 from tests.jobapp.jobs import Noop, NoRetry, Order, Ordered
 
+# Django's version changes nothing in what these check (later's SQL and
+# actions): they run in the first tox env only (tox.ini), like the process tests.
+pytestmark = pytest.mark.one_env
+
 BASE = "/admin/later/"
 HOUR = timedelta(hours=1)
 NOOP = "tests.jobapp.jobs.Noop"
