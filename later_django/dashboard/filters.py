@@ -61,12 +61,5 @@ def fields_of(query: JobQuery) -> list[tuple[str, str]]:
 
 def query_string(query: JobQuery, **changes: str | None) -> str:
     """The query string that shows ``query`` (with ``changes``)."""
-    values = {
-        "stage": query.stage,
-        "type": query.type_name,
-        "topic": query.topic,
-        "partition": None if query.partition is None else str(query.partition),
-        "q": query.id_prefix,
-        **changes,
-    }
+    values: dict[str, str | None] = {**dict(fields_of(query)), **changes}
     return urlencode({k: v for k, v in values.items() if v})
