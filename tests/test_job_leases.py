@@ -60,6 +60,7 @@ def _take_over(alias: str, job_id: str, attempts: int) -> None:
 
 
 # -- 1. renewal fenced by (job id, attempt) ------------------------------------
+@pytest.mark.one_env  # a lease's timing: Django's version changes nothing (CI time)
 def test_renewal_of_an_earlier_attempt_stops_its_handler(later_db, record, settings):
     """A server that stood still past its lease and then claimed the same job
     again holds only the new attempt: renewing finds the old one lost and
@@ -236,6 +237,7 @@ def test_handlers_stop_before_their_lease_expires_when_renewal_fails(later_db, w
 SKEW = 600.0  # seconds
 
 
+@pytest.mark.one_env  # later_worker processes: Django's version changes nothing (CI time)
 def test_workers_with_skewed_clocks_never_take_live_jobs(later_db, workers):
     """Worker processes whose wall clocks are ten minutes ahead and behind the
     others' never rescue a live job, never run one twice at once, and leave
