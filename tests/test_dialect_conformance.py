@@ -76,6 +76,10 @@ from later_django.ids import new_job_id
 from later_django.states import PARENT_FAILED, Stage
 from later_django.types import Claim, ClaimedJob, NewJob, PartitionLane
 
+# later's SQL on the two databases: Django's version changes nothing here, so
+# it runs in the first tox env only (tox.ini), which keeps CI within its time.
+pytestmark = pytest.mark.one_env
+
 # The operations of the contract. Production code calls each of them, and a
 # test below calls each of them.
 COVERED = frozenset(
