@@ -1930,6 +1930,37 @@ def head_failure(job_id: str | None) -> HeadFailure:
     return HeadFailure(lane=ORDERS, error="boom", retention_ms=DAY_MS, job_id=job_id)
 
 
+def test_force_fail_of_a_finished_job_changes_nothing(later_db, dialect):
+    """force_fail with the id of a head that finished meanwhile returns None
+    and touches no lease, epoch or job: the next head, running now, keeps
+    its lease and its success is stored (an operator's stale page)."""
+    first, _ = insert_partitioned(later_db)
+    second, _ = insert_partitioned(later_db)
+    beat(later_db, "a")
+    epoch, job = claim_head(later_db, "a")
+    done = PartitionCompletion(job=job, owner="a", retention_ms=DAY_MS)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.partition_complete(c, done) is True
+    epoch, running = claim_head(later_db, "a")
+    assert running is not None and running.id == second
+    lease = later_db.rows(
+        "SELECT owner, epoch, lease_expires_ms FROM later_partition WHERE topic = 'orders'"
+    )
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.partition_force_fail_head(c, head_failure(first)) is None
+    assert (
+        later_db.rows(
+            "SELECT owner, epoch, lease_expires_ms FROM later_partition WHERE topic = 'orders'"
+        )
+        == lease
+    )
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.partition_fence(c, running.lane, owner="a") is True
+        ok = PartitionCompletion(job=running, owner="a", retention_ms=DAY_MS)
+        assert dialect.partition_complete(c, ok) is True
+    assert stages(later_db, first, second) == ["success", "success"]
+
+
 def test_force_fail_and_truncate_act_on_one_partition(later_db, dialect):
     """force_fail fails the head whatever its stage (and its waiting
     children) and moves the epoch on; truncate keeps the newest finished."""
@@ -1938,6 +1969,7 @@ def test_force_fail_and_truncate_act_on_one_partition(later_db, dialect):
     with cursor_of(later_db, atomic=True) as c:
         wrong = HeadFailure(lane=ORDERS, error="boom", retention_ms=DAY_MS, job_id=ids[1])
         assert dialect.partition_force_fail_head(c, wrong) is None  # ids[1] is not the head
+        assert dialect.partition_fence(c, job.lane, owner="a") is True  # untouched
         failed = dialect.partition_force_fail_head(c, head_failure(ids[0]))
         assert failed == ids[0]
         assert dialect.partition_fence(c, job.lane, owner="a") is False

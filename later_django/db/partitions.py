@@ -176,12 +176,14 @@ class PartitionOperations(Statements):
         the partition has no unfinished job or another head. Run in one
         transaction.
 
-        The epoch's write locks the partition's row first, as every outcome
-        of a head does (partition_fence): the head read next cannot finish
-        before this transaction ends."""
+        The partition's row is locked first, as every outcome of a head
+        locks it (partition_fence), so the head read next cannot finish
+        before this transaction ends; the lease and the epoch change only
+        once a head is failed, so a call that returns None changed nothing
+        (an operator's stale page never disturbs the job running now)."""
         lane = fail.lane
         key: list[Any] = [lane.namespace, lane.topic, lane.partition]
-        cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
+        cursor.execute(self._sql(partitions_sql.PARTITION_LOCK_SQL), key)
         cursor.execute(self._sql(partitions_sql.HEAD_ID), key)
         row = cursor.fetchone()
         if row is None or (fail.job_id is not None and row[0] != fail.job_id):
@@ -192,6 +194,7 @@ class PartitionOperations(Statements):
         )
         if cursor.rowcount != 1:
             return None
+        cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
         self._fail_descendants(cursor, job_id=job_id, retention_ms=fail.retention_ms)  # type: ignore[attr-defined]
         return job_id
 

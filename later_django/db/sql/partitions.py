@@ -144,9 +144,17 @@ UPDATE later_partition SET owner = NULL, lease_expires_ms = 0
 WHERE namespace = %s AND owner = %s
 """
 
-# force_fail_partition_head: the head fails whatever its stage (a running
-# one's lease is dropped, so its owner's outcome is discarded), and the
-# partition's epoch moves on so no write of the former holder passes.
+# force_fail_partition_head first takes the partition's row lock (and, on
+# SQLite, the write lock) with a write that changes no value, so the head it
+# reads next cannot finish before it decides; a call that fails nothing has
+# then changed nothing.
+PARTITION_LOCK_SQL: Final = """
+UPDATE later_partition SET epoch = epoch
+WHERE namespace = %s AND topic = %s AND partition = %s
+"""
+# The head fails whatever its stage (a running one's lease is dropped, so its
+# owner's outcome is discarded), and the partition's epoch moves on so no
+# write of the former holder passes.
 PARTITION_BUMP_EPOCH_SQL: Final = """
 UPDATE later_partition SET epoch = epoch + 1, owner = NULL, lease_expires_ms = 0
 WHERE namespace = %s AND topic = %s AND partition = %s
