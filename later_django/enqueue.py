@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -235,24 +235,30 @@ def _insert_continuation(job: NewJob) -> JobId:
         tell_on_commit(alias, [(job.id, job.type_name)], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
-    elif stage == Stage.WAITING and not dialect.single_writer:
-        transaction.on_commit(
-            functools.partial(_settle_child, alias, job.id, retention), using=alias
-        )
+    elif stage == Stage.WAITING:
+        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1))
     return JobId(job.id)
 
 
-def _settle_child(alias: str, job_id: str, retention_ms: int) -> None:
-    """After a continuation commits, release or fail it if its parent
-    finished meanwhile.
+def settle_on_commit(alias: str, job_id: str, *, wake: Callable[[], None]) -> None:
+    """Once the caller's transaction commits, release or fail the waiting
+    continuation ``job_id`` if its parent finished meanwhile; ``wake`` the
+    workers of its lane when it was released.
 
     The continuation was inserted without locking its parent (a caller's
     open transaction must not hold up the parent's renewal or completion),
-    so a parent that finished before the commit could not see the child."""
+    so a parent that finished before the commit could not see the child.
+    With one writer at a time, no parent finishes before the commit."""
+    if not dialect_for(alias).single_writer:
+        settle = functools.partial(_settle_child, alias, job_id, wake)
+        transaction.on_commit(settle, using=alias)
+
+
+def _settle_child(alias: str, job_id: str, wake: Callable[[], None]) -> None:
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             settled = dialect_for(alias).job_settle_child(
-                cursor, job_id=job_id, retention_ms=retention_ms
+                cursor, job_id=job_id, retention_ms=conf.millis("DASHBOARD_RETENTION")
             )
     except DatabaseError as exc:
         # The maintenance's orphan sweep resolves it within a tick.
@@ -264,7 +270,7 @@ def _settle_child(alias: str, job_id: str, retention_ms: int) -> None:
         )
         return
     if settled == "released":
-        wakeup.wake(1)
+        wake()
 
 
 def cancel(job_id: str) -> bool:

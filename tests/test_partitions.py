@@ -4,6 +4,7 @@ pauses are in tests/test_partition_processes.py."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -17,6 +18,7 @@ from later_django.partitions.hashing import partition_for_key
 from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
 from tests.jobapp.jobs import Noop, Ordered, OrderedSync, SlowTick
 from tests.order_check import checked_pairs, order_violations, ordered_runs, stored_runs
+from tests.test_dialect_conformance import claim, complete
 
 TOPICS = {"ordered": 8}
 
@@ -88,6 +90,37 @@ def test_a_continuation_to_an_unknown_parent_writes_nothing_and_takes_no_sequenc
         job_id = later.enqueue_to_partition(Ordered("k", 1))
     assert later.get_job(job_id).sequence == 0
     assert len(topics.rows("SELECT id FROM later_job")) == 1
+
+
+def _finish_elsewhere(later_db: LaterDb, parent: str, outcome: str) -> None:
+    """Finish ``parent`` on another connection (the worker's own completion,
+    or a cancel), which cannot see a child that is not committed yet."""
+    if outcome == "cancelled":
+        assert later.cancel(parent)
+    else:
+        [job] = claim(later_db)
+        assert complete(later_db, [(parent, job.attempts)]).done_ids == [parent]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "child_stage"), [("success", "enqueued"), ("cancelled", "failed")]
+)
+def test_a_partition_continuation_whose_parent_finished_before_its_commit_is_settled(
+    topics, outcome, child_stage
+):
+    """The parent finishes while the continuation's transaction is open, so
+    it cannot release or fail the child; the commit settles it, as it does a
+    plain continuation, instead of leaving it at its partition's head."""
+    parent = later.enqueue(Noop())
+    dialect = dialect_for(topics.alias)
+    with ThreadPoolExecutor(1) as pool:
+        with transaction.atomic(using=topics.alias):
+            child = later.enqueue_continue_to_partition(parent, Ordered("k", 0))
+            finished = pool.submit(_finish_elsewhere, topics, parent, outcome)
+            if not dialect.single_writer:  # else it waits for this commit
+                finished.result(timeout=10)
+        finished.result(timeout=10)
+    assert topics.stage_of(child) == child_stage
 
 
 # -- the lane rule: plain workers never see partition jobs -------------------------

@@ -21,7 +21,7 @@ from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.db.rows import HeadFailure, PartitionSlot
-from later_django.enqueue import tell_on_commit
+from later_django.enqueue import settle_on_commit, tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
 from later_django.ids import JobId, as_job_id
 from later_django.options import EnqueueOptions
@@ -169,6 +169,8 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
         raise
     if stage == Stage.ENQUEUED:
         transaction.on_commit(wakeup.wake_partitions, using=alias)
+    elif stage == Stage.WAITING:
+        settle_on_commit(alias, job.id, wake=wakeup.wake_partitions)
     if events.active:
         tell_on_commit(alias, [(job.id, job.type_name)], stage)
     return JobId(job.id)
