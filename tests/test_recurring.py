@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import signal
 import zoneinfo
@@ -350,6 +351,41 @@ def test_two_servers_firing_at_once_enqueue_each_occurrence_once(later_db):
     times = [run_at for _, _, run_at in occurrences(later_db, "race")]
     assert len(times) == len(set(times)) >= 21
     assert [b - a for a, b in zip(times, times[1:], strict=False)] == [SECOND] * (len(times) - 1)
+
+
+def test_firing_a_sequential_schedule_without_its_setting_waits_for_it(later_db, settings, caplog):
+    """A server lacking RECURRING_SEQUENTIAL_PARTITIONS (a mixed rollout) leaves
+    a sequential schedule untouched and says why, once; a server with the
+    setting enqueues what the schedule owes."""
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=4)
+    first = later.enqueue_recurring_sequential("ledger", Noop(n=1), "* * * * * *")
+    # The schedule owes its fire times of the last 3 s and the next 2 s.
+    later_db.execute("UPDATE later_schedule SET next_run_ms = next_run_ms - 3000")
+    later_db.execute("DELETE FROM later_job")
+
+    def state() -> list[tuple[Any, ...]]:
+        return later_db.rows("SELECT next_run_ms, version, last_job_id FROM later_schedule")
+
+    before = state()
+    assert before[0][2] == first
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=None)
+    with caplog.at_level(logging.INFO, logger="later_django.recurring.firing"):
+        assert [fire(later_db) for _ in range(3)] == [0, 0, 0]
+    assert state() == before, "nothing advanced"
+    assert later_db.job_count() == 0
+    waiting = [r for r in caplog.records if getattr(r, "schedule", None) == "ledger"]
+    assert len(waiting) == 1, "one line, not one per tick"
+    assert getattr(waiting[0], "action", None) == "schedule_error"
+    assert "RECURRING_SEQUENTIAL_PARTITIONS" in waiting[0].getMessage()
+
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=4)
+    fired = fire(later_db)
+    assert fired >= 4
+    rows = occurrences(later_db, "ledger")
+    assert len(rows) == fired
+    assert rows[0][2] == before[0][0], "the owed occurrence is enqueued, none lost"
+    assert {later.get_job(job_id).topic for job_id, _, _ in rows} == {"later:recurring"}
+    assert state()[0][2] == rows[-1][0]
 
 
 def test_a_server_runs_a_one_second_schedule_every_second(later_db, record, settings):

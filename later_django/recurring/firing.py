@@ -5,18 +5,20 @@ next fire time moved in one transaction whose first write is a
 compare-and-swap on the version read (skipping rows another server holds on
 PostgreSQL), so however many servers fire at once each occurrence is
 enqueued exactly once, and a process killed half-way leaves nothing behind.
+A server that cannot place a schedule's occurrences writes nothing for it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
 from later_django import events
 from later_django.db.base import Dialect
-from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance
+from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance, ScheduleKey
 from later_django.ids import new_job_ids
 from later_django.partitions.reserved import recurring_lane
 from later_django.recurring import cron as cron_mod
@@ -27,6 +29,13 @@ logger = logging.getLogger(__name__)
 # Occurrences one schedule enqueues per tick; a schedule owing more (a
 # one-second cron after a long tick) catches up over the next ticks.
 MAX_OCCURRENCES = 100
+
+# How often a process repeats that a sequential schedule waits for
+# RECURRING_SEQUENTIAL_PARTITIONS; forgotten once the schedule fires here.
+WAITING_LOG_INTERVAL_SECONDS = 3600
+
+# Schedule → when this process last logged that it waits (time.monotonic()).
+_waiting_logged: dict[ScheduleKey, float] = {}
 
 
 def fire_schedules(
@@ -41,6 +50,11 @@ def fire_schedules(
     """Enqueue every occurrence due within ``ahead_ms``; return how many."""
     fired = 0
     for schedule in dialect.schedule_due(cursor, namespace=namespace, ahead_ms=ahead_ms):
+        try:
+            lane = _lane(schedule)
+        except ValueError as exc:
+            _log_waiting(schedule.key, exc)
+            continue
         try:
             owed = cron_mod.due(
                 cron_mod.Cron(schedule.cron, schedule.zone),
@@ -63,12 +77,48 @@ def fire_schedules(
                 extra={"action": "schedule_error", "schedule": schedule.key.identifier},
             )
             continue
-        fired += _enqueue(dialect, cursor, alias, schedule, owed)
+        fired += _enqueue(dialect, cursor, alias, schedule, owed, lane)
     return fired
 
 
+def _lane(schedule: DueSchedule) -> PartitionLane | None:
+    """The partition a schedule's occurrences go to; raise ValueError for a
+    sequential schedule on a server without RECURRING_SEQUENTIAL_PARTITIONS.
+
+    Checked before anything is written: such a server (a mixed rollout) must
+    leave the schedule as it is, so a server with the setting fires what it
+    owes."""
+    if not schedule.sequential:
+        return None
+    lane = recurring_lane(schedule.key.namespace, schedule.key.identifier)
+    _waiting_logged.pop(schedule.key, None)
+    return lane
+
+
+def _log_waiting(key: ScheduleKey, exc: ValueError) -> None:
+    # Every tick reads a waiting schedule again: say why it waits once per
+    # schedule per WAITING_LOG_INTERVAL_SECONDS, not once per tick.
+    now = time.monotonic()
+    logged = _waiting_logged.get(key)
+    if logged is not None and now - logged < WAITING_LOG_INTERVAL_SECONDS:
+        return
+    _waiting_logged[key] = now
+    logger.error(
+        "sequential schedule %r waits: this server cannot enqueue it (%s); "
+        "a server with the setting fires what it owes",
+        key.identifier,
+        exc,
+        extra={"action": "schedule_error", "schedule": key.identifier},
+    )
+
+
 def _enqueue(
-    dialect: Dialect, cursor: CursorWrapper, alias: str, schedule: DueSchedule, owed: cron_mod.Due
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    alias: str,
+    schedule: DueSchedule,
+    owed: cron_mod.Due,
+    lane: PartitionLane | None,
 ) -> int:
     jobs = [
         NewJob(
@@ -93,18 +143,6 @@ def _enqueue(
     with transaction.atomic(using=alias):
         if not dialect.schedule_advance(cursor, advance):
             return 0  # another server fired it, or it changed since it was read
-        try:
-            lane = (
-                recurring_lane(schedule.key.namespace, identifier) if schedule.sequential else None
-            )
-        except ValueError as exc:  # the setting was removed: the schedule waits for it
-            logger.error(
-                "cannot enqueue sequential schedule %r: %s",
-                identifier,
-                exc,
-                extra={"action": "schedule_error", "schedule": identifier},
-            )
-            return 0
         stages = [insert_occurrence(dialect, cursor, job, identifier, lane) for job in jobs]
         if events.active:
             transaction.on_commit(lambda: _tell(jobs, stages), using=alias)
