@@ -87,9 +87,10 @@ class LeaseBook:
         until = sent + self.confirmed_for
         lost = []
         for claim in held:
+            if claim not in self._until:
+                continue  # its outcome was stored (or it was let go) meanwhile
             if claim in renewed:
-                if claim in self._until:  # not finished meanwhile
-                    self._until[claim] = max(self._until[claim], until)
+                self._until[claim] = max(self._until[claim], until)
             else:
                 lost.append(claim)
                 self._give_up(claim, LOST)
