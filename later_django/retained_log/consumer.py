@@ -2,8 +2,9 @@
 
 It takes the leases of the partitions it may, reads each from the group's
 committed offset, runs the handler on every record and commits after each
-batch (which renews the lease); idle leases are renewed before a third of
-their duration has passed. Delivery is at least once: a member that dies
+batch. Every held lease is renewed once a third of its duration has passed,
+checked before each handler call, so no lease depends on how long a pass
+over the partitions takes. Delivery is at least once: a member that dies
 after handling records but before committing them leaves them to the next
 holder, which reads from the committed offset.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,7 +46,79 @@ class ConsumeResult:
 @dataclass(slots=True)
 class _Held:
     lease: Lease
-    renewed_at: float  # time.monotonic() of the last acquire, renew or commit
+    position: int  # the next offset to read: the committed offset
+    renewed_at: float  # time.monotonic() just before the last acquire, renew or commit
+
+
+class _Leases:
+    """The leases one ``consume()`` call holds, and their renewal.
+
+    A renewal sets the expiry to the database's now plus the lease duration,
+    and ``renewed_at`` is taken before the statement is sent, so a lease
+    never expires before ``renewed_at`` plus the duration.
+    """
+
+    def __init__(self, topic: str, *, group: str, member: str) -> None:
+        self.topic = topic
+        self.group = group
+        self.member = member
+        self.renew_every = conf.seconds("RETAINED_LOG_LEASE_DURATION") / 3
+        self.held: dict[int, _Held] = {}
+        self.lost = 0
+        self._due = math.inf  # time.monotonic() of the next renewal
+
+    def take(self, partitions: Iterable[int]) -> None:
+        """Acquire the partitions not held yet that nobody else holds."""
+        for partition in partitions:
+            if partition in self.held:
+                continue
+            self.renew_due()  # one acquire per partition: many take a while
+            started = time.monotonic()
+            lease = acquire(self.topic, group=self.group, partition=partition, member=self.member)
+            if lease is not None:
+                self.held[partition] = _Held(lease, lease.committed_offset, started)
+                self._due = min(self._due, started + self.renew_every)
+
+    def renew_due(self) -> None:
+        """Renew every held lease a third of whose duration has passed since
+        its last renewal; drop (and count) the ones another member took."""
+        if time.monotonic() < self._due:
+            return
+        for partition, entry in list(self.held.items()):
+            started = time.monotonic()
+            if started - entry.renewed_at < self.renew_every:
+                continue
+            try:
+                entry.lease.renew()
+            except LeaseLost as exc:
+                self.drop(partition, exc)
+                continue
+            entry.renewed_at = started
+        self._due = min(
+            (entry.renewed_at + self.renew_every for entry in self.held.values()),
+            default=math.inf,
+        )
+
+    def commit(self, entry: _Held, next_offset: int) -> None:
+        """Commit ``next_offset`` under the entry's lease, which renews it."""
+        started = time.monotonic()
+        entry.lease.commit(next_offset)
+        # Tracked here, not read back from the lease: inside a caller's
+        # transaction the lease's offset moves only when that commits.
+        entry.position = next_offset
+        entry.renewed_at = started
+
+    def drop(self, partition: int, exc: LeaseLost) -> None:
+        del self.held[partition]
+        self.lost += 1
+        logger.warning("%s", exc, extra={"action": "log_lease_lost", "partition": partition})
+
+    def release_all(self) -> None:
+        for entry in self.held.values():
+            # Best effort: an unreleased lease expires on its own.
+            with contextlib.suppress(DatabaseError):
+                entry.lease.release()
+        self.held.clear()
 
 
 def consume(
@@ -68,8 +142,12 @@ def consume(
     the leases are released and the error propagates: the failing record is
     read again by the next holder. Returns when ``stop`` is set, or with
     ``until_idle`` once a pass over the held partitions found nothing new.
-    A batch's handling must take well under RETAINED_LOG_LEASE_DURATION:
-    past it another member may take the partition and commit first.
+
+    Every held lease is renewed before each handler call once a third of
+    RETAINED_LOG_LEASE_DURATION has passed since its last renewal, so a batch
+    may take any time; one handler call must take less than two thirds of
+    it. Past that another member may take the partitions, and this one drops
+    each such partition at its next renewal or commit (``leases_lost``).
     """
     count = partitions_of(topic)
     wanted = (
@@ -78,26 +156,22 @@ def consume(
         else [check_partition(topic, p) for p in partitions]
     )
     check_count(batch_size, "batch_size", low=1, high=MAX_READ_LIMIT)
-    renew_every = conf.seconds("RETAINED_LOG_LEASE_DURATION") / 3
-    held: dict[int, _Held] = {}
-    handled = lost = 0
+    leases = _Leases(topic, group=group, member=member)
+    # An idle wait longer than the renewal interval would let leases lapse.
+    wait = min(idle_wait, leases.renew_every)
+    handled = 0
     try:
         while stop is None or not stop.is_set():
-            for partition in wanted:
-                if partition not in held:
-                    lease = acquire(topic, group=group, partition=partition, member=member)
-                    if lease is not None:
-                        held[partition] = _Held(lease, time.monotonic())
+            leases.take(wanted)
             busy = False
-            for partition, entry in list(held.items()):
+            for partition in list(leases.held):
+                leases.renew_due()
+                if partition not in leases.held:
+                    continue
                 try:
-                    n = _step(entry, handler, batch_size, renew_every)
+                    n = _step(leases, partition, handler, batch_size)
                 except LeaseLost as exc:
-                    del held[partition]
-                    lost += 1
-                    logger.warning(
-                        "%s", exc, extra={"action": "log_lease_lost", "partition": partition}
-                    )
+                    leases.drop(partition, exc)
                     continue
                 handled += n
                 busy = busy or n > 0
@@ -105,38 +179,35 @@ def consume(
                 if until_idle:
                     break
                 if stop is not None:
-                    stop.wait(idle_wait)
+                    stop.wait(wait)
                 else:
-                    time.sleep(idle_wait)
+                    time.sleep(wait)
     finally:
-        for entry in held.values():
-            # Best effort: an unreleased lease expires on its own.
-            with contextlib.suppress(DatabaseError):
-                entry.lease.release()
-    return ConsumeResult(records=handled, leases_lost=lost)
+        leases.release_all()
+    return ConsumeResult(records=handled, leases_lost=leases.lost)
 
 
 def _step(
-    entry: _Held, handler: Callable[[Record], object], batch_size: int, renew_every: float
+    leases: _Leases, partition: int, handler: Callable[[Record], object], batch_size: int
 ) -> int:
-    """Handle one batch of a held partition, or renew its lease when idle
-    for a while; return how many records were handled."""
-    lease = entry.lease
-    records = read(lease.topic, lease.partition, lease.committed_offset, batch_size)
-    if not records:
-        if time.monotonic() - entry.renewed_at >= renew_every:
-            lease.renew()
-            entry.renewed_at = time.monotonic()
-        return 0
+    """Handle one batch of a held partition; return how many records were
+    handled and committed."""
+    entry = leases.held[partition]
+    records = read(leases.topic, partition, entry.position, batch_size)
     for record in records:
+        # Renew before every call, not once a batch: only one call's time
+        # separates two renewals of every lease, however long the batch.
+        leases.renew_due()
+        if leases.held.get(partition) is not entry:
+            return 0  # taken over meanwhile: the batch is the new holder's
         try:
             handler(record)
         except BaseException:
-            if record.offset > lease.committed_offset:
+            if record.offset > entry.position:
                 # Keep what was done; the failing record is read again.
                 with contextlib.suppress(LeaseLost):
-                    lease.commit(record.offset)
+                    leases.commit(entry, record.offset)
             raise
-    lease.commit(records[-1].offset + 1)
-    entry.renewed_at = time.monotonic()
+    if records:
+        leases.commit(entry, records[-1].offset + 1)
     return len(records)
