@@ -10,6 +10,7 @@ superseded holder can change nothing: it gets LeaseLost instead.
 from __future__ import annotations
 
 from asgiref.sync import sync_to_async
+from django.db import transaction
 
 from later_django.conf import conf
 from later_django.db.rows import LogCommit, LogConsumerKey, LogFence, LogLeaseRequest
@@ -25,7 +26,8 @@ class Lease:
     ``committed_offset`` is the next offset the group reads: records below
     it are done. Inside ``transaction.atomic()`` a commit joins the caller's
     transaction, so the offset can commit together with the writes its
-    records caused.
+    records caused; ``committed_offset`` then moves when that transaction
+    commits, and not at all when it rolls back.
     """
 
     def __init__(self, key: LogConsumerKey, *, member: str, epoch: int, committed: int) -> None:
@@ -56,6 +58,11 @@ class Lease:
         """Store ``next_offset`` as the group's next offset to read, and renew
         the lease.
 
+        ``committed_offset`` follows the stored offset: outside an atomic
+        block on the LATER database it moves at once; inside one, when the
+        outermost block commits (unchanged if the block, or the savepoint the
+        commit ran in, rolls back).
+
         Raises LeaseLost (nothing stored) when a newer holder took the lease,
         and ValueError when ``next_offset`` is behind the committed offset or
         past the partition's end.
@@ -65,7 +72,7 @@ class Lease:
         commit = LogCommit(fence=fence, next_offset=next_offset, ttl_ms=_ttl_ms())
         with session() as s:
             if s.dialect.log_consumer_commit(s.cursor, commit):
-                self.committed_offset = next_offset
+                self._committed(next_offset)
                 return
             state = s.dialect.log_consumer_state(s.cursor, self.key)
         if state is None or state.epoch != self.epoch:
@@ -101,7 +108,8 @@ class Lease:
             )
 
     async def acommit(self, next_offset: int) -> None:
-        """The async twin of :meth:`commit`."""
+        """The async twin of :meth:`commit`; it joins a transaction open on
+        the thread ``sync_to_async`` runs it on."""
         await sync_to_async(self.commit)(next_offset)
 
     async def arenew(self) -> None:
@@ -111,6 +119,19 @@ class Lease:
     async def arelease(self) -> bool:
         """The async twin of :meth:`release`."""
         return await sync_to_async(self.release)()
+
+    def _committed(self, next_offset: int) -> None:
+        alias = conf.database
+        if not transaction.get_connection(alias).in_atomic_block:
+            self.committed_offset = next_offset
+            return
+
+        def moved() -> None:
+            self.committed_offset = next_offset
+
+        # The UPDATE is part of the caller's transaction: the offset in
+        # memory moves with it, so a rollback leaves nothing to skip.
+        transaction.on_commit(moved, using=alias)
 
     def _lost(self, action: str) -> LeaseLost:
         return LeaseLost(
