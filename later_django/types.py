@@ -95,7 +95,7 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionStats:
-    """What partition_stats() returns for one partition that has had a job.
+    """What partition_stats() returns for one partition.
 
     ``depth`` is how many of its jobs are unfinished (the next sequence
     minus the head's); the head is its unfinished job of the lowest

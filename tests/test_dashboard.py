@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
+from django.core.management import call_command
 from django.test import Client
 
 import later_django as later
 from later_django.testing import drain
-from tests.helpers import LaterDb
-from tests.jobapp.jobs import Gate, Noop, NoRetry, Order
+from tests.helpers import LaterDb, set_later
+from tests.jobapp.jobs import Gate, Noop, NoRetry, Order, Ordered
 
 BASE = "/admin/later/"
 HOUR = timedelta(hours=1)
@@ -158,3 +160,36 @@ def test_the_list_pages_through_every_job_once(later_db: LaterDb, operator: Clie
         url = f"{BASE}api/jobs?stage=enqueued&after={page['next']}"
         assert len(page["jobs"]) == 50 or page["next"] is None
     assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
+
+
+def test_the_topics_page_lists_every_partition_of_a_registered_topic(
+    later_db: LaterDb, operator: Client, settings: Any
+) -> None:
+    """A topic of 8 partitions, jobs in 2 of them: the page and its JSON list
+    all 8, the empty ones with depth 0 and no head; so does a topic
+    configured but not registered in the database yet."""
+    set_later(settings, TOPICS={"ordered": 8})
+    call_command("later_migrate", verbosity=0)
+    set_later(settings, TOPICS={"ordered": 8, "fresh": 3})
+    first = later.partition_for_key("k", 8)
+    second = next(
+        key for key in (f"key-{n}" for n in range(100))
+        if later.partition_for_key(key, 8) != first
+    )  # fmt: skip
+    for n in range(3):
+        later.enqueue_to_partition(Ordered("k", n))
+    later.enqueue_to_partition(Ordered(second, 0))
+    page = operator.get(f"{BASE}topics/")
+    assert page.status_code == 200
+    for name, count in (("ordered", 8), ("fresh", 3)):
+        section = page.content.decode().split(f'data-topic="{name}"', 1)[1].split("</section>")[0]
+        assert f"{count} partitions" in section
+        assert re.findall(r'data-partition="(\d+)"', section) == [str(p) for p in range(count)]
+    [topic] = [t for t in _json(operator, f"{BASE}api/topics")["topics"] if t["name"] == "ordered"]
+    assert (topic["partitions"], topic["depth"]) == (8, 4)
+    parts = topic["partition_stats"]
+    assert [p["partition"] for p in parts] == list(range(8))
+    empty = [p for p in parts if p["depth"] == 0]
+    assert len(empty) == 6
+    assert all(p["head_sequence"] is None and p["head_stage"] is None for p in empty)
+    assert all(p["head_age_ms"] is None and p["owner"] is None for p in empty)

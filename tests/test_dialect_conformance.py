@@ -1919,6 +1919,40 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
     assert taken is not None and taken[0] == epoch + 1 and taken[1] is None
 
 
+def test_partition_stats_covers_every_partition_of_a_registered_topic(later_db, dialect):
+    """One row per partition of each topic registered in the namespace, the
+    partitions that never had a job included (sequence 0, no head, no
+    lease), and per partition that had a job in a topic no longer registered;
+    another namespace's topics are not read."""
+    with cursor_of(later_db) as c:
+        dialect.topic_register(c, namespace=NS, name="orders", partitions=4)
+        dialect.topic_register(c, namespace=NS, name="events", partitions=2)
+        dialect.topic_register(c, namespace="other", name="audit", partitions=3)
+    insert_partitioned(later_db)
+    insert_partitioned(later_db)
+    insert_partitioned(later_db, PartitionLane(NS, "legacy", 5))
+    beat(later_db, "a")
+    epoch, _ = claim_head(later_db, "a")
+    with cursor_of(later_db) as c:
+        stats = dialect.partition_stats(c, namespace=NS)
+    rows = [
+        (s.topic, s.partition, s.next_sequence, s.head_sequence, s.head_stage, s.owner, s.epoch)
+        for s in stats
+    ]
+    assert rows == [
+        ("events", 0, 0, None, None, None, 0),
+        ("events", 1, 0, None, None, None, 0),
+        ("legacy", 5, 1, 0, "enqueued", None, 0),
+        ("orders", 0, 0, None, None, None, 0),
+        ("orders", 1, 0, None, None, None, 0),
+        ("orders", 2, 0, None, None, None, 0),
+        ("orders", 3, 2, 0, "running", "a", epoch),
+    ]
+    assert [s.depth for s in stats] == [0, 0, 1, 0, 0, 0, 2]
+    empty = [s for s in stats if s.head_sequence is None]
+    assert {(s.head_run_at_ms, s.lease_expires_ms) for s in empty} == {(None, 0)}
+
+
 def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
     for server_id, topics in (("s1", True), ("s2", False), ("s3", True)):
         beat(later_db, server_id, topics=topics)

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -160,6 +161,42 @@ def test_a_web_process_reads_the_counters_on_scrape_at_most_once_per_interval():
     assert total(samples, "later_queue_jobs", state="enqueued") == 1
 
 
+def test_partition_gauges_have_a_sample_for_every_partition_of_a_registered_topic(
+    later_db, settings
+):
+    """Fed by partition_stats() as a worker feeds them, the partition gauges
+    report each partition of a registered topic, 0 for one without a job."""
+    set_later(settings, TOPICS={"ordered": 8})
+    call_command("later_migrate", verbosity=0)
+    first = later.partition_for_key("k", 8)
+    second = next(
+        key for key in (f"key-{n}" for n in range(100))
+        if later.partition_for_key(key, 8) != first
+    )  # fmt: skip
+    for n in range(3):
+        later.enqueue_to_partition(Ordered("k", n))
+    later.enqueue_to_partition(Ordered(second, 0))
+    registry = CollectorRegistry()
+    collector = metrics.PartitionCollector()
+    registry.register(collector)
+    collector.set(later.partition_stats())
+    samples, _ = parse(generate_latest(registry).decode())
+    depth = partition_depths(samples, "ordered")
+    assert sorted(depth) == list(range(8))
+    assert depth[first] == 3 and sum(depth.values()) == 4
+    assert list(depth.values()).count(0) == 6
+    assert total(samples, "later_partition_backlog", topic="ordered") == 4
+
+
+def partition_depths(samples: Samples, topic: str) -> dict[int, float]:
+    """later_partition_queue_depth of each partition of ``topic``."""
+    return {
+        int(dict(labels)["partition"]): value
+        for (name, labels), value in samples.items()
+        if name == "later_partition_queue_depth" and ("topic", topic) in labels
+    }
+
+
 # -- a running worker, scraped over HTTP -------------------------------------------
 
 
@@ -244,6 +281,8 @@ def test_a_worker_with_topics_serves_partition_depth_and_head_age(later_db, work
         return samples if found == 3 else None
 
     samples = wait_until(depth, 20, lambda: f"the partition depth:\n{scrape(port)}")
+    # The worker registered the topic: its empty partitions are reported too.
+    assert sorted(partition_depths(samples, "ordered")) == list(range(8))
     assert total(samples, "later_partition_backlog", topic="ordered") == 3
     assert total(samples, "later_partition_oldest_head_age_seconds", topic="ordered") == 0
     assert total(samples, "later_partition_workers_live") == 1

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connections, transaction
 
 import later_django as later
@@ -124,6 +125,37 @@ def test_a_partition_continuation_whose_parent_finished_before_its_commit_is_set
 
 
 # -- the lane rule: plain workers never see partition jobs -------------------------
+def two_keys() -> tuple[str, str]:
+    """Two keys of ``ordered`` that hash to different partitions."""
+    other = next(
+        key for key in (f"key-{n}" for n in range(100))
+        if partition_for_key(key, 8) != partition_for_key("k", 8)
+    )  # fmt: skip
+    return "k", other
+
+
+def test_partition_stats_reports_every_partition_of_a_registered_topic(topics):
+    """Every partition of a registered topic is reported, in order, also
+    those that never had a job: depth 0, no head, no lease."""
+    call_command("later_migrate", verbosity=0)
+    first, second = two_keys()
+    for n in range(3):
+        later.enqueue_to_partition(Ordered(first, n))
+    later.enqueue_to_partition(Ordered(second, 0))
+    stats = [s for s in later.partition_stats() if s.topic == "ordered"]
+    assert [s.partition for s in stats] == list(range(8))
+    used = {partition_for_key(first, 8): 3, partition_for_key(second, 8): 1}
+    assert {s.partition: s.depth for s in stats} == {p: used.get(p, 0) for p in range(8)}
+    for s in stats:
+        if s.partition in used:
+            assert (s.head_sequence, s.head_stage) == (0, "enqueued")
+        else:
+            assert (s.next_sequence, s.head_sequence, s.head_stage, s.head_run_at_ms) == (
+                0, None, None, None,
+            )  # fmt: skip
+            assert (s.owner, s.epoch, s.lease_expires_ms) == (None, 0, 0)
+
+
 def test_plain_claims_counts_and_ready_checks_skip_partition_jobs(topics):
     later.enqueue_to_partition(Ordered("k", 0))
     dialect = dialect_for(topics.alias)

@@ -36,6 +36,7 @@ from later_django.partitions.api import partition_stats
 from later_django.partitions.reserved import registered_topics
 from later_django.recurring.api import list_recurring
 from later_django.states import Stage
+from later_django.types import PartitionStats
 
 OVERVIEW_CACHE_SECONDS = 1
 THROUGHPUT_WINDOW_MS = 60_000
@@ -287,6 +288,14 @@ def topics() -> dict[str, Any]:
     topics_out = []
     for name, count in sorted(registered_topics().items()):
         parts = by_topic.get(name, [])
+        # partition_stats() has every partition of the topics in later_topic;
+        # a topic configured here but not registered there yet (later_migrate
+        # or a worker registers it) still shows its count of partitions.
+        shown = {p["partition"] for p in parts}
+        parts = sorted(
+            [*parts, *(_empty_partition(name, n) for n in range(count) if n not in shown)],
+            key=lambda p: int(p["partition"]),
+        )
         topics_out.append(
             {
                 "name": name,
@@ -313,6 +322,24 @@ def topics() -> dict[str, Any]:
         for c in consumers
     ]
     return {"now_ms": now_ms, "topics": topics_out, "retained_log": groups}
+
+
+def _empty_partition(topic: str, partition: int) -> dict[str, Any]:
+    """A partition that never had a job, as topics() shows one."""
+    entry = asdict(
+        PartitionStats(
+            topic=topic,
+            partition=partition,
+            next_sequence=0,
+            head_sequence=None,
+            head_run_at_ms=None,
+            head_stage=None,
+            owner=None,
+            epoch=0,
+            lease_expires_ms=0,
+        )
+    )
+    return {**entry, "depth": 0, "head_age_ms": None, "lease_live": False}
 
 
 def _ms(moment: dt.datetime) -> int:

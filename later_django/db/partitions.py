@@ -208,9 +208,10 @@ class PartitionOperations(Statements):
         return int(cursor.rowcount)
 
     def partition_stats(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionStats]:
-        """Depth, head and lease of every partition of ``namespace`` that has
-        had a job: one index probe each, no count over jobs."""
-        cursor.execute(self._sql(partitions_sql.PARTITION_STATS_SQL), [namespace])
+        """Depth, head and lease of every partition of the topics registered
+        in ``namespace`` (``later_topic``), and of every other partition that
+        has had a job: one index probe each, no count over jobs."""
+        cursor.execute(self._sql(partitions_sql.PARTITION_STATS_SQL), [namespace, namespace])
         rows = cursor.fetchall()
         return [
             PartitionStats(

@@ -214,8 +214,10 @@ def truncate_partition_history(topic: str, partition: int, keep: int) -> int:
 
 
 def partition_stats() -> list[PartitionStats]:
-    """Depth, head and owner of every partition of the namespace that has
-    had a job: an index probe per partition, cheap at any backlog."""
+    """Depth, head and owner of every partition of the namespace's
+    registered topics, those that never had a job included (depth 0, no
+    head), and of any other partition that had one: an index probe per
+    partition, cheap at any backlog."""
     alias = conf.database
     with connections[alias].cursor() as c:
         return dialect_for(alias).partition_stats(c, namespace=conf.namespace)
