@@ -6,16 +6,27 @@ from what the database stored (docs/design.md, "Leases")."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import pytest
 from django.db import connections
 
 import later_django as later
 from later_django.store import Store
 from later_django.worker.lease_book import LeaseBook
-from tests.helpers import LaterDb
-from tests.jobapp.jobs import Noop
+from tests.helpers import (
+    LaterDb,
+    await_stage,
+    await_until,
+    in_thread,
+    read_records,
+    serve,
+    set_later,
+)
+from tests.jobapp.jobs import Gate, Noop
 from tests.test_dialect_conformance import claim
 
 OWNER = "server-a"
@@ -60,3 +71,88 @@ def test_lease_book_renewal_keeps_a_claim_that_finished_meanwhile(later_db: Late
     store.close(5)
     assert lost == []
     assert given_up == []
+
+
+def _hang_after_first_claim(server: Any) -> None:
+    """The first shared claim commits, then its answer never comes back (a
+    connection that hangs after the database did the work)."""
+    real_claim = server.claimer.path.claim
+    calls = []
+
+    async def claim(**kwargs: Any) -> Any:
+        claimed = await real_claim(**kwargs)
+        calls.append(claimed)
+        if len(calls) == 1:
+            await asyncio.Event().wait()
+        return claimed
+
+    server.claimer.path.claim = claim
+
+
+def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt(
+    later_db: LaterDb, record: Path, tmp_path: Path, settings: Any
+) -> None:
+    """The supervisor abandons a shared claim that hung after it committed:
+    the jobs it took are given back at the next claim, as if never claimed,
+    and run at once, so a job with no retry left is not failed as "lease
+    expired" without ever running."""
+    set_later(settings, LEASE_DURATION=2, STUCK_JOB_GRACE=0.5, MAINTENANCE_INTERVAL=0.2)
+    job_id = later.enqueue(Gate(path=str(tmp_path)))  # the gate is open
+
+    async def body(server: Any) -> None:
+        async def hangs() -> bool:
+            return server.claimer.hung_since() is not None
+
+        await await_until(hangs, 10, "the first claim hangs")
+        assert await in_thread(later_db.stage_of, job_id) == "running"
+        assert server.abandon_hung_calls(0.0) == ["claim"]
+        server.wake.wake()
+        await await_stage(job_id, "success", timeout=10)
+
+    serve(body, workers=1, before_start=_hang_after_first_claim)
+    assert [r.attempt for r in read_records(record, "gate", job_id)] == [1]
+    info = later.get_job(job_id)
+    assert info.stage == "success" and info.attempts == 1
+
+
+def _hang_after_first_completion(server: Any) -> None:
+    """The first shared completion commits, then its answer never comes back."""
+    real_complete = server.completer.path.complete_many
+    calls = []
+
+    async def complete_many(**kwargs: Any) -> Any:
+        done = await real_complete(**kwargs)
+        calls.append(done)
+        if len(calls) == 1:
+            await asyncio.Event().wait()
+        return done
+
+    server.completer.path.complete_many = complete_many
+
+
+def test_a_completion_abandoned_after_it_committed_counts_as_stored(
+    later_db: LaterDb, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor abandons a shared completion that hung after it
+    committed; storing the success again finds it stored, so the job is
+    counted as a success, not reported as a lost lease."""
+    job_id = later.enqueue(Noop())
+
+    async def body(server: Any) -> Any:
+        async def hangs() -> bool:
+            return server.completer.hung_since() is not None
+
+        await await_until(hangs, 10, "the first completion hangs")
+        assert server.abandon_hung_calls(0.0) == ["complete"]
+
+        async def settled() -> bool:
+            return not server.completer.unstored
+
+        await await_until(settled, 10, "the outcome is settled")
+        return server.completer.outcomes
+
+    with caplog.at_level(logging.WARNING, logger="later_django"):
+        outcomes = serve(body, workers=1, before_start=_hang_after_first_completion)
+    assert later_db.stage_of(job_id) == "success"
+    assert "discarded" not in caplog.text
+    assert outcomes.succeeded == 1

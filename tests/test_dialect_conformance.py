@@ -107,6 +107,8 @@ COVERED = frozenset(
         # the worker's other writes, under the fence of a claim
         "job_renew",
         "job_unclaim",
+        "job_claimed_since",
+        "job_stage_after",
         "job_retry",
         "job_fail",
         # maintenance
@@ -850,6 +852,47 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     assert row["lease_expires_ms"] is None
     assert claim_one(later_db, job_id).attempts == 1
     assert_counts(later_db)
+
+
+def test_job_claimed_since_lists_an_owners_recent_running_plain_claims(later_db, dialect):
+    """What a claim abandoned mid-statement may have taken: the running
+    plain jobs of one owner claimed within the window, by the database's
+    clock."""
+    old, recent = insert(later_db), insert(later_db)
+    first = claim_one(later_db, old)
+    age(later_db, "started_ms", old, 60_000)
+    second = claim_one(later_db, recent)
+    claim(later_db, owner="server-b", limit=5)  # nothing left
+    insert_partitioned(later_db)
+    claim_head(later_db, OWNER)  # a partition job: not the plain claim's
+    with cursor_of(later_db) as c:
+        within = dialect.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=30_000)
+        assert within == [(recent, second.attempts)]
+        both = dialect.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=120_000)
+        assert sorted(both) == sorted([(old, first.attempts), (recent, second.attempts)])
+        assert dialect.job_claimed_since(c, namespace=NS, owner="server-b", within_ms=120_000) == []
+        assert dialect.job_claimed_since(c, namespace="other", owner=OWNER, within_ms=120_000) == []
+
+
+def test_job_stage_after_tells_where_a_claim_left_its_job(later_db, dialect):
+    """None while the claim runs or once a later claim took the job; else
+    the stage its outcome stored."""
+    job_id = insert(later_db)
+    first = claim_one(later_db, job_id)
+    with cursor_of(later_db) as c:
+        assert dialect.job_stage_after(c, (job_id, first.attempts)) is None  # running
+    with cursor_of(later_db, atomic=True) as c:
+        retry = RetryWrite(delay_ms=0, error="x", retry_policy=None)
+        assert dialect.job_retry(c, owned(first), retry)
+    with cursor_of(later_db) as c:
+        assert dialect.job_stage_after(c, (job_id, first.attempts)) == "requeued"
+        dialect.job_promote_due(c, namespace=NS, limit=10)
+    second = claim_one(later_db, job_id)
+    assert complete(later_db, [(job_id, second.attempts)]).done_ids == [job_id]
+    with cursor_of(later_db) as c:
+        assert dialect.job_stage_after(c, (job_id, first.attempts)) is None  # taken again
+        assert dialect.job_stage_after(c, (job_id, second.attempts)) == "success"
+        assert dialect.job_stage_after(c, ("0" * 26, 1)) is None
 
 
 def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):

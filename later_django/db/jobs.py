@@ -189,6 +189,22 @@ class JobOperations(Statements):
         cursor.execute(sql, [*params, owner])
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
+    def job_claimed_since(
+        self, cursor: CursorWrapper, *, namespace: str, owner: str, within_ms: int
+    ) -> list[Claim]:
+        """The claims of plain jobs ``owner`` made in the last ``within_ms``
+        (by the database's clock) that are still running."""
+        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), [namespace, owner, within_ms])
+        return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+
+    def job_stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> str | None:
+        """The stage ``claim`` left its job in (None while it runs, or when
+        a later claim took the job or it is gone): read when a store of its
+        outcome may have committed unseen."""
+        cursor.execute(self._sql(jobs_sql.JOB_STAGE_AFTER_SQL), list(claim))
+        row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
     def job_unclaim(self, cursor: CursorWrapper, fence: OwnerFence) -> bool:
         """Give back a claim that never started, as if it had not happened
         (attempts back by one); return whether the fence held."""

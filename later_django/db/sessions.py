@@ -65,8 +65,12 @@ class PostgresSession:
             conn = self._conn or await self._connect()
             try:
                 return await op(self.dialect, conn)
-            except BaseException:
+            except BaseException as exc:
                 self._conn = None
+                if isinstance(exc, asyncio.CancelledError):
+                    # Abandoned (a hung call): cancel the statement on the
+                    # server, or it could still commit after the close.
+                    await _cancel_statement(conn)
                 await _close_quietly(conn)
                 raise
 
@@ -77,8 +81,7 @@ class PostgresSession:
         conn, self._conn = self._conn, None
         if conn is not None:
             if self._lock.locked():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.cancel_safe(), CANCEL_TIMEOUT)
+                await _cancel_statement(conn)
             await _close_quietly(conn)
 
     async def _connect(self) -> AsyncConnection[Any]:
@@ -90,6 +93,16 @@ class PostgresSession:
             autocommit=True, **connect_kwargs(self.alias)
         )
         return self._conn
+
+
+async def _cancel_statement(conn: AsyncConnection[Any]) -> None:
+    """Ask the server to cancel the statement ``conn`` runs, if it runs one."""
+    from psycopg import pq
+
+    if conn.pgconn.transaction_status != pq.TransactionStatus.ACTIVE:
+        return
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.cancel_safe(), CANCEL_TIMEOUT)
 
 
 async def _close_quietly(conn: AsyncConnection[Any]) -> None:

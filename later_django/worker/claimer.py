@@ -2,8 +2,10 @@
 connection of their own, and get no more jobs than workers asked.
 
 A job claimed for a worker that went away before taking it is kept as a
-spare for the next worker while its lease is confirmed, and given back at
-shutdown.
+spare for the next worker while its lease is confirmed, and given back once
+it is not (or at shutdown). A shared claim the supervisor abandoned
+mid-statement may still have committed: the next claim first gives back
+what it took, so no job waits for the stuck-job recovery without having run.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +54,10 @@ class Claimer:
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
             self._claim_batch, max_batch=MAX_CLAIM_BATCH, on_abandoned=self._keep_spare
         )
+        # When the shared claim abandoned last was sent (time.monotonic()),
+        # until the next claim has given back what it may have taken.
+        self._abandoned_at: float | None = None
+        self._giving_back: set[asyncio.Task[None]] = set()
 
     async def claim(self) -> ClaimedJob | None:
         """Claim one job for the calling worker, or None when none is ready."""
@@ -58,8 +65,12 @@ class Claimer:
             job = self._spares.popleft()
             if self.leases.confirmed((job.id, job.attempts)):
                 return job
-            # Kept aside past its lease's deadline: no longer safe to start.
+            # Kept aside past its lease's deadline: no longer safe to start,
+            # so given back now rather than left to the stuck-job recovery.
             self.leases.release((job.id, job.attempts))
+            task = asyncio.create_task(self._give_back(job), name="later-give-back")
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
         return await self._claims.submit(None)
 
     async def _claim_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
@@ -75,6 +86,11 @@ class Claimer:
             )
         )
         self.leases.hold(((job.id, job.attempts) for job in jobs if job is not None), sent)
+        if self._abandoned_at is not None:
+            # After this claim: its statement waited for the abandoned one to
+            # be cancelled or to end, and the jobs it took are held now.
+            await self._give_back_abandoned(self._abandoned_at)
+            self._abandoned_at = None
         return jobs + [None] * (limit - len(jobs))
 
     def _keep_spare(self, job: ClaimedJob | None) -> None:
@@ -93,14 +109,50 @@ class Claimer:
         """Give back jobs claimed for workers that stopped before taking them."""
         while self._spares:
             job = self._spares.popleft()
-            try:
-                await self.store.run(self.pool, functools.partial(self._unclaim, job))
-            except Exception as exc:  # noqa: BLE001  its lease recovers it instead
-                logger.warning("could not give back job %s: %s", job.id, exc)
+            await self._give_back(job)
             self.leases.release((job.id, job.attempts))
+        if self._giving_back:
+            await asyncio.wait(self._giving_back)
 
-    def _unclaim(self, job: ClaimedJob, dialect: Any, cursor: Any) -> bool:
-        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
+    async def _give_back(self, job: ClaimedJob) -> None:
+        try:
+            await self.store.run(self.pool, functools.partial(self._unclaim, job.id, job.attempts))
+        except Exception as exc:  # noqa: BLE001  its lease recovers it instead
+            logger.warning("could not give back job %s: %s", job.id, exc)
+
+    async def _give_back_abandoned(self, sent: float) -> None:
+        """Give back the jobs a claim sent at ``sent`` took, if it committed.
+
+        Its jobs are the plain ones this server claimed since it was sent and
+        holds no lease on: while it hung no other claim of this server ran,
+        every earlier claim was answered (and held) before it was sent, and
+        every later one is held once answered. Raises when the database
+        cannot tell; the next claim tries again."""
+        within_ms = int((time.monotonic() - sent) * 1000) + 1
+
+        def give_back(dialect: Any, cursor: Any) -> list[str]:
+            claims = dialect.job_claimed_since(
+                cursor, namespace=self.namespace, owner=self.owner, within_ms=within_ms
+            )
+            unheld = [claim for claim in claims if self.leases.until(claim) is None]
+            return [
+                job_id
+                for job_id, attempts in unheld
+                if self._unclaim(job_id, attempts, dialect, cursor)
+            ]
+
+        given = await self.store.run(self.pool, give_back)
+        if given:
+            self.wake.wake(len(given))
+            logger.warning(
+                "gave back %d jobs an abandoned claim had taken: %s",
+                len(given),
+                ", ".join(given),
+                extra={"action": "abandoned_claim_given_back"},
+            )
+
+    def _unclaim(self, job_id: str, attempts: int, dialect: Any, cursor: Any) -> bool:
+        fence = OwnerFence(job_id=job_id, attempts=attempts, owner=self.owner)
         return bool(dialect.job_unclaim(cursor, fence))
 
     def hung_since(self) -> float | None:
@@ -108,7 +160,12 @@ class Claimer:
         return self._claims.flush_started
 
     def reset(self) -> None:
-        """Abandon a shared claim that never returned; the next one starts afresh."""
+        """Abandon a shared claim that never returned; the next one starts
+        afresh, after giving back what the abandoned one may have taken."""
+        started = self._claims.flush_started
+        if started is not None:
+            earliest = self._abandoned_at or started
+            self._abandoned_at = min(earliest, started)
         self._claims.reset()
 
     async def close(self) -> None:

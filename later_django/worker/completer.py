@@ -47,6 +47,8 @@ COMPLETE_BATCH = 256  # successes stored by one statement at most
 FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempts
 DISCARDED = "its outcome was discarded: another server had taken the job over"
 CANCEL_GRACE = 2.0  # seconds stores still running after an abandon get before cancellation
+# The stage each outcome leaves its job in.
+OUTCOME_STAGES = {"succeeded": "success", "retry": "requeued", "failed": "failed"}
 
 
 class Completer:
@@ -104,7 +106,7 @@ class Completer:
                 return  # abandoned at shutdown
             if stored.cancelled() or error is not None:
                 self._log_finish_error(job, error or "cancelled")
-                retry = self._finish_in_task(job, outcome, ran)
+                retry = self._finish_in_task(job, outcome, ran, unsure=True)
                 retry.add_done_callback(lambda _: _resolve(finished))
                 return
             self.unstored.pop(claim, None)
@@ -126,9 +128,11 @@ class Completer:
         completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 
-    def _finish_in_task(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
+    def _finish_in_task(
+        self, job: ClaimedJob, outcome: Outcome, ran: Ran, *, unsure: bool = False
+    ) -> asyncio.Future[None]:
         claim = (job.id, job.attempts)
-        task = asyncio.ensure_future(self._finish(job, outcome, ran))
+        task = asyncio.ensure_future(self._finish(job, outcome, ran, unsure=unsure))
         self._finishing.add(task)
 
         def done(_: object) -> None:
@@ -141,8 +145,14 @@ class Completer:
         task.add_done_callback(done)
         return task
 
-    async def _finish(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> None:
-        """Store ``outcome``, retrying transient errors while the lease holds."""
+    async def _finish(
+        self, job: ClaimedJob, outcome: Outcome, ran: Ran, *, unsure: bool = False
+    ) -> None:
+        """Store ``outcome``, retrying transient errors while the lease holds.
+
+        ``unsure``: an earlier store of it failed in a way that may have
+        committed (an error or an abandoned call); its fence then no longer
+        holds, and what the database stored tells whether it did."""
         claim = (job.id, job.attempts)
         loop = asyncio.get_running_loop()
         delay = 0.05
@@ -172,11 +182,25 @@ class Completer:
                     self._give_up(job, exc, EXPIRED)
                     return
                 self._log_finish_error(job, exc)
+                unsure = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX)
+        if not stored and unsure:
+            stored = await self._stored_before(job, outcome)
         self._stored(job, outcome, stored, ran)
         if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
             self.maintenance.promote_after(outcome.delay_ms)
+
+    async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> bool:
+        """Did an earlier, unconfirmed store of ``outcome`` commit? Its claim
+        left the job in the stage that outcome stores."""
+        claim = (job.id, job.attempts)
+        try:
+            stage = await self.store.run(self.pool, lambda d, c: d.job_stage_after(c, claim))
+        except Exception as exc:  # noqa: BLE001  reported as discarded, as before
+            logger.warning("could not read what job %s stored: %s", job.id, exc)
+            return False
+        return stage == OUTCOME_STAGES[outcome.kind]
 
     def _store_partition(
         self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome

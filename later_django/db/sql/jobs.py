@@ -79,6 +79,21 @@ WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
 RETURNING id, attempts
 """
 
+# The plain jobs ``owner`` claimed within the last ``%s`` ms that are still
+# running: what a claim abandoned mid-statement may have taken. One claim
+# statement stamps all its jobs with one started_ms.
+JOB_CLAIMED_SINCE_SQL: Final = """
+SELECT id, attempts FROM later_job
+WHERE namespace = %s AND stage = 'running' AND lease_owner = %s AND topic IS NULL
+  AND started_ms >= {now} - %s
+"""
+
+# The stage a claim left its job in, once it no longer runs: what an outcome
+# whose store may or may not have committed finds.
+JOB_STAGE_AFTER_SQL: Final = """
+SELECT stage FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'running'
+"""
+
 # Gives back a job that was claimed but never started (its worker went away
 # first), as if the claim had not happened.
 JOB_UNCLAIM_SQL: Final = """
