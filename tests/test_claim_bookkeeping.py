@@ -16,7 +16,9 @@ from django.db import connections
 
 import later_django as later
 from later_django.store import Store
+from later_django.worker.claimer import Claimer
 from later_django.worker.lease_book import LeaseBook
+from later_django.worker.notifier import Wakeup
 from tests.helpers import (
     LaterDb,
     await_stage,
@@ -156,3 +158,42 @@ def test_a_completion_abandoned_after_it_committed_counts_as_stored(
     assert later_db.stage_of(job_id) == "success"
     assert "discarded" not in caplog.text
     assert outcomes.succeeded == 1
+
+
+def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: LaterDb) -> None:
+    """A job claimed for a worker that went away, kept aside until its lease
+    was no longer confirmed, is given back (ready again) instead of left
+    running with no holder until the stuck-job recovery."""
+    job_id = later.enqueue(Noop())
+    with ThreadPoolExecutor(2) as pool:
+        store = Store(later_db.alias)
+
+        async def main() -> tuple[Any, LeaseBook]:
+            book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000)
+            claimer = Claimer(
+                alias=later_db.alias,
+                namespace="default",
+                owner=OWNER,
+                store=store,
+                pool=pool,
+                leases=book,
+                wake=Wakeup(),
+            )
+            [spare] = await claimer.path.claim(
+                namespace="default", owner=OWNER, limit=1, lease_ms=30_000
+            )
+            # Held since long enough ago that its lease is no longer confirmed.
+            book.hold([(spare.id, spare.attempts)], asyncio.get_running_loop().time() - 60)
+            claimer._keep_spare(spare)
+            taken = await claimer.claim()
+            await claimer.release_spares()
+            await claimer.close()
+            return taken, book
+
+        taken, book = asyncio.run(main())
+    store.close(5)
+    stage = later_db.stage_of(job_id)
+    if taken is None:
+        assert (stage, later_db.job_field(job_id, "lease_owner")) == ("enqueued", None)
+    else:  # given back first, then claimed afresh by the same call
+        assert stage == "running" and taken.id == job_id
