@@ -49,7 +49,7 @@ def get_job(job_id: str) -> JobInfo | None:
         type_name=row.type_name,
         stage=row.stage,
         priority=row.priority,
-        attempts=row.attempts,
+        attempts=row.attempts - (row.uncounted or 0),  # claims given back do not count
         created_at=to_datetime(row.created_ms),
         run_at=to_datetime(row.run_at_ms),
         started_at=_opt_datetime(row.started_ms),

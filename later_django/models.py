@@ -39,8 +39,13 @@ class Job(models.Model):
     payload = models.BinaryField()
     stage = models.CharField(max_length=10, choices=Stage.choices)
     priority = models.SmallIntegerField(default=0)
-    # Times the job has been claimed; also the fencing epoch of its lease.
+    # Times the job has been claimed; also the fencing epoch of its lease, so
+    # it only ever grows.
     attempts = models.IntegerField(default=0)
+    # Claims of those that do not count as attempts (given back before or
+    # while stopping their handler); NULL for none. The attempt a handler and
+    # its retry policy see is attempts - uncounted.
+    uncounted = models.IntegerField(null=True)
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.

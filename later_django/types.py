@@ -52,6 +52,14 @@ class ClaimedJob(NamedTuple):
     # A partition job's partition and lease: its outcome is stored only
     # while that lease holds. None for a plain job.
     lane: PartitionLane | None = None
+    # Claims that did not count as attempts (given back): see ``attempt``.
+    uncounted: int = 0
+
+    @property
+    def attempt(self) -> int:
+        """The attempt as the handler and its retry policy count it (from 1);
+        ``attempts`` is the claim's fence."""
+        return self.attempts - self.uncounted
 
 
 class Claim(NamedTuple):

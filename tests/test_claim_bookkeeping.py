@@ -102,11 +102,11 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
     job_id = later.enqueue(Gate(path=str(tmp_path)))  # the gate is open
 
     async def body(server: Any) -> None:
-        async def hangs() -> bool:
-            return server.claimer.hung_since() is not None
+        async def claimed_and_hung() -> bool:
+            running = await in_thread(later_db.stage_of, job_id) == "running"
+            return running and server.claimer.hung_since() is not None
 
-        await await_until(hangs, 10, "the first claim hangs")
-        assert await in_thread(later_db.stage_of, job_id) == "running"
+        await await_until(claimed_and_hung, 10, "the first claim commits and hangs")
         assert server.abandon_hung_calls(0.0) == ["claim"]
         server.wake.wake()
         await await_stage(job_id, "success", timeout=10)
@@ -141,10 +141,11 @@ def test_a_completion_abandoned_after_it_committed_counts_as_stored(
     job_id = later.enqueue(Noop())
 
     async def body(server: Any) -> Any:
-        async def hangs() -> bool:
-            return server.completer.hung_since() is not None
+        async def stored_and_hung() -> bool:
+            stored = await in_thread(later_db.stage_of, job_id) == "success"
+            return stored and server.completer.hung_since() is not None
 
-        await await_until(hangs, 10, "the first completion hangs")
+        await await_until(stored_and_hung, 10, "the first completion commits and hangs")
         assert server.abandon_hung_calls(0.0) == ["complete"]
 
         async def settled() -> bool:

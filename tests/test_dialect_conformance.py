@@ -338,6 +338,7 @@ def insert_child(later_db, parent: str, retention_ms: int = DAY_MS) -> tuple[str
 COLUMNS = (
     "stage",
     "attempts",
+    "uncounted",
     "lease_owner",
     "lease_expires_ms",
     "changed_ms",
@@ -838,7 +839,8 @@ def test_job_renew_extends_only_the_claims_still_held(later_db, dialect):
 
 def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     """Only the claim's own owner and attempt give it back: ready again,
-    the attempt not counted."""
+    the attempt not counted, while attempts (the fence) keeps growing, so
+    the given-back claim's writes never match the next claim."""
     job_id = insert(later_db)
     job = claim_one(later_db, job_id)
     with cursor_of(later_db) as c:
@@ -848,9 +850,15 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
         assert dialect.job_unclaim(c, owned(job)) is True
         assert dialect.job_unclaim(c, owned(job)) is False
     row = job_row(later_db, job_id)
-    assert (row["stage"], row["attempts"], row["lease_owner"]) == ("enqueued", 0, None)
-    assert row["lease_expires_ms"] is None
-    assert claim_one(later_db, job_id).attempts == 1
+    assert (row["stage"], row["attempts"], row["uncounted"]) == ("enqueued", 1, 1)
+    assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
+    again = claim_one(later_db, job_id)
+    assert (again.attempts, again.attempt) == (2, 1)
+    with cursor_of(later_db) as c:
+        stale = [(job_id, job.attempts)]
+        assert dialect.job_renew(c, owner=OWNER, jobs=stale, lease_ms=LEASE_MS) == []
+        assert dialect.job_unclaim(c, owned(job)) is False
+    assert stages(later_db, job_id) == ["running"]
     assert_counts(later_db)
 
 
@@ -1001,6 +1009,8 @@ def test_job_stuck_lists_running_jobs_whose_lease_expired_long_enough(later_db, 
     with cursor_of(later_db) as c:
         c.execute("UPDATE later_job SET retry_policy = %s WHERE id = %s", ['{"max": 1}', b])
     claim(later_db, limit=3)
+    # b was claimed twice, the first claim given back: one attempt counted.
+    later_db.execute("UPDATE later_job SET attempts = 2, uncounted = 1 WHERE id = %s", [b])
     age(later_db, "lease_expires_ms", a, LEASE_MS + 20_000)
     age(later_db, "lease_expires_ms", b, LEASE_MS + 40_000)
     age(later_db, "lease_expires_ms", c_, LEASE_MS - 5_000)
@@ -1010,8 +1020,10 @@ def test_job_stuck_lists_running_jobs_whose_lease_expired_long_enough(later_db, 
         assert dialect.job_stuck(c, namespace=NS, expired_for_ms=60_000, limit=10) == []
         assert dialect.job_stuck(c, namespace="other", expired_for_ms=0, limit=10) == []
     assert stuck == [
-        StuckJob(id=b, type_name="conformance.Job", attempts=1, retry_policy='{"max": 1}'),
-        StuckJob(id=a, type_name="conformance.Job", attempts=1, retry_policy=None),
+        StuckJob(
+            id=b, type_name="conformance.Job", attempts=2, retry_policy='{"max": 1}', attempt=1
+        ),
+        StuckJob(id=a, type_name="conformance.Job", attempts=1, retry_policy=None, attempt=1),
     ]
 
 
@@ -1837,10 +1849,10 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
     with cursor_of(later_db) as c:
         assert dialect.job_promote_due(c, namespace=NS, limit=10) == 1
     last_stamp(job_id)
-    claim_one(later_db, job_id)
+    job = claim_one(later_db, job_id)
     child = insert_child(later_db, job_id)[0]
     push_ahead(child)
-    assert complete(later_db, [(job_id, 2)]) == Completion(done_ids=[job_id], released=1)
+    assert complete(later_db, [(job_id, job.attempts)]) == Completion(done_ids=[job_id], released=1)
     assert last_stamp(job_id) == job_row(later_db, job_id)["finished_ms"]
     last_stamp(child)
 

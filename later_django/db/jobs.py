@@ -264,7 +264,7 @@ class JobOperations(Statements):
         """Running jobs whose lease expired at least ``expired_for_ms`` ago."""
         cursor.execute(self._sql(jobs_sql.JOB_STUCK_SQL), [namespace, expired_for_ms, limit])
         return [
-            StuckJob(id=r[0], type_name=r[1], attempts=r[2], retry_policy=r[3])
+            StuckJob(id=r[0], type_name=r[1], attempts=r[2], retry_policy=r[3], attempt=r[2] - r[4])
             for r in cursor.fetchall()
         ]
 

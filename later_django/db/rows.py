@@ -160,12 +160,14 @@ class Completion:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StuckJob:
-    """A running job whose lease expired."""
+    """A running job whose lease expired: ``attempts`` fences its claim,
+    ``attempt`` is what its retry policy counts."""
 
     id: str
     type_name: str
     attempts: int
     retry_policy: str | None
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -236,7 +238,10 @@ class PartitionHead(NamedTuple):
 
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
     """Claim rows as ClaimedJobs; a claim returns ClaimedJob's fields in order."""
-    return [ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6]) for r in rows]
+    return [
+        ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], uncounted=r[7] or 0)
+        for r in rows
+    ]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

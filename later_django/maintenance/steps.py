@@ -93,7 +93,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
     for job in dialect.job_stuck(
         cursor, namespace=ctx.namespace, expired_for_ms=ctx.stuck_grace_ms, limit=BATCH
     ):
-        delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempts)
+        delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempt)
         fence = ExpiredFence(
             job_id=job.id, attempts=job.attempts, expired_for_ms=ctx.stuck_grace_ms
         )
@@ -111,7 +111,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                 "recovered stuck job %s (%s, attempt %d): %s",
                 job.id,
                 job.type_name,
-                job.attempts,
+                job.attempt,
                 "failed" if delay is None else "retrying",
                 extra={"action": "job_rescued", "job_id": job.id},
             )

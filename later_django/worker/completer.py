@@ -222,7 +222,7 @@ class Completer:
             "gave up storing the outcome of job %s attempt %d (%s): %s; its lease "
             "expires and the stuck-job recovery runs it again",
             job.id,
-            job.attempts,
+            job.attempt,
             why,
             exc,
             extra={"action": "finish_abandoned", "job_id": job.id},
@@ -250,7 +250,7 @@ class Completer:
                 events.JobFinished(
                     job.id,
                     job.type_name,
-                    job.attempts,
+                    job.attempt,
                     outcome.kind,
                     ran.seconds,
                     now - job.created_ms / 1000,
@@ -282,7 +282,7 @@ class Completer:
                 "job %s (%s) failed on attempt %d: %s",
                 job.id,
                 job.type_name,
-                job.attempts,
+                job.attempt,
                 _first_line(outcome.error),
                 extra=extra,
                 exc_info=outcome.exc,
@@ -292,7 +292,7 @@ class Completer:
                 "job %s (%s) attempt %d failed, retrying: %s",
                 job.id,
                 job.type_name,
-                job.attempts,
+                job.attempt,
                 _first_line(outcome.error),
                 extra=extra,
             )

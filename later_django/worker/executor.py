@@ -76,7 +76,7 @@ class Executor:
             payload = codec.decode(job.payload, handler.payload_type)
         except codec.PayloadDecodeError as exc:
             return outcome_of_bad_payload(job, exc)
-        ctx = JobContext(job_id=JobId(job.id), attempt=job.attempts, app=self.app)
+        ctx = JobContext(job_id=JobId(job.id), attempt=job.attempt, app=self.app)
         try:
             if handler.is_async:
                 await handler.func(ctx, payload)
@@ -153,7 +153,7 @@ def _after_failure(
     resolved: str | None = None,
     exc: BaseException | None = None,
 ) -> Outcome:
-    delay = policy.next_delay(job.attempts)
+    delay = policy.next_delay(job.attempt)
     if delay is None:
         return Outcome(kind="failed", error=error, exc=exc)
     return Outcome(

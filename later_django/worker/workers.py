@@ -176,7 +176,7 @@ class WorkerPool:
                     events.JobStarted(
                         job.id,
                         job.type_name,
-                        job.attempts,
+                        job.attempt,
                         waited=time.time() - job.run_at_ms / 1000,
                         worker=slot.id,
                         server_id=self.owner,
@@ -207,7 +207,7 @@ class WorkerPool:
             logger.debug("could not read the trace context of job %s: %s", job.id, exc)
             context = None
         with tracing.job_span(
-            job_id=job.id, job_type=job.type_name, attempt=job.attempts, context=context
+            job_id=job.id, job_type=job.type_name, attempt=job.attempt, context=context
         ) as span:
             outcome = await self.executor.run(job)
             tracing.mark_outcome(span, outcome.kind, outcome.exc)

@@ -48,13 +48,16 @@ ATTENTION: Final = ListOrder(
 # under any collation of the column.
 BY_ID: Final = ListOrder("id >= %s AND id <= %s", (("id", False),))
 
+# A job's attempts as its handler counts them: claims given back do not count.
+ATTEMPTS: Final = "attempts - COALESCE(uncounted, 0)"
+
 SUMMARY_COLUMNS: Final = (
-    "id, type_name, stage, priority, attempts, created_ms, run_at_ms, changed_ms, "
+    f"id, type_name, stage, priority, {ATTEMPTS}, created_ms, run_at_ms, changed_ms, "
     "topic, partition, sequence, last_error IS NOT NULL AS failed_before"
 )
 
 DETAIL_COLUMNS: Final = (
-    "id, type_name, stage, priority, attempts, created_ms, run_at_ms, changed_ms, "
+    f"id, type_name, stage, priority, {ATTEMPTS}, created_ms, run_at_ms, changed_ms, "
     "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
     "history, parent_id, recurring, topic, partition, sequence"
 )

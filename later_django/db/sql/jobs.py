@@ -8,6 +8,11 @@ from typing import Final
 
 from later_django.states import PARENT_FAILED
 
+# What a claim returns, in ClaimedJob's order (db/rows.py claimed_jobs).
+CLAIM_RETURNING: Final = (
+    "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted"
+)
+
 INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
     "parent_id, created_ms, run_at_ms, changed_ms, history"
@@ -94,10 +99,12 @@ JOB_STAGE_AFTER_SQL: Final = """
 SELECT stage FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'running'
 """
 
-# Gives back a job that was claimed but never started (its worker went away
-# first), as if the claim had not happened.
+# Gives back a claim whose handler never started, or was stopped by its own
+# worker: ready again, and the claim does not count as an attempt. attempts
+# keeps it, so a write of that claim never matches a later one.
 JOB_UNCLAIM_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, attempts = attempts - 1,
+UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
+    uncounted = COALESCE(uncounted, 0) + 1,
     lease_owner = NULL, lease_expires_ms = NULL,
     history = history || 'enqueued@' || {stamp} || ';'
 WHERE id = %s AND attempts = %s AND lease_owner = %s
@@ -162,7 +169,7 @@ WHERE namespace = %s AND stage IN ('delayed', 'requeued')
 """
 
 JOB_STUCK_SQL: Final = """
-SELECT id, type_name, attempts, retry_policy FROM later_job
+SELECT id, type_name, attempts, retry_policy, COALESCE(uncounted, 0) FROM later_job
 WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
 ORDER BY lease_expires_ms LIMIT %s
 """

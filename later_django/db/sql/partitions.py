@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql.jobs import INSERT_COLUMNS
+from later_django.db.sql.jobs import CLAIM_RETURNING, INSERT_COLUMNS
 
 # A partition's unfinished jobs, written as the head index's predicate is
 # (SQLite uses a partial index only for a query whose terms imply it).
@@ -115,7 +115,7 @@ CLAIM_HEAD: Final = f"""UPDATE later_job SET stage = 'running', attempts = attem
     lease_expires_ms = {{now}} + %s, history = history || 'running@' || {{stamp}} || ';'
 WHERE id = ({HEAD_ID}) AND stage = 'enqueued'"""
 PARTITION_CLAIM_HEAD_SQL: Final = f"""{CLAIM_HEAD}
-RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms
+RETURNING {CLAIM_RETURNING}
 """
 
 # Is (owner, epoch) still the partition's lease? Locks the row (PostgreSQL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from later_django.db.sql.jobs import CLAIM_RETURNING
 from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
@@ -52,9 +53,7 @@ UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
     lease_owner = %s, lease_expires_ms = t.now + %s,
     history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
 FROM picked, t WHERE j.id = picked.id
-RETURNING j.id, j.type_name, j.payload, j.attempts, j.retry_policy, j.created_ms,
-    j.run_at_ms
-"""
+RETURNING """ + ", ".join(f"j.{column}" for column in CLAIM_RETURNING.split(", "))
 
 # Successes in bulk, then the release of their waiting continuations, in one
 # function: one statement and one round trip for the worker (the batch
@@ -124,7 +123,7 @@ PARTITION_CLAIM_SQL: Final = f"""
 WITH lease AS ({ACQUIRE}),
 head AS (
     {CLAIM_HEAD} AND EXISTS (SELECT 1 FROM lease)
-    RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms
+    RETURNING {CLAIM_RETURNING}
 )
 SELECT lease.epoch, head.* FROM lease LEFT JOIN head ON true
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import TABLES
-from later_django.db.sql.jobs import INSERT_COLUMNS
+from later_django.db.sql.jobs import CLAIM_RETURNING, INSERT_COLUMNS
 
 # -- clock fragment (see __init__.py) -------------------------------------------
 # julianday('now') has millisecond precision and one value per statement
@@ -23,7 +23,6 @@ JOB_INSERT_MANY_ROW: Final = (
 )
 JOB_INSERT_MANY_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {{values}}"
 
-CLAIM_RETURNING: Final = "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms"
 CLAIM_SET: Final = """
     stage = 'running', attempts = attempts + 1, changed_ms = {stamp}, started_ms = {stamp},
     lease_owner = %s, lease_expires_ms = {now} + %s,
