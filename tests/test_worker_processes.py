@@ -187,6 +187,48 @@ def test_worker_process_shutdown_deadline_aborts_and_lease_recovers(later_db, wo
     assert [(r.attempt, r.pid) for r in ends] == [(2, second.pid)]
 
 
+def test_worker_process_gives_back_an_async_job_it_stops_at_the_deadline(later_db, workers):
+    """Past --shutdown-timeout an async handler is cancelled and its job is
+    given back at once, its attempt not counted: a deploy never spends a
+    retry or fails a job, and nobody waits for its lease."""
+    proc = workers.start("--shutdown-timeout", "0.5")
+    workers.wait_registered(proc)
+    job_id = later.enqueue(AsyncSleep(seconds=60))
+    wait_until(
+        lambda: read_records(workers.record, "asleep-start", job_id),
+        30,
+        message=lambda: f"the handler to start\n{workers.logs()}",
+    )
+    proc.proc.send_signal(signal.SIGTERM)
+    assert proc.proc.wait(STOP_TIMEOUT) == 0, proc.output()
+    stage, _, history = later_db.job_row(job_id)
+    assert stage == "enqueued", proc.output()
+    assert history_stages(history)[-2:] == ["running", "enqueued"]
+    assert later.get_job(job_id).attempts == 0
+    assert "1 given back to run again at once" in proc.output()
+
+
+def test_worker_process_second_signal_stops_handlers_now_and_gives_jobs_back(later_db, workers):
+    """The first SIGINT says the grace period and what more signals do; the
+    second ends the grace period at once: the async job is given back and
+    the process exits cleanly."""
+    proc = workers.start("--shutdown-timeout", "60", "-v", "1")
+    workers.wait_registered(proc)
+    job_id = later.enqueue(AsyncSleep(seconds=60))
+    wait_until(
+        lambda: read_records(workers.record, "asleep-start", job_id),
+        30,
+        message=lambda: f"the handler to start\n{workers.logs()}",
+    )
+    proc.proc.send_signal(signal.SIGINT)
+    wait_until(lambda: "a second signal stops them now" in proc.output(), 10, proc.output)
+    assert "up to 60s to finish" in proc.output()
+    proc.proc.send_signal(signal.SIGINT)
+    assert proc.proc.wait(STOP_TIMEOUT) == 0, proc.output()
+    assert later_db.stage_of(job_id) == "enqueued", proc.output()
+    assert read_records(workers.record, "asleep-end", job_id) == []
+
+
 def test_worker_process_autoscale_option_starts(later_db, workers):
     """``--autoscale 1:3`` starts a server clamped to three workers that runs jobs."""
     proc = workers.start("--autoscale", "1:3", workers=None)

@@ -27,6 +27,7 @@ from tests.helpers import (
     await_record,
     await_stage,
     await_until,
+    history_stages,
     in_thread,
     job_info,
     job_row_locked,
@@ -554,3 +555,25 @@ def test_server_shutdown_ends_outcome_stores_and_never_reconnects(
     for path in (server.claimer.path, server.completer.path):
         session = path.postgres or path.sqlite
         assert session is not None and session.closed
+
+
+def test_shutdown_gives_back_jobs_whose_async_handlers_it_stopped(later_db, record):
+    """Past the shutdown deadline an async handler is cancelled and its job
+    is enqueued again at once, the attempt not counted; a sync handler
+    cannot be stopped, so its job keeps its lease for the stuck-job
+    recovery."""
+    held = later.enqueue(AsyncHold(seconds=60, then=60))
+    slept = later.enqueue(Sleep(seconds=3))
+
+    async def main() -> None:
+        server = Server(workers=2)
+        await server.start()
+        await await_record(record, "hold-start", held)
+        await await_record(record, "sleep-start", slept)
+        await server.shutdown(0.2)
+
+    asyncio.run(main())
+    stage, attempts, history = later_db.job_row(held)
+    assert (stage, history_stages(history)[-2:]) == ("enqueued", ["running", "enqueued"])
+    assert later.get_job(held).attempts == 0
+    assert later_db.stage_of(slept) == "running"

@@ -10,12 +10,12 @@ import pytest
 import later_django as later
 from later_django.worker import status
 from later_django.worker.server import Server
-from tests.helpers import await_record, await_stage, await_until, in_thread, serve
+from tests.helpers import await_record, await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Flaky, Noop, NoRetry, Sleep
 
 LINE = re.compile(
     r"^last \d+s: \d+ succeeded, \d+ failed, \d+ retried \(\d+\.\d jobs/s\); "
-    r"(\d+|unknown) ready; \d+ workers$"
+    r"\d+ stuck jobs recovered; (\d+|unknown) ready; \d+ workers$"
 )
 
 
@@ -82,3 +82,31 @@ def test_worker_status_line_counts_outcomes_backlog_and_rate(later_db, record, m
     outcomes = [(r.succeeded, r.failed, r.retried) for r in lines]  # type: ignore[attr-defined]
     assert (0, 0, 0) in outcomes, "an idle interval still logs its line"
     assert totals(caplog) == (5, 2, 1)
+
+
+def test_worker_status_line_counts_stuck_jobs_this_server_recovered(
+    later_db, monkeypatch, caplog, settings
+):
+    """A job whose process died (its lease expired) and that this server's
+    maintenance recovered is counted in the next line."""
+    monkeypatch.setattr(status, "STATUS_INTERVAL", 0.2)
+    set_later(settings, STUCK_JOB_GRACE=0.1, MAINTENANCE_INTERVAL=0.1)
+    caplog.set_level(logging.INFO, logger="later_django.worker.status")
+    job_id = later.enqueue(Noop())
+    # Claimed by a process that died: running, its lease long expired.
+    later_db.execute(
+        "UPDATE later_job SET stage = 'running', attempts = 1, lease_owner = 'gone', "
+        "lease_expires_ms = 1, started_ms = changed_ms WHERE id = %s",
+        [job_id],
+    )
+
+    async def body(server: Server) -> None:
+        await await_stage(job_id, "success")
+
+        async def counted() -> bool:
+            return sum(r.recovered for r in status_lines(caplog)) == 1  # type: ignore[attr-defined]
+
+        await await_until(counted, 10, lambda: caplog.text)
+
+    serve(body, workers=1)
+    assert any("1 stuck jobs recovered" in r.getMessage() for r in status_lines(caplog))

@@ -59,6 +59,8 @@ class Maintenance:
         self._hold_rescue_until = 0.0
         self.wake = wake
         self._promotion: asyncio.TimerHandle | None = None
+        # Told how many stuck jobs each tick recovered (the status line).
+        self.on_rescued: Callable[[int], None] = lambda count: None
         self._promoting: set[asyncio.Future[None]] = set()
 
     async def run(self) -> None:
@@ -135,7 +137,11 @@ class Maintenance:
                 results[name] = 0
                 continue
             try:
-                results[name] = await self.store.run(self.pool, functools.partial(self._call, step))
+                results[name] = done = await self.store.run(
+                    self.pool, functools.partial(self._call, step)
+                )
+                if name == "rescue_stuck" and done:
+                    self.on_rescued(done)
             except Exception as exc:  # noqa: BLE001  retried next tick
                 results[name] = exc
                 logger.error(

@@ -57,7 +57,7 @@ class Claimer:
         # When the shared claim abandoned last was sent (time.monotonic()),
         # until the next claim has given back what it may have taken.
         self._abandoned_at: float | None = None
-        self._giving_back: set[asyncio.Task[None]] = set()
+        self._giving_back: set[asyncio.Task[bool]] = set()
 
     async def claim(self) -> ClaimedJob | None:
         """Claim one job for the calling worker, or None when none is ready."""
@@ -114,11 +114,25 @@ class Claimer:
         if self._giving_back:
             await asyncio.wait(self._giving_back)
 
-    async def _give_back(self, job: ClaimedJob) -> None:
+    async def give_back(self, jobs: list[ClaimedJob]) -> int:
+        """Give back ``jobs``, whose handlers this server stopped itself (they
+        run again at once, the attempt not counted); return how many."""
+        given = 0
+        for job in jobs:
+            given += await self._give_back(job)
+            self.leases.release((job.id, job.attempts))
+        return given
+
+    async def _give_back(self, job: ClaimedJob) -> bool:
         try:
-            await self.store.run(self.pool, functools.partial(self._unclaim, job.id, job.attempts))
+            return bool(
+                await self.store.run(
+                    self.pool, functools.partial(self._unclaim, job.id, job.attempts)
+                )
+            )
         except Exception as exc:  # noqa: BLE001  its lease recovers it instead
             logger.warning("could not give back job %s: %s", job.id, exc)
+            return False
 
     async def _give_back_abandoned(self, sent: float) -> None:
         """Give back the jobs a claim sent at ``sent`` took, if it committed.

@@ -100,6 +100,7 @@ class Server:
         self.wake = Wakeup()
         self.stopping = False
         self.closed = asyncio.Event()
+        self._hurry = asyncio.Event()  # set by hurry(): the grace period ends now
         self.services = ServiceGroup()
         # Claims and successes go through connections of their own; only
         # failures and retries use this pool, one statement each.
@@ -195,6 +196,7 @@ class Server:
         self.partitions.on_lost = self.leases.give_up
         self.completer.on_lane_done = self.partitions.done
         self.leases.on_given_up = self._claim_given_up
+        self.maintenance.on_rescued = self.completer.outcomes.add_recovered
         self.status = StatusReporter(
             self.completer.outcomes, self.ready_backlog, lambda: self.worker_count
         )
@@ -358,6 +360,11 @@ class Server:
             await self.pool.remove_one()
         return self.worker_count
 
+    def hurry(self) -> None:
+        """Cut a shutdown's grace period short: running handlers are stopped
+        now (async ones cancelled and their jobs given back)."""
+        self._hurry.set()
+
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let running handlers commit, then stop everything.
 
@@ -371,16 +378,26 @@ class Server:
         for name in ("supervisor", "autoscale"):
             await self.services.stop(name)
         aborted = sum(
-            await asyncio.gather(self.pool.stop_all(timeout), self.partition_pool.stop_all(timeout))
+            await asyncio.gather(
+                self.pool.stop_all(timeout, self._hurry),
+                self.partition_pool.stop_all(timeout, self._hurry),
+            )
         )
         if aborted:
+            stopped = self.pool.stopped_jobs + self.partition_pool.stopped_jobs
+            given = await self.claimer.give_back(stopped)
             logger.warning(
-                "shutdown deadline passed: aborting %d running jobs; their leases "
-                "expire and another server recovers them",
+                "shutdown deadline passed: stopped %d running jobs; %d given back to run "
+                "again at once (the attempt not counted), %d left to their leases (sync "
+                "handlers go on in their threads until the process exits)",
                 aborted,
-                extra={"action": "shutdown_abort"},
+                given,
+                aborted - given,
+                extra={"action": "shutdown_abort", "given_back": given},
             )
         await self.claimer.release_spares()
+        if self._hurry.is_set():
+            timeout = 0.0
         pending = await self.completer.wait(timeout)
         if pending:
             await self.claimer.close()

@@ -24,6 +24,8 @@ class OutcomeCounts:
     succeeded: int = 0
     failed: int = 0
     retried: int = 0
+    # Stuck jobs (their process died) this server's maintenance recovered.
+    recovered: int = 0
 
     def add(self, kind: str) -> None:
         if kind == "succeeded":
@@ -33,10 +35,14 @@ class OutcomeCounts:
         elif kind == "retry":
             self.retried += 1
 
-    def take(self) -> tuple[int, int, int]:
-        """Return (succeeded, failed, retried) and start counting from zero."""
-        counts = (self.succeeded, self.failed, self.retried)
-        self.succeeded = self.failed = self.retried = 0
+    def add_recovered(self, count: int) -> None:
+        self.recovered += count
+
+    def take(self) -> tuple[int, int, int, int]:
+        """Return (succeeded, failed, retried, recovered) and start counting
+        from zero."""
+        counts = (self.succeeded, self.failed, self.retried, self.recovered)
+        self.succeeded = self.failed = self.retried = self.recovered = 0
         return counts
 
 
@@ -48,6 +54,7 @@ class StatusResult:
     succeeded: int
     failed: int
     retried: int
+    recovered: int
     # Jobs ready to run in the namespace; None when the counters could not be read.
     ready: int | None
     workers: int
@@ -87,23 +94,26 @@ class StatusReporter:
             logger.debug("could not read the ready backlog: %s", exc)
             ready = None
         now = time.monotonic()
-        succeeded, failed, retried = self.counts.take()
+        succeeded, failed, retried, recovered = self.counts.take()
         result = StatusResult(
             seconds=now - self._since,
             succeeded=succeeded,
             failed=failed,
             retried=retried,
+            recovered=recovered,
             ready=ready,
             workers=self.worker_count(),
         )
         self._since = now
         logger.info(
-            "last %.0fs: %d succeeded, %d failed, %d retried (%.1f jobs/s); %s ready; %d workers",
+            "last %.0fs: %d succeeded, %d failed, %d retried (%.1f jobs/s); "
+            "%d stuck jobs recovered; %s ready; %d workers",
             result.seconds,
             result.succeeded,
             result.failed,
             result.retried,
             result.per_second,
+            result.recovered,
             "unknown" if ready is None else ready,
             result.workers,
             extra={
@@ -112,6 +122,7 @@ class StatusReporter:
                 "succeeded": result.succeeded,
                 "failed": result.failed,
                 "retried": result.retried,
+                "recovered": result.recovered,
                 "per_second": result.per_second,
                 "ready": result.ready,
                 "workers": result.workers,

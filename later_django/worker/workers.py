@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from later_django import events, tracing
 from later_django.types import ClaimedJob
@@ -82,6 +83,9 @@ class WorkerPool:
         self.slots: list[WorkerSlot] = []
         self.processed = 0
         self.stopping = False
+        # Jobs whose handler this pool cancelled itself while stopping: no
+        # outcome, nothing left running, so they can be given back at once.
+        self.stopped_jobs: list[ClaimedJob] = []
         self.tasks = tasks  # owns every worker task
         # Partition workers are numbered apart (from 1000), so logs and
         # metrics tell them from plain ones.
@@ -116,8 +120,10 @@ class WorkerPool:
         if slot in self.slots:
             self.slots.remove(slot)
 
-    async def stop_all(self, timeout: float) -> int:
-        """Let every worker finish its job, up to ``timeout``; cancel the rest.
+    async def stop_all(self, timeout: float, hurry: asyncio.Event | None = None) -> int:
+        """Let every worker finish its job, up to ``timeout`` or until
+        ``hurry`` is set; cancel the rest (their jobs whose handler ended
+        are in ``stopped_jobs``).
 
         Returns how many were still running at the deadline."""
         self.stopping = True
@@ -127,7 +133,13 @@ class WorkerPool:
         tasks = [slot.task for slot in self.slots if slot.task is not None]
         if not tasks:
             return 0
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(asyncio.wait(tasks))]
+        if hurry is not None:
+            waits.append(asyncio.ensure_future(hurry.wait()))
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+        pending = [task for task in tasks if not task.done()]
         for task in pending:
             task.cancel()
         if pending:
@@ -186,9 +198,15 @@ class WorkerPool:
                 try:
                     outcome = await slot.run_task
                 except asyncio.CancelledError:
-                    if not slot.lease_lost:
-                        raise  # this worker itself is being stopped
-                    continue  # the lease is gone: the job is not this worker's now
+                    if slot.lease_lost:
+                        continue  # the lease is gone: the job is not this worker's now
+                    # This worker itself is being stopped. An async handler
+                    # that ended on its cancellation left nothing running:
+                    # its job can be given back. A sync one goes on in its
+                    # thread, so its job waits for its lease.
+                    if slot.cancellable and slot.run_task.done():
+                        self.stopped_jobs.append(job)
+                    raise
                 ran = Ran(time.monotonic() - slot.busy_since, slot.id)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)

@@ -183,13 +183,23 @@ async def _serve(server: Server) -> int:
         signals["count"] += 1
         if signals["count"] == 1:
             logger.info(
-                "received %s: finishing running jobs, then stopping",
+                "received %s: running jobs get up to %gs to finish (--shutdown-timeout), "
+                "then this process stops; a second signal stops them now and gives their "
+                "jobs back, a third exits at once",
                 signal.Signals(signum).name,
+                server.shutdown_timeout,
                 extra={"action": "shutdown_requested"},
             )
             stop.set()
+        elif signals["count"] == 2:
+            logger.warning(
+                "second signal: stopping running jobs now; async ones are given back to "
+                "run again, sync ones are recovered by their leases",
+                extra={"action": "shutdown_hurried"},
+            )
+            server.hurry()
         else:
-            logger.warning("second signal: exiting now; leases recover running jobs")
+            logger.warning("third signal: exiting now; leases recover running jobs")
             os._exit(1)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
