@@ -1,0 +1,122 @@
+"""What the job operations take and return: claims, fenced writes and their
+results, and the end of a Django Tasks attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from later_django.types import ClaimedJob
+
+# -- parameters ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRequest:
+    """Up to ``limit`` ready jobs of ``namespace``, leased to ``owner`` for
+    ``lease_ms`` from the database's now."""
+
+    namespace: str
+    owner: str
+    limit: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OwnerFence:
+    """A claim (``job_id``, ``attempts``) as the server holding its lease,
+    ``owner``, names it: the fence of the worker's own writes."""
+
+    job_id: str
+    attempts: int
+    owner: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpiredFence:
+    """A claim (``job_id``, ``attempts``) whose lease expired at least
+    ``expired_for_ms`` ago on the database's clock: the rescuer's fence."""
+
+    job_id: str
+    attempts: int
+    expired_for_ms: int
+
+
+# A write under a fence changes the claim's row only while the fence holds.
+Fence: TypeAlias = OwnerFence | ExpiredFence
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryWrite:
+    """A claim's next attempt, due ``delay_ms`` after the database's now.
+    ``retry_policy`` (JSON) replaces the stored one when set: a callable
+    policy resolved after the first failure."""
+
+    delay_ms: int
+    error: str | None
+    retry_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureWrite:
+    """A claim's terminal failure, kept ``retention_ms`` after it; ``error``
+    becomes its last_error."""
+
+    error: str | None
+    retention_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskAttemptEnd:
+    """The end of an attempt of a Django Tasks job, stored in one statement."""
+
+    job_id: str
+    attempt: int  # the fence: nothing is stored once the job is past it
+    # The worker ids before this attempt as JSON without its closing bracket
+    # ('[' or '["a",'): the lease holder's id is added in SQL.
+    earlier_workers: str
+    errors: str  # JSON list of {"exception_class_path", "traceback"}
+    return_value: str | None  # JSON, once the attempt succeeded
+
+
+# -- rows ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Completion:
+    """A batch of successes stored: the ids whose fence held, and how many
+    waiting continuations became ready."""
+
+    done_ids: list[str]
+    released: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StuckJob:
+    """A running job whose lease expired: ``attempts`` fences its claim,
+    ``attempt`` is what its retry policy counts."""
+
+    id: str
+    type_name: str
+    attempts: int
+    retry_policy: str | None
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Orphan:
+    """A waiting continuation whose parent finished (``parent_stage``) or is
+    gone (None)."""
+
+    job_id: str
+    parent_stage: str | None
+
+
+def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
+    """Claim rows as ClaimedJobs; a claim returns ClaimedJob's fields in order."""
+    return [
+        ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], uncounted=r[7] or 0)
+        for r in rows
+    ]
