@@ -1,0 +1,37 @@
+"""later's tables. Times are integer epoch milliseconds, identical on every database.
+
+The job row is the delivery queue: a partial index over ``stage='enqueued'``
+is what workers claim from, so the hot path touches one narrow row per job.
+Later features (queues, topics, unique keys) add nullable columns and their
+own partial indexes without changing the claim.
+"""
+
+from __future__ import annotations
+
+from .dashboard import Dashboard, DashboardStat, QueueSample
+from .jobs import Job, JobIdField, StageCount, TaskResult
+from .partitions import Partition, PartitionSequence, Topic
+from .retained_log import LogConsumer, LogPartition, LogRecord, LogTopic
+from .schedules import Schedule
+from .servers import Lease, MaintenanceRun, Server
+
+__all__ = [
+    "JobIdField",
+    "Job",
+    "StageCount",
+    "Server",
+    "MaintenanceRun",
+    "Lease",
+    "Topic",
+    "PartitionSequence",
+    "Partition",
+    "Schedule",
+    "TaskResult",
+    "LogTopic",
+    "LogPartition",
+    "LogRecord",
+    "LogConsumer",
+    "Dashboard",
+    "DashboardStat",
+    "QueueSample",
+]
