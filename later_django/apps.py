@@ -24,6 +24,13 @@ class LaterDjangoConfig(AppConfig):
 
         post_migrate.connect(reinstall_triggers, sender=self)
 
+        # Every worker server of this process records its figures for the
+        # dashboard, through the server's extension seam.
+        from later_django.dashboard.recorder import FigureWriter
+        from later_django.worker import extensions
+
+        extensions.register(FigureWriter)
+
         # Like admin.py: every installed app's jobs module registers its
         # handlers. A value that is no module name is left to later.E019.
         if is_module_name(conf.JOBS_MODULE):

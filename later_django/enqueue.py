@@ -166,7 +166,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     # enclosing atomic block stays usable (a savepoint guards it).
     jobs = JobBuilder().build_many(payloads, options, ids)
     built: list[NewJob] | None = None
-    if events.active:  # the rows are needed again after the commit
+    if events.JobEnqueued in events.listening:  # the rows are needed after the commit
         built = list(jobs)
         jobs = iter(built)
     alias = conf.database
@@ -211,7 +211,7 @@ def _insert_one(job: NewJob) -> JobId:
         raise
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
-    if events.active:
+    if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 
@@ -231,7 +231,7 @@ def _insert_continuation(job: NewJob) -> JobId:
             f"parent job {job.parent_id} does not exist in namespace "
             f"{job.namespace!r} (it may have expired)"
         )
-    if events.active:
+    if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [(job.id, job.type_name)], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)

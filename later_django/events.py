@@ -73,6 +73,7 @@ class JobFinished(Event):
     waited: float  # seconds from the job's due time to the handler's start
     worker: int  # the worker of this server that ran it
     server_id: str
+    partitioned: bool = False  # a partition job (its topic's lane)
 
 
 @dataclass(slots=True)

@@ -171,7 +171,7 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
         transaction.on_commit(wakeup.wake_partitions, using=alias)
     elif stage == Stage.WAITING:
         settle_on_commit(alias, job.id, wake=wakeup.wake_partitions)
-    if events.active:
+    if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 

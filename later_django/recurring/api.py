@@ -92,7 +92,7 @@ def _save(
         dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         job = job._replace(run_at_ms=first)
         stage = insert_occurrence(dialect, cursor, job, key.identifier, lane)
-    if events.active:
+    if events.JobEnqueued in events.listening:
         tell_on_commit(conf.database, [(job.id, job.type_name)], stage)
     return JobId(job.id)
 

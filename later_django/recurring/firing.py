@@ -144,7 +144,7 @@ def _enqueue(
         if not dialect.schedule_advance(cursor, advance):
             return 0  # another server fired it, or it changed since it was read
         stages = [insert_occurrence(dialect, cursor, job, identifier, lane) for job in jobs]
-        if events.active:
+        if events.JobEnqueued in events.listening:
             transaction.on_commit(lambda: _tell(jobs, stages), using=alias)
     if owed.skipped:
         logger.warning(

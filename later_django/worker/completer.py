@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 from django.db.backends.utils import CursorWrapper
 
 from later_django import events
-from later_django.dashboard.recorder import Recorder
 from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
 from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
@@ -73,8 +72,6 @@ class Completer:
         self.maintenance = maintenance
         self.path = HotPath(alias)
         self.outcomes = OutcomeCounts()  # stored since the last status line
-        # The dashboard's starts, outcomes and waits; flushed by the server.
-        self.recorder = Recorder()
         # Claims whose handler ended and whose outcome is being stored.
         self.unstored: dict[Claim, ClaimedJob] = {}
         self._finishing: set[asyncio.Future[None]] = set()
@@ -240,8 +237,6 @@ class Completer:
     def _stored(self, job: ClaimedJob, outcome: Outcome, stored: bool, ran: Ran) -> None:
         """Count, log and tell subscribers what became of an outcome."""
         self._log_outcome(job, outcome, stored)
-        if stored:
-            self.recorder.finished(outcome.kind, job.run_at_ms, ran.seconds, job.lane is not None)
         if not events.active:
             return
         if stored:
@@ -257,6 +252,7 @@ class Completer:
                     now - ran.seconds - job.run_at_ms / 1000,
                     ran.worker,
                     self.owner,
+                    job.lane is not None,
                 )
             )
         else:

@@ -11,27 +11,27 @@ job's outcome is.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import secrets
 import socket
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from later_django import events, tracing
 from later_django.conf import conf
 from later_django.context import build_app
-from later_django.db.rows import Heartbeat, StatRow
+from later_django.db.rows import Heartbeat
 from later_django.leases import Leader
 from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
+from later_django.metrics_feed import MetricsFeed
 from later_django.partitions.reserved import recurring_partitions, registered_topics
-from later_django.retained_log.reads import lag_totals
 from later_django.store import Store, new_pool
 from later_django.types import PartitionLocal
-from later_django.worker import supervisor
+from later_django.worker import extensions, supervisor
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
@@ -51,12 +51,12 @@ if TYPE_CHECKING:
     from later_django.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Thread pools, each thread with its own connection (opened when first
 # used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
 # connections (docs/operations.md, "Connections").
 DB_THREADS = 4  # storing failures and retries: a statement each, about a millisecond
-DASHBOARD_FLUSH_INTERVAL = 1.0  # seconds between two rows of dashboard figures
 SERVICE_THREADS = 4  # renewals, heartbeat, backlog readings, giving back claims
 MAINTENANCE_THREADS = 2
 PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
@@ -101,6 +101,8 @@ class Server:
         self.stopping = False
         self.closed = asyncio.Event()
         self._hurry = asyncio.Event()  # set by hurry(): the grace period ends now
+        # What rides along (worker/extensions.py), made at start.
+        self._extensions: list[extensions.Extension] = []
         self.services = ServiceGroup()
         # Claims and successes go through connections of their own; only
         # failures and retries use this pool, one statement each.
@@ -268,17 +270,11 @@ class Server:
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))
         self.services.start("status", self.status.run)
-        self.services.start("dashboard", self._flush_dashboard)
-        installed = self.metrics
-        if installed is not None:
-            installed.workers.count = self._worker_counts
-            if self.topics:
-                installed.partitions.local = self._partition_local
-            # Fed by this service: a scrape (on a thread of the HTTP server)
-            # never opens a connection of its own.
-            installed.queue.read = None
-            installed.lag.read = None
-            self.services.start("metrics", lambda: self._refresh_metrics(installed))
+        self._extensions = [make(self) for make in extensions.registered()]
+        if self.metrics is not None:
+            self._extensions.append(MetricsFeed(self.metrics, self))
+        for extension in self._extensions:
+            self.services.start(extension.name, extension.run)
         if self.autoscale:
             self.services.start("autoscale", lambda: supervisor.autoscale(self))
         logger.info(
@@ -290,60 +286,18 @@ class Server:
             extra={"action": "server_started"},
         )
 
-    def _worker_counts(self) -> tuple[int, int]:
+    def worker_counts(self) -> tuple[int, int]:
         """(workers, busy workers) of this server, for later_workers."""
         busy = sum(1 for slot in self.pool.slots if slot.busy_since is not None)
         return self.worker_count, busy
 
-    def _partition_local(self) -> PartitionLocal:
+    def partition_local(self) -> PartitionLocal:
         """This server's partition leases, workers and claim counts."""
         return PartitionLocal(
             active=dict(Counter(topic for topic, _ in list(self.partitions.held))),
             workers=self.partition_pool.count,
             counts=dict(self.partitions.counts),
         )
-
-    async def _refresh_metrics(self, installed: Metrics) -> None:
-        """Keep later_queue_jobs at the namespace's counts, read every
-        METRICS_REFRESH_INTERVAL (one cheap read of the counters), and
-        later_retained_log_consumer_lag at the lag RETAINED_LOG_LAG names."""
-        interval = conf.seconds("METRICS_REFRESH_INTERVAL")
-        lag_wanted = conf.RETAINED_LOG_LAG
-        while True:
-            try:
-                counts = await self.store.run(
-                    self._service_pool, lambda d, c: d.stage_counts(c, namespace=self.namespace)
-                )
-            except Exception as exc:  # noqa: BLE001  the gauge keeps its last value
-                logger.debug("could not refresh later_queue_jobs: %s", exc)
-            else:
-                installed.queue.set(counts)
-            if lag_wanted:
-                await self._refresh_lag(installed, lag_wanted)
-            if self.topics:
-                await self._refresh_partitions(installed)
-            await asyncio.sleep(interval)
-
-    async def _refresh_partitions(self, installed: Metrics) -> None:
-        try:
-            stats = await self.store.run(
-                self._service_pool, lambda d, c: d.partition_stats(c, namespace=self.namespace)
-            )
-        except Exception as exc:  # noqa: BLE001  the gauges keep their last value
-            logger.debug("could not refresh the partition gauges: %s", exc)
-        else:
-            installed.partitions.set(stats)
-
-    async def _refresh_lag(self, installed: Metrics, wanted: dict[str, Any]) -> None:
-        def read(dialect: Dialect, cursor: CursorWrapper) -> dict[tuple[str, str], int]:
-            return lag_totals(dialect, cursor, namespace=self.namespace, wanted=wanted)
-
-        try:
-            lag = await self.store.run(self._service_pool, read)
-        except Exception as exc:  # noqa: BLE001  the gauge keeps its last value
-            logger.debug("could not refresh later_retained_log_consumer_lag: %s", exc)
-        else:
-            installed.lag.set(lag)
 
     async def add_worker(self) -> int:
         """Start one more worker (at most 255); return the new count."""
@@ -404,7 +358,8 @@ class Server:
             await self.completer.abandon(pending)
         await self.services.stop_all()
         self.notifier.stop()
-        await self._flush_dashboard_once()  # the figures since the last flush
+        for extension in self._extensions:
+            await extension.stop()  # e.g. the dashboard's figures since its last row
         try:
             await self.store.run(self._service_pool, self._deregister)
         except Exception as exc:  # noqa: BLE001  best effort: the rows expire anyway
@@ -480,28 +435,9 @@ class Server:
             ),
         )
 
-    async def _flush_dashboard(self) -> None:
-        """Write what the workers did for the dashboard, once a second while
-        they work: one row a second, never a write per job."""
-        while True:
-            await asyncio.sleep(DASHBOARD_FLUSH_INTERVAL)
-            await self._flush_dashboard_once()
-
-    async def _flush_dashboard_once(self) -> None:
-        row = self.completer.recorder.take()
-        if row is None:
-            return
-        try:
-            await self.store.run(self._service_pool, functools.partial(self._store_stat, row=row))
-        except Exception as exc:  # noqa: BLE001  a second of figures, not jobs
-            logger.warning(
-                "could not store the dashboard's figures: %s",
-                exc,
-                extra={"action": "dashboard_flush_error"},
-            )
-
-    def _store_stat(self, dialect: Dialect, cursor: CursorWrapper, *, row: StatRow) -> None:
-        dialect.stat_insert(cursor, namespace=self.namespace, server_id=self.server_id, row=row)
+    async def run_db(self, op: Callable[[Dialect, CursorWrapper], T]) -> T:
+        """Run ``op(dialect, cursor)`` on the service pool (for extensions)."""
+        return await self.store.run(self._service_pool, op)
 
     async def _heartbeat_loop(self) -> None:
         interval = conf.seconds("PARTITION_HEARTBEAT_INTERVAL")

@@ -182,7 +182,6 @@ class WorkerPool:
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
             run = self._run_traced(job) if self.executor.traced else self.executor.run(job)
             slot.run_task = asyncio.create_task(run)
-            self.completer.recorder.started += 1
             if events.JobStarted in events.listening:
                 events.emit(
                     events.JobStarted(
