@@ -1,6 +1,7 @@
 """The dashboard in Django admin: an entry in the admin index, and its pages
 at ``/admin/later/`` of the default admin site (docs/dashboard.md; another
-admin site adds them with ``later_django.dashboard.urls.for_site``)."""
+admin site adds them with ``later_django.dashboard.urls.for_site`` and its
+index entry by registering ``Dashboard`` with ``DashboardAdmin``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ class DashboardAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:later_dashboard_overview"))
+        return HttpResponseRedirect(
+            reverse("admin:later_dashboard_overview", current_app=self.admin_site.name)
+        )
 
 
 def _with_dashboard(site: admin.AdminSite) -> None:

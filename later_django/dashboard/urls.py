@@ -18,5 +18,8 @@ def for_site(site: AdminSite) -> list[Any]:
         class MyAdminSite(AdminSite):
             def get_urls(self):
                 return [*for_site(self), *super().get_urls()]
+
+    The pages' links, forms, redirects and JSON URLs are reversed on
+    ``site`` (``current_app=site.name``), so they stay within it.
     """
     return [path("later/", include(Dashboard(site).urls()))]

@@ -67,9 +67,24 @@ class Dashboard:
         ]
         return [path(route, wrap(view), name=f"{NAMESPACE}_{name}") for route, view, name in pages]
 
+    def _reverse(self, name: str, *args: str) -> str:
+        """The URL of the dashboard's view ``name`` on this site, whatever
+        name and prefix the site has (as the admin reverses its own URLs)."""
+        return reverse(f"admin:{NAMESPACE}_{name}", args=args, current_app=self.site.name)
+
+    def _with_urls(self, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each job with its page's URL: reversed once a page, not once a row."""
+        placeholder = "0" * ULID_LENGTH
+        pattern = self._reverse("job", placeholder)
+        for job in jobs:
+            job["url"] = pattern.replace(placeholder, job["id"])
+        return jobs
+
     def _render(
         self, request: HttpRequest, template: str, title: str, **context: Any
     ) -> HttpResponse:
+        # The templates' {% url 'admin:...' %} then resolve on this site.
+        request.current_app = self.site.name
         return TemplateResponse(
             request,
             f"later_django/dashboard/{template}",
@@ -105,7 +120,7 @@ class Dashboard:
         except ValueError as exc:
             return HttpResponseBadRequest(str(exc))
         if query.id_prefix is not None and len(query.id_prefix) == ULID_LENGTH:
-            return HttpResponseRedirect(reverse(f"admin:{NAMESPACE}_job", args=[query.id_prefix]))
+            return HttpResponseRedirect(self._reverse("job", query.id_prefix))
         try:
             page = reads.job_page(query)
         except ValueError as exc:  # a cursor that does not fit the list
@@ -118,7 +133,7 @@ class Dashboard:
             tab="jobs",
             query=query,
             page=page,
-            jobs=_with_urls([reads.summary_dict(j) for j in page.jobs]),
+            jobs=self._with_urls([reads.summary_dict(j) for j in page.jobs]),
             next_query=filters.query_string(query, after=reads.page_dict(page)["next"])
             if page.after
             else None,
@@ -160,14 +175,13 @@ class Dashboard:
         )
 
     # -- actions -------------------------------------------------------------------------
-    @staticmethod
-    def _back(request: HttpRequest) -> str:
+    def _back(self, request: HttpRequest) -> str:
         target = request.POST.get("next") or ""
         if url_has_allowed_host_and_scheme(
             target, {request.get_host()}, require_https=request.is_secure()
         ):
             return target
-        return reverse(f"admin:{NAMESPACE}_overview")
+        return self._reverse("overview")
 
     def action(self, request: HttpRequest) -> HttpResponse:
         if request.method != "POST":
@@ -253,15 +267,6 @@ class Dashboard:
     def api_recurring(self, request: HttpRequest) -> HttpResponse:
         _viewer(request)
         return self._json(reads.recurring())
-
-
-def _with_urls(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each job with its page's URL: reversed once, not once per row."""
-    placeholder = "0" * ULID_LENGTH
-    pattern = reverse(f"admin:{NAMESPACE}_job", args=[placeholder])
-    for job in jobs:
-        job["url"] = pattern.replace(placeholder, job["id"])
-    return jobs
 
 
 def _json_error(message: str) -> JsonResponse:
