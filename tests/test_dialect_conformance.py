@@ -156,6 +156,7 @@ COVERED = frozenset(
         "partition_release",
         "topic_servers",
         "partition_force_fail_head",
+        "job_place",
         "partition_truncate_history",
         "partition_stats",
         # the retained log
@@ -2013,6 +2014,16 @@ def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
         beat(later_db, server_id, topics=topics)
     with cursor_of(later_db) as c:
         assert dialect.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
+
+
+def test_job_place_tells_a_jobs_topic_and_partition(later_db, dialect):
+    partitioned, _ = insert_partitioned(later_db)
+    plain = insert(later_db)
+    with cursor_of(later_db) as c:
+        assert dialect.job_place(c, namespace=NS, job_id=partitioned) == ("orders", 3)
+        assert dialect.job_place(c, namespace=NS, job_id=plain) == (None, None)
+        assert dialect.job_place(c, namespace="other", job_id=plain) is None
+        assert dialect.job_place(c, namespace=NS, job_id="0" * 26) is None
 
 
 def head_failure(job_id: str | None) -> HeadFailure:

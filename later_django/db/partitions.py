@@ -10,6 +10,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.rows import (
     HeadFailure,
+    JobPlace,
     PartitionClaim,
     PartitionClaimRequest,
     PartitionCompletion,
@@ -77,6 +78,13 @@ class PartitionOperations(Statements):
             )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
+
+    def job_place(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobPlace | None:
+        """The topic and partition of ``job_id`` (None: no such job in
+        ``namespace``)."""
+        cursor.execute(self._sql(partitions_sql.JOB_PLACE_SQL), [job_id, namespace])
+        row = cursor.fetchone()
+        return None if row is None else JobPlace(row[0], None if row[1] is None else int(row[1]))
 
     # -- pollers --------------------------------------------------------------------
     def partition_heads(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionHead]:

@@ -123,24 +123,21 @@ def enqueue_recurring_continue(parent: str, payload: object, *, priority: int = 
     options = EnqueueOptions(priority=priority, parent=parent)  # checks the id first
     job = JobBuilder().build(payload, options)
     alias = conf.database
+    assert options.parent_id is not None
     with connections[alias].cursor() as c:
-        c.execute(
-            "SELECT topic, partition FROM later_job WHERE id = %s AND namespace = %s",
-            [options.parent_id, conf.namespace],
-        )
-        row = c.fetchone()
-    if row is None:
+        place = dialect_for(alias).job_place(c, namespace=conf.namespace, job_id=options.parent_id)
+    if place is None:
         raise JobNotFound(
             f"parent job {parent} does not exist in namespace {conf.namespace!r} "
             "(it may have expired)"
         )
-    if row[0] != RECURRING_TOPIC:
+    if place.topic != RECURRING_TOPIC or place.partition is None:
         raise ValueError(
             f"job {parent} is not an occurrence of a sequential recurring job (nor chained "
             "to one): chain to it with enqueue_continue(), or to a partition job with "
             "enqueue_continue_to_partition()"
         )
-    return insert_into(PartitionLane(conf.namespace, RECURRING_TOPIC, int(row[1])), job)
+    return insert_into(PartitionLane(conf.namespace, RECURRING_TOPIC, place.partition), job)
 
 
 def insert_into(lane: PartitionLane, job: NewJob) -> JobId:

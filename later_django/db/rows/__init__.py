@@ -35,6 +35,7 @@ from .jobs import (
 )
 from .partitions import (
     HeadFailure,
+    JobPlace,
     PartitionClaim,
     PartitionClaimRequest,
     PartitionCompletion,
@@ -102,6 +103,7 @@ __all__ = [
     "LogRead",
     "LogTopicRow",
     "NewLogRecord",
+    "JobPlace",
     "Orphan",
     "OwnerFence",
     "PartitionClaim",

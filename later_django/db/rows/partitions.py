@@ -63,6 +63,13 @@ class PartitionClaim(NamedTuple):
     job: ClaimedJob | None
 
 
+class JobPlace(NamedTuple):
+    """Where a job is: its topic and partition (both None for a plain job)."""
+
+    topic: str | None
+    partition: int | None
+
+
 class PartitionHead(NamedTuple):
     """A partition and its head job (None when it has no unfinished job)."""
 

@@ -24,6 +24,9 @@ DO UPDATE SET next_seq = later_partition_seq.next_seq + 1
 RETURNING next_seq - 1
 """
 
+# Where a job is (its topic and partition), to chain a job after it.
+JOB_PLACE_SQL: Final = "SELECT topic, partition FROM later_job WHERE id = %s AND namespace = %s"
+
 PARTITION_COLUMNS: Final = f"{INSERT_COLUMNS}, topic, partition, sequence"
 
 # As jobs.JOB_INSERT_SQL, with the partition's columns.
