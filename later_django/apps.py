@@ -47,9 +47,9 @@ class LaterDjangoConfig(AppConfig):
             if isinstance(entry, dict)
         ):
             from later_django import registry
-            from later_django.tasks import runner
+            from later_django.tasks import backend
 
-            registry.add_resolver(runner.resolve)
+            registry.add_resolver(backend.resolve)
 
         # LATER["RUN_INLINE"]: listen for commits now, and again whenever
         # a test overrides the setting.

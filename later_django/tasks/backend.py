@@ -63,7 +63,7 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        registry.add_resolver(runner.resolve)
+        registry.add_resolver(resolve)
         # Task paths already checked to import back to their task.
         self._importable: set[str] = set()
 
@@ -129,3 +129,12 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                 "run it; define it with @task at module level under its own name"
             )
         self._importable.add(path)
+
+
+def resolve(name: str) -> registry.Handler | None:
+    """The handler of task jobs named ``name``, if it is the path of a task
+    whose backend is a LaterBackend (the registry resolver it adds)."""
+    task = results.find_task(name)
+    if task is None or not isinstance(task.get_backend(), LaterBackend):
+        return None
+    return runner.handler(task, name, sender=LaterBackend)

@@ -1,5 +1,6 @@
 """How a worker runs a task job: the job is named by its task's import path,
-and the handler of that name is made on first use (registry resolver).
+and the handler of that name is made on first use (the backend's resolver,
+later_django.tasks.backend.resolve, asks this module for it).
 
 An attempt writes its worker id before the task function runs, and its error
 or return value after; then the worker stores the job's outcome as for any
@@ -29,14 +30,9 @@ from later_django.tasks.results import TaskCall
 T = TypeVar("T")
 
 
-def resolve(name: str) -> registry.Handler | None:
-    """The handler of task jobs named ``name``, if it is the path of a task
-    whose backend is a LaterBackend."""
-    from later_django.tasks.backend import LaterBackend
-
-    task = results.find_task(name)
-    if task is None or not isinstance(task.get_backend(), LaterBackend):
-        return None
+def handler(task: Task, name: str, sender: type[Any]) -> registry.Handler:
+    """The handler of ``task``'s jobs, named ``name``: it runs one attempt.
+    ``sender`` is the sender of the attempt's task_started and task_finished."""
     is_async = iscoroutinefunction(task.func)
     retry = getattr(task, "retry", None)
 
@@ -46,16 +42,16 @@ def resolve(name: str) -> registry.Handler | None:
     def run_sync(ctx: JobContext, call: TaskCall) -> None:
         earlier = results.earlier_attempts(ctx.job_id, ctx.attempt)
         holder = results.lease_holder(ctx.job_id) if task.takes_context else None
-        result = _started(task, ctx, call, earlier, holder)
+        result = _started(task, ctx, call, earlier, holder, sender)
         try:
             value = compat.normalize_json(task.func(*_arguments(task, result, call), **call.kwargs))
         except BaseException as exc:
             error = results.error_of(exc)
             results.save_attempt(ctx.job_id, ctx.attempt, earlier, error=error)
-            _failed(result, error)
+            _failed(result, error, sender)
             raise
         results.save_attempt(ctx.job_id, ctx.attempt, earlier, value=value)
-        _succeeded(result, value)
+        _succeeded(result, value, sender)
 
     # An async task's result reads and writes go through sync_to_async's
     # default, thread-sensitive thread, like Django's own async ORM calls:
@@ -68,17 +64,17 @@ def resolve(name: str) -> registry.Handler | None:
         holder = None
         if task.takes_context:
             holder = await _db(results.lease_holder, ctx.job_id)
-        result = _started(task, ctx, call, earlier, holder)
+        result = _started(task, ctx, call, earlier, holder, sender)
         try:
             raw = await task.func(*_arguments(task, result, call), **call.kwargs)
             value = compat.normalize_json(raw)
         except BaseException as exc:
             error = results.error_of(exc)
             await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, error=error)
-            _failed(result, error)
+            _failed(result, error, sender)
             raise
         await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, value=value)
-        _succeeded(result, value)
+        _succeeded(result, value, sender)
 
     return registry.Handler(
         name=name,
@@ -106,12 +102,15 @@ async def _db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def _started(
-    task: Task, ctx: JobContext, call: TaskCall, earlier: results.Earlier, holder: str | None
+    task: Task,
+    ctx: JobContext,
+    call: TaskCall,
+    earlier: results.Earlier,
+    holder: str | None,
+    sender: type[Any],
 ) -> TaskResult:
     """The attempt's TaskResult, for its signals and its context: the worker
     ids are the earlier attempts' and, when read, this one's."""
-    from later_django.tasks.backend import LaterBackend
-
     now = timezone.now()
     workers = [*earlier.worker_ids, holder or results.UNKNOWN_WORKER]
     result = TaskResult(
@@ -128,7 +127,7 @@ def _started(
         errors=[compat.TaskError(**error) for error in earlier.errors],
         worker_ids=workers,
     )
-    compat.task_started.send(sender=LaterBackend, task_result=result)
+    compat.task_started.send(sender=sender, task_result=result)
     return result
 
 
@@ -136,19 +135,15 @@ def _arguments(task: Task, result: TaskResult, call: TaskCall) -> list[Any]:
     return [TaskContext(task_result=result), *call.args] if task.takes_context else call.args
 
 
-def _failed(result: TaskResult, error: compat.TaskError) -> None:
-    from later_django.tasks.backend import LaterBackend
-
+def _failed(result: TaskResult, error: compat.TaskError, sender: type[Any]) -> None:
     result.errors.append(error)
     compat.set_field(result, "status", TaskResultStatus.FAILED)
     compat.set_field(result, "finished_at", timezone.now())
-    compat.task_finished.send(sender=LaterBackend, task_result=result)
+    compat.task_finished.send(sender=sender, task_result=result)
 
 
-def _succeeded(result: TaskResult, value: Any) -> None:
-    from later_django.tasks.backend import LaterBackend
-
+def _succeeded(result: TaskResult, value: Any, sender: type[Any]) -> None:
     compat.set_field(result, "_return_value", value)
     compat.set_field(result, "status", TaskResultStatus.SUCCESSFUL)
     compat.set_field(result, "finished_at", timezone.now())
-    compat.task_finished.send(sender=LaterBackend, task_result=result)
+    compat.task_finished.send(sender=sender, task_result=result)
