@@ -8,7 +8,7 @@ from typing import Final
 
 from later_django.states import PARENT_FAILED
 
-# What a claim returns, in ClaimedJob's order (db/rows.py claimed_jobs).
+# What a claim returns, in ClaimedJob's order (db/rows/jobs.py claimed_jobs).
 CLAIM_RETURNING: Final = (
     "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted"
 )
