@@ -197,7 +197,7 @@ class _Drain:
         return JobRun(
             job_id=JobId(job.id),
             type_name=job.type_name,
-            attempt=job.attempts,
+            attempt=job.attempt,
             outcome=outcome.kind,
             error=outcome.error,
         )
@@ -210,7 +210,7 @@ class _Drain:
             payload = codec.decode(job.payload, handler.payload_type)
         except codec.PayloadDecodeError as exc:
             return outcome_of_bad_payload(job, exc)
-        ctx = JobContext(job_id=JobId(job.id), attempt=job.attempts, app=self._context())
+        ctx = JobContext(job_id=JobId(job.id), attempt=job.attempt, app=self._context())
         try:
             self._call(handler, ctx, payload)
         except KeyboardInterrupt:
@@ -258,7 +258,7 @@ def _log(job: ClaimedJob, outcome: Outcome) -> None:
             "job %s (%s) failed on attempt %d: %s",
             job.id,
             job.type_name,
-            job.attempts,
+            job.attempt,
             first_line,
             extra=extra,
         )
@@ -267,7 +267,7 @@ def _log(job: ClaimedJob, outcome: Outcome) -> None:
             "job %s (%s) attempt %d failed, retrying: %s",
             job.id,
             job.type_name,
-            job.attempts,
+            job.attempt,
             first_line,
             extra=extra,
         )
