@@ -206,8 +206,10 @@ class JobOperations(Statements):
         return None if row is None else str(row[0])
 
     def job_unclaim(self, cursor: CursorWrapper, fence: OwnerFence) -> bool:
-        """Give back a claim that never started, as if it had not happened
-        (attempts back by one); return whether the fence held."""
+        """Give back a claim whose handler never ran or was stopped by its
+        own worker: ready again, the claim not counted as an attempt
+        (``uncounted`` goes up; ``attempts``, the fence, keeps it); return
+        whether the fence held."""
         cursor.execute(
             self._sql(jobs_sql.JOB_UNCLAIM_SQL), [fence.job_id, fence.attempts, fence.owner]
         )
