@@ -107,10 +107,8 @@ class Claimer:
 
     async def release_spares(self) -> None:
         """Give back jobs claimed for workers that stopped before taking them."""
-        while self._spares:
-            job = self._spares.popleft()
-            await self._give_back(job)
-            self.leases.release((job.id, job.attempts))
+        spares, self._spares = list(self._spares), deque()
+        await self.give_back(spares)
         if self._giving_back:
             await asyncio.wait(self._giving_back)
 
@@ -125,14 +123,14 @@ class Claimer:
 
     async def _give_back(self, job: ClaimedJob) -> bool:
         try:
-            return bool(
-                await self.store.run(
-                    self.pool, functools.partial(self._unclaim, job.id, job.attempts)
-                )
-            )
+            return await self._unclaim_now(job.id, job.attempts)
         except Exception as exc:  # noqa: BLE001  its lease recovers it instead
             logger.warning("could not give back job %s: %s", job.id, exc)
             return False
+
+    async def _unclaim_now(self, job_id: str, attempts: int) -> bool:
+        unclaim = functools.partial(self._unclaim, job_id, attempts)
+        return bool(await self.store.run(self.pool, unclaim))
 
     async def _give_back_abandoned(self, sent: float) -> None:
         """Give back the jobs a claim sent at ``sent`` took, if it committed.
@@ -143,19 +141,15 @@ class Claimer:
         every later one is held once answered. Raises when the database
         cannot tell; the next claim tries again."""
         within_ms = int((time.monotonic() - sent) * 1000) + 1
-
-        def give_back(dialect: Any, cursor: Any) -> list[str]:
-            claims = dialect.job_claimed_since(
-                cursor, namespace=self.namespace, owner=self.owner, within_ms=within_ms
-            )
-            unheld = [claim for claim in claims if self.leases.until(claim) is None]
-            return [
-                job_id
-                for job_id, attempts in unheld
-                if self._unclaim(job_id, attempts, dialect, cursor)
-            ]
-
-        given = await self.store.run(self.pool, give_back)
+        claims = await self.store.run(
+            self.pool,
+            lambda d, c: d.job_claimed_since(
+                c, namespace=self.namespace, owner=self.owner, within_ms=within_ms
+            ),
+        )
+        # Read here, on the loop: no claim of this server runs meanwhile.
+        unheld = [claim for claim in claims if self.leases.until(claim) is None]
+        given = [job_id for job_id, attempts in unheld if await self._unclaim_now(job_id, attempts)]
         if given:
             self.wake.wake(len(given))
             logger.warning(
@@ -177,9 +171,9 @@ class Claimer:
         """Abandon a shared claim that never returned; the next one starts
         afresh, after giving back what the abandoned one may have taken."""
         started = self._claims.flush_started
-        if started is not None:
-            earliest = self._abandoned_at or started
-            self._abandoned_at = min(earliest, started)
+        if started is not None and self._abandoned_at is None:
+            # An earlier abandoned claim not settled yet was sent before.
+            self._abandoned_at = started
         self._claims.reset()
 
     async def close(self) -> None:
