@@ -399,7 +399,9 @@ def stored_topic_conflicts(alias: str, topics: dict[str, Any]) -> list[tuple[str
     """(name, configured, stored) for every topic whose count changed."""
     try:
         with connections[alias].cursor() as cursor:
-            stored = dialect_for(alias).topic_partitions(cursor, namespace=conf.namespace)
+            stored = dialect_for(alias).partitions.topic_partitions(
+                cursor, namespace=conf.namespace
+            )
     except DatabaseError:
         return []  # not migrated yet: later_migrate registers the topics
     return [

@@ -141,7 +141,7 @@ def _insert(job: NewJob) -> JobId:
 
 def _record_trace(alias: str, job_ids: Sequence[str], context: str) -> None:
     with connections[alias].cursor() as cursor:
-        dialect_for(alias).job_set_trace(cursor, job_ids, context)
+        dialect_for(alias).jobs.job_set_trace(cursor, job_ids, context)
 
 
 def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> list[JobId]:
@@ -174,7 +174,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     context = tracing.current_context() if tracing.enabled() else None
     try:
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
-            dialect_for(alias).job_insert_many(db, jobs)
+            dialect_for(alias).jobs.job_insert_many(db, jobs)
             if context:
                 _record_trace(alias, ids, context)
     except DatabaseError as exc:
@@ -205,7 +205,7 @@ def tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
 def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
     try:
-        stage = dialect_for(alias).job_insert_one(connections[alias], job)
+        stage = dialect_for(alias).jobs.job_insert_one(connections[alias], job)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -222,7 +222,7 @@ def _insert_continuation(job: NewJob) -> JobId:
     retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with connections[alias].cursor() as cursor:
-            stage = dialect.job_insert_continuation(cursor, job, retention)
+            stage = dialect.jobs.job_insert_continuation(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -257,7 +257,7 @@ def settle_on_commit(alias: str, job_id: str, *, wake: Callable[[], None]) -> No
 def _settle_child(alias: str, job_id: str, wake: Callable[[], None]) -> None:
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            settled = dialect_for(alias).job_settle_child(
+            settled = dialect_for(alias).jobs.job_settle_child(
                 cursor, job_id=job_id, retention_ms=conf.millis("DASHBOARD_RETENTION")
             )
     except DatabaseError as exc:
@@ -287,7 +287,7 @@ def cancel(job_id: str) -> bool:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            return dialect_for(alias).job_cancel(
+            return dialect_for(alias).jobs.job_cancel(
                 cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
             )
     except DatabaseError as exc:

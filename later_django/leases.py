@@ -49,7 +49,7 @@ class Leader:
         request = LeaseRequest(
             namespace=self.namespace, name=name, owner=self.owner, ttl_ms=self.ttl_ms
         )
-        epoch = dialect.lease_acquire(cursor, request)
+        epoch = dialect.cluster.lease_acquire(cursor, request)
         with self._lock:
             if epoch is None:
                 self._leads.pop(name, None)
@@ -77,5 +77,5 @@ class Leader:
             held = HeldLease(
                 namespace=self.namespace, name=lead.name, owner=self.owner, epoch=lead.epoch
             )
-            released += dialect.lease_release(cursor, held)
+            released += dialect.cluster.lease_release(cursor, held)
         return released

@@ -74,7 +74,7 @@ def stage_counts() -> dict[str, int]:
     alias = conf.database
     try:
         with connections[alias].cursor() as cursor:
-            return dialect_for(alias).stage_counts(cursor, namespace=conf.namespace)
+            return dialect_for(alias).reads.stage_counts(cursor, namespace=conf.namespace)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

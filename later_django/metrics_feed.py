@@ -46,7 +46,7 @@ class MetricsFeed:
         namespace = self.server.namespace
         while True:
             counts = await self._read(
-                "later_queue_jobs", lambda d, c: d.stage_counts(c, namespace=namespace)
+                "later_queue_jobs", lambda d, c: d.reads.stage_counts(c, namespace=namespace)
             )
             if counts is not None:
                 self.metrics.queue.set(counts)
@@ -59,7 +59,8 @@ class MetricsFeed:
                     self.metrics.lag.set(lag)
             if self.server.topics:
                 stats = await self._read(
-                    "the partition gauges", lambda d, c: d.partition_stats(c, namespace=namespace)
+                    "the partition gauges",
+                    lambda d, c: d.partitions.partition_stats(c, namespace=namespace),
                 )
                 if stats is not None:
                     self.metrics.partitions.set(stats)

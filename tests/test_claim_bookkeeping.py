@@ -15,7 +15,7 @@ import pytest
 from django.db import connections
 
 import later_django as later
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 from later_django.worker.claimer import Claimer
 from later_django.worker.lease_book import LeaseBook
 from later_django.worker.notifier import Wakeup
@@ -50,7 +50,7 @@ def test_lease_book_renewal_keeps_a_claim_that_finished_meanwhile(later_db: Late
     [job] = claim(later_db, owner=OWNER)
     given_up: list[Any] = []
     with ThreadPoolExecutor(1) as pool:
-        store = Store(later_db.alias)
+        store = ThreadedStore(later_db.alias)
         book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000)
         book.on_given_up = lambda claim, why: given_up.append((claim, why))
         real_run = store.run
@@ -78,7 +78,7 @@ def test_lease_book_renewal_keeps_a_claim_that_finished_meanwhile(later_db: Late
 def _hang_after_first_claim(server: Any) -> None:
     """The first shared claim commits, then its answer never comes back (a
     connection that hangs after the database did the work)."""
-    real_claim = server.claimer.path.claim
+    real_claim = server.claimer.sessions.claim
     calls = []
 
     async def claim(**kwargs: Any) -> Any:
@@ -88,7 +88,7 @@ def _hang_after_first_claim(server: Any) -> None:
             await asyncio.Event().wait()
         return claimed
 
-    server.claimer.path.claim = claim
+    server.claimer.sessions.claim = claim
 
 
 def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt(
@@ -119,7 +119,7 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
 
 def _hang_after_first_completion(server: Any) -> None:
     """The first shared completion commits, then its answer never comes back."""
-    real_complete = server.completer.path.complete_many
+    real_complete = server.completer.sessions.complete_many
     calls = []
 
     async def complete_many(**kwargs: Any) -> Any:
@@ -129,7 +129,7 @@ def _hang_after_first_completion(server: Any) -> None:
             await asyncio.Event().wait()
         return done
 
-    server.completer.path.complete_many = complete_many
+    server.completer.sessions.complete_many = complete_many
 
 
 def test_a_completion_abandoned_after_it_committed_counts_as_stored(
@@ -167,7 +167,7 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
     running with no holder until the stuck-job recovery."""
     job_id = later.enqueue(Noop())
     with ThreadPoolExecutor(2) as pool:
-        store = Store(later_db.alias)
+        store = ThreadedStore(later_db.alias)
 
         async def main() -> tuple[Any, LeaseBook]:
             book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000)
@@ -180,7 +180,7 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
                 leases=book,
                 wake=Wakeup(),
             )
-            [spare] = await claimer.path.claim(
+            [spare] = await claimer.sessions.claim(
                 namespace="default", owner=OWNER, limit=1, lease_ms=30_000
             )
             # Held since long enough ago that its lease is no longer confirmed.

@@ -13,11 +13,10 @@ from django.test import override_settings
 
 import later_django as later
 from later_django.db import dialect_for
-from later_django.db.rows import ExpiredFence, FailureWrite, OwnerFence, RetryWrite
+from later_django.db.rows import ClaimRequest, ExpiredFence, FailureWrite, OwnerFence, RetryWrite
 from later_django.ids import new_job_id
 from later_django.models import Job
 from later_django.states import Stage
-from tests import hot_path
 from tests.jobapp.jobs import AsyncNoop, Noop, Order
 
 NAMESPACES = ("default", "other")
@@ -114,13 +113,14 @@ class Mix:
 
     def op_claim(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            hot_path.job_claim(
-                self.dialect,
+            self.dialect.jobs.job_claim(
                 c,
-                namespace=self.namespace,
-                owner=f"w{self.rng.randrange(4)}",
-                limit=self.rng.randint(1, 6),
-                lease_ms=self.rng.choice([0, 30_000]),
+                ClaimRequest(
+                    namespace=self.namespace,
+                    owner=f"w{self.rng.randrange(4)}",
+                    limit=self.rng.randint(1, 6),
+                    lease_ms=self.rng.choice([0, 30_000]),
+                ),
             )
 
     def op_complete(self) -> None:
@@ -128,12 +128,8 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done = hot_path.job_complete_many(
-                    self.dialect,
-                    c,
-                    owner=owner,
-                    jobs=[(job_id, attempts)],
-                    retention_ms=self.retention(),
+                done = self.dialect.jobs.job_complete_many(
+                    c, owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
                 ).done_ids
                 assert done == [job_id]
 
@@ -142,7 +138,7 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert self.dialect.job_fail(
+                assert self.dialect.jobs.job_fail(
                     c,
                     OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
                     FailureWrite(error="boom", retention_ms=self.retention()),
@@ -153,7 +149,7 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert self.dialect.job_retry(
+                assert self.dialect.jobs.job_retry(
                     c,
                     OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
                     RetryWrite(
@@ -170,8 +166,8 @@ class Mix:
             job_id, attempts, owner = self.rng.choice(running)
             stale = self.rng.choice([("intruder", attempts), (owner, attempts - 1)])
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done = hot_path.job_complete_many(
-                    self.dialect, c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
+                done = self.dialect.jobs.job_complete_many(
+                    c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
                 ).done_ids
                 assert done == []
 
@@ -182,13 +178,13 @@ class Mix:
             job_id, attempts, _ = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 if self.rng.random() < 0.5:
-                    self.dialect.job_fail(
+                    self.dialect.jobs.job_fail(
                         c,
                         ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
                         FailureWrite(error="stuck", retention_ms=self.retention()),
                     )
                 else:
-                    self.dialect.job_retry(
+                    self.dialect.jobs.job_retry(
                         c,
                         ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
                         RetryWrite(delay_ms=0, error="stuck", retry_policy=None),
@@ -207,16 +203,18 @@ class Mix:
 
     def op_promote(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_promote_due(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
+            self.dialect.jobs.job_promote_due(
+                c, namespace=self.namespace, limit=self.rng.randint(1, 20)
+            )
 
     def op_prune(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.job_prune(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
+            self.dialect.jobs.job_prune(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
 
     def op_orphans(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            for orphan in self.dialect.job_orphans(c, namespace=self.namespace, limit=10):
-                self.dialect.job_resolve_orphan(c, orphan, retention_ms=self.retention())
+            for orphan in self.dialect.jobs.job_orphans(c, namespace=self.namespace, limit=10):
+                self.dialect.jobs.job_resolve_orphan(c, orphan, retention_ms=self.retention())
 
     def op_delete(self) -> None:
         ids = self.ids()
@@ -261,7 +259,7 @@ class Mix:
                 "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
             )
             rows_before = int(c.fetchone()[0])
-            folded = self.dialect.counter_compact(c, namespace=self.namespace)
+            folded = self.dialect.jobs.counter_compact(c, namespace=self.namespace)
             c.execute(
                 "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
             )

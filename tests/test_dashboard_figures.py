@@ -31,7 +31,8 @@ from later_django.dashboard.waits import (
     merged,
     upper_ms,
 )
-from later_django.db import dialect_for, hot_path
+from later_django.db import dialect_for
+from later_django.db.rows import ClaimRequest
 from later_django.leases import Leader
 from later_django.maintenance.steps import (
     SAMPLES_KEPT_MS,
@@ -284,8 +285,8 @@ def test_one_sample_a_minute_with_the_counters_values(later_db: LaterDb, setting
     later.enqueue_to_partition_delayed(Ordered("k", 1), HOUR)
     running = later.enqueue(Noop(n=30), priority=9)
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = hot_path.job_claim(
-            dialect_for(later_db.alias), c, namespace="default", owner="o", limit=1, lease_ms=60_000
+        claimed = dialect_for(later_db.alias).jobs.job_claim(
+            c, ClaimRequest(namespace="default", owner="o", limit=1, lease_ms=60_000)
         )
     assert [j.id for j in claimed] == [running]
     later.cancel(later.enqueue(Noop(n=40)))  # finished: in no column

@@ -28,8 +28,8 @@ from django.test import Client
 
 import later_django as later
 from later_django.dashboard import reads
-from later_django.db import dialect_for, hot_path
-from later_django.db.rows import JobPage, JobQuery
+from later_django.db import dialect_for
+from later_django.db.rows import ClaimRequest, JobPage, JobQuery
 from later_django.partitions.hashing import partition_for_key
 from later_django.testing import drain
 from tests.helpers import LaterDb, history_stages, set_later
@@ -111,8 +111,9 @@ def _claim(later_db: LaterDb, limit: int) -> list[str]:
         transaction.atomic(using=later_db.alias),
         connections[later_db.alias].cursor() as cursor,
     ):
-        claimed = hot_path.job_claim(
-            dialect, cursor, namespace="default", owner="test-owner", limit=limit, lease_ms=60_000
+        claimed = dialect.jobs.job_claim(
+            cursor,
+            ClaimRequest(namespace="default", owner="test-owner", limit=limit, lease_ms=60_000),
         )
     return [job.id for job in claimed]
 

@@ -31,7 +31,12 @@ import later_django
 from later_django import objects
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
+from later_django.db.cluster import Cluster
+from later_django.db.jobs import JobEngine
+from later_django.db.partitions import PartitionStore
 from later_django.db.postgresql import PostgresDialect, connect_kwargs
+from later_django.db.reads import ReadModels
+from later_django.db.retained_log import LogStore
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
@@ -70,7 +75,7 @@ from later_django.db.rows import (
     StuckJob,
     TaskAttemptEnd,
 )
-from later_django.db.schedules import DUE_BATCH
+from later_django.db.schedules import DUE_BATCH, ScheduleStore
 from later_django.db.sqlite import SqliteDialect
 from later_django.ids import new_job_id
 from later_django.states import PARENT_FAILED, Stage
@@ -80,132 +85,174 @@ from later_django.types import Claim, ClaimedJob, NewJob, PartitionLane
 # it runs in the first tox env only (tox.ini), which keeps CI within its time.
 pytestmark = pytest.mark.one_env
 
-# The operations of the contract. Production code calls each of them, and a
-# test below calls each of them.
-COVERED = frozenset(
-    {
-        # the database
-        "installed_objects",
-        "database_exists",
-        "missing_tables",
-        "missing_table_error",
-        "journal_wal",
-        "vacuum",
-        "change_counter",
-        "clock_now",
-        # enqueue
-        "job_insert_one",
-        "job_insert_many",
-        "job_insert_continuation",
-        "job_settle_child",
-        "job_cancel",
-        # the worker's hot path: one pair per dialect (supports_async_connection)
-        "job_claim",
-        "job_complete_many",
-        "ajob_claim",
-        "ajob_complete_many",
-        # the worker's other writes, under the fence of a claim
-        "job_renew",
-        "job_unclaim",
-        "job_claimed_since",
-        "job_stage_after",
-        "job_retry",
-        "job_fail",
-        # maintenance
-        "job_promote_due",
-        "job_stuck",
-        "job_orphans",
-        "job_resolve_orphan",
-        "job_prune",
-        "job_next_due_in",
-        # tracing
-        "job_set_trace",
-        "job_trace_context",
-        # wake-ups and counters
-        "job_ready_exists",
-        "stage_counts",
-        "counter_compact",
-        # servers, topics, leases
-        "server_heartbeat",
-        "server_remove",
-        "server_prune",
-        "maintenance_claim",
-        "topic_partitions",
-        "topic_register",
-        "lease_acquire",
-        "lease_release",
-        # recurring schedules and the occurrences they enqueue
-        "schedule_save",
-        "schedule_remove",
-        "schedule_list",
-        "schedule_due",
-        "schedule_advance",
-        "job_insert_occurrence",
-        "job_cancel_occurrences",
-        # the Django Tasks backend's results
-        "task_result_save",
-        # sequential partition mode
-        "plain_ready",
-        "partition_next_sequence",
-        "job_insert_partitioned",
-        "partition_heads",
-        "partition_claim",
-        "partition_fence",
-        "partition_complete",
-        "partition_renew",
-        "partition_release",
-        "topic_servers",
-        "partition_force_fail_head",
-        "job_place",
-        "partition_truncate_history",
-        "partition_stats",
-        # the retained log
-        "log_topic_register",
-        "log_topic_get",
-        "log_topic_retained",
-        "log_partition_advance",
-        "log_record_insert",
-        "log_record_read",
-        "log_record_prune",
-        "log_consumer_acquire",
-        "log_consumer_renew",
-        "log_consumer_commit",
-        "log_consumer_release",
-        "log_consumer_state",
-        "log_lag",
-        # the dashboard
-        "stat_insert",
-        "stats_since",
-        "sample_take",
-        "samples_since",
-        "dashboard_prune",
-        "lane_counts",
-        "live_servers",
-        "running_jobs",
-        "log_consumers",
-        "database_size",
-        "job_detail",
-        "job_children",
-        "job_page",
-        "job_retry_failed",
-        "job_run_now",
+# The operations of the contract, per store of a dialect ("dialect": its
+# own). Production code calls each of them, and a test below calls each.
+COVERED: dict[str, frozenset[str]] = {
+    "dialect": frozenset(
+        {
+            "installed_objects",
+            "database_exists",
+            "missing_tables",
+            "missing_table_error",
+            "journal_wal",
+            "vacuum",
+            "change_counter",
+            "clock_now",
+            "database_size",
+        }
+    ),
+    "jobs": frozenset(
+        {
+            # enqueue
+            "job_insert_one",
+            "job_insert_many",
+            "job_insert_continuation",
+            "job_settle_child",
+            "job_cancel",
+            # the worker's hot path (the asyncio pair: supports_async_connection)
+            "job_claim",
+            "job_complete_many",
+            "ajob_claim",
+            "ajob_complete_many",
+            # the worker's other writes, under the fence of a claim
+            "job_renew",
+            "job_unclaim",
+            "job_claimed_since",
+            "job_stage_after",
+            "job_retry",
+            "job_fail",
+            "job_fail_descendants",
+            # maintenance
+            "job_promote_due",
+            "job_stuck",
+            "job_orphans",
+            "job_resolve_orphan",
+            "job_prune",
+            "job_next_due_in",
+            "counter_compact",
+            # tracing
+            "job_set_trace",
+            "job_trace_context",
+            # wake-ups
+            "job_ready_exists",
+            # an operator's actions
+            "job_retry_failed",
+            "job_run_now",
+            # the Django Tasks backend's results
+            "task_result_save",
+        }
+    ),
+    "cluster": frozenset(
+        {
+            "server_heartbeat",
+            "server_remove",
+            "server_prune",
+            "maintenance_claim",
+            "lease_acquire",
+            "lease_release",
+        }
+    ),
+    "schedules": frozenset(
+        {
+            "schedule_save",
+            "schedule_remove",
+            "schedule_list",
+            "schedule_due",
+            "schedule_advance",
+            "job_insert_occurrence",
+            "job_cancel_occurrences",
+        }
+    ),
+    "partitions": frozenset(
+        {
+            "topic_partitions",
+            "topic_register",
+            "partition_next_sequence",
+            "job_insert_partitioned",
+            "partition_heads",
+            "partition_claim",
+            "partition_fence",
+            "partition_complete",
+            "partition_renew",
+            "partition_release",
+            "topic_servers",
+            "partition_force_fail_head",
+            "job_place",
+            "partition_truncate_history",
+            "partition_stats",
+        }
+    ),
+    "log": frozenset(
+        {
+            "log_topic_register",
+            "log_topic_get",
+            "log_topic_retained",
+            "log_partition_advance",
+            "log_record_insert",
+            "log_record_read",
+            "log_record_prune",
+            "log_consumer_acquire",
+            "log_consumer_renew",
+            "log_consumer_commit",
+            "log_consumer_release",
+            "log_consumer_state",
+            "log_lag",
+        }
+    ),
+    "reads": frozenset(
+        {
+            "stage_counts",
+            "plain_ready",
+            "stat_insert",
+            "stats_since",
+            "sample_take",
+            "samples_since",
+            "dashboard_prune",
+            "lane_counts",
+            "live_servers",
+            "running_jobs",
+            "log_consumers",
+            "job_detail",
+            "job_children",
+            "job_page",
+        }
+    ),
+}
+DIALECTS = (SqliteDialect(), PostgresDialect())
+# The classes that make up a store, on every vendor.
+STORE_BASES: dict[str, type] = {
+    "dialect": Dialect,
+    "jobs": JobEngine,
+    "cluster": Cluster,
+    "schedules": ScheduleStore,
+    "partitions": PartitionStore,
+    "log": LogStore,
+    "reads": ReadModels,
+}
+# What only a vendor can answer: every vendor implements these.
+VENDOR_OPERATIONS = {
+    "dialect": frozenset(
+        {
+            "installed_objects",
+            "database_exists",
+            "missing_tables",
+            "missing_table_error",
+            "journal_wal",
+            "database_size",
+        }
+    ),
+    "jobs": frozenset(
+        {"job_insert_one", "job_insert_many", "job_claim", "job_complete_many", "counter_compact"}
+    ),
+}
+
+
+def store_classes(store: str) -> set[type]:
+    """The store's base class and every vendor's class of it."""
+    return {STORE_BASES[store]} | {
+        type(d if store == "dialect" else getattr(d, store)) for d in DIALECTS
     }
-)
-DIALECTS = (SqliteDialect, PostgresDialect)
-# What only a vendor can answer: every dialect implements these.
-VENDOR_OPERATIONS = frozenset(
-    {
-        "installed_objects",
-        "database_exists",
-        "missing_tables",
-        "missing_table_error",
-        "journal_wal",
-        "job_insert_one",
-        "job_insert_many",
-        "counter_compact",
-        "database_size",
-    }
-)
+
 
 NS = "default"
 OWNER = "server-a"
@@ -227,43 +274,65 @@ def _public_operations(cls: type) -> set[str]:
 
 
 def test_conformance_covers_every_public_operation():
-    """Every public method of Dialect and of each vendor is in COVERED, and
-    this suite calls each of them."""
-    public = _public_operations(Dialect).union(*map(_public_operations, DIALECTS))
-    assert public == COVERED
+    """Every public method of each store, on every vendor, is in COVERED
+    under that store, and this suite calls each of them through it."""
     source = Path(__file__).read_text()
-    assert [name for name in sorted(COVERED) if f".{name}(" not in source] == []
+    for store, names in COVERED.items():
+        public = set().union(*map(_public_operations, store_classes(store)))
+        assert public == names, store
+        via = "." if store == "dialect" else f".{store}."
+        assert [name for name in sorted(names) if f"{via}{name}(" not in source] == [], store
 
 
 def test_conformance_every_operation_has_a_production_caller():
     """No operation is kept for tests alone: code under later_django calls
-    each one (a dialect calling its own operation does not count)."""
+    each one through its store (a store calling its own operation does not
+    count; one store given another counts)."""
     code = "\n".join(
         path.read_text() for path in PACKAGE.rglob("*.py") if "migrations" not in path.parts
     )
-    uncalled = [name for name in sorted(COVERED) if not re.search(rf"(?<!self)\.{name}\(", code)]
-    assert uncalled == []
+    for store, names in COVERED.items():
+        via = r"(?<!self)\." if store == "dialect" else rf"\._?{store}\."
+        uncalled = [name for name in sorted(names) if not re.search(rf"{via}{name}\(", code)]
+        assert uncalled == [], store
 
 
-def test_dialect_vendor_operations_are_abstract():
-    """Dialect cannot be used as it is; what only a vendor can answer is abstract."""
-    assert Dialect.__abstractmethods__ == VENDOR_OPERATIONS
+def test_store_vendor_operations_are_abstract():
+    """A store's base cannot be used as it is where only a vendor can
+    answer; every other store is one class for both vendors."""
+    for store, base in STORE_BASES.items():
+        abstract = getattr(base, "__abstractmethods__", frozenset())
+        assert abstract == VENDOR_OPERATIONS.get(store, frozenset()), store
     with pytest.raises(TypeError):
         Dialect()  # type: ignore[abstract]
+
+
+def test_stores_reach_each_other_only_through_what_they_are_given():
+    """No store reaches past its interface: no "type: ignore" between
+    stores, and no vendor check outside the vendors' own modules."""
+    db = PACKAGE / "db"
+    for path in db.rglob("*.py"):
+        text = path.read_text()
+        assert "ignore[attr-defined]" not in text, path
+        if path.name not in {"postgresql.py", "sqlite.py", "__init__.py"}:
+            assert not re.search(r"isinstance\([^)]*(Postgres|Sqlite)", text), path
+            assert ".vendor ==" not in text, path
 
 
 def test_dialect_capability_flags_match_their_operations():
     """A vendor implements a gated operation exactly when it declares its
     flag: a dialect that breaks this cannot even be defined."""
-    for cls in DIALECTS:
-        overridden = {name for name in COVERED if getattr(cls, name) is not getattr(Dialect, name)}
-        assert ("change_counter" in overridden) == cls.supports_change_counter
-        assert ("vacuum" in overridden) == cls.needs_vacuum
-        async_pair = {"ajob_claim", "ajob_complete_many"}
-        inline_pair = {"job_claim", "job_complete_many"}
-        assert (async_pair <= overridden) == cls.supports_async_connection
-        assert (inline_pair <= overridden) != cls.supports_async_connection
-        assert not (async_pair | inline_pair) <= overridden
+    for dialect in DIALECTS:
+        cls, jobs = type(dialect), type(dialect.jobs)
+        assert (cls.change_counter is not Dialect.change_counter) == cls.supports_change_counter
+        assert (cls.vacuum is not Dialect.vacuum) == cls.needs_vacuum
+        async_pair = {
+            name
+            for name in ("ajob_claim", "ajob_complete_many")
+            if getattr(jobs, name) is not getattr(JobEngine, name)
+        }
+        assert (async_pair == {"ajob_claim", "ajob_complete_many"}) == cls.supports_async_connection
+        assert async_pair in (set(), {"ajob_claim", "ajob_complete_many"})
 
     with pytest.raises(TypeError, match="change_counter"):
 
@@ -279,8 +348,8 @@ def test_dialect_capability_flags_match_their_operations():
 def test_dialect_operations_take_grouped_arguments_and_return_no_bare_tuples():
     """Past three values an operation takes a params object (db.rows), and
     it never answers with a bare tuple."""
-    for name in sorted(COVERED):
-        for cls in (Dialect, *DIALECTS):
+    for store, names in COVERED.items():
+        for name, cls in ((n, c) for n in sorted(names) for c in store_classes(store)):
             signature = inspect.signature(getattr(cls, name))
             params = list(signature.parameters)[2:]  # self, then the cursor or connection
             assert len(params) <= 3, (cls.__name__, name, params)
@@ -308,7 +377,7 @@ def cursor_of(later_db, *, atomic: bool = False) -> Iterator[Any]:
 
 def db_now(later_db) -> int:
     """The database's clock, in epoch ms."""
-    return int(later_db.scalar(f"SELECT {dialect_for(later_db.alias).now_sql}"))
+    return int(later_db.scalar(f"SELECT {dialect_for(later_db.alias).vendor_sql.now}"))
 
 
 def new_job(**fields: Any) -> NewJob:
@@ -325,14 +394,14 @@ def new_job(**fields: Any) -> NewJob:
 
 def insert(later_db, **fields: Any) -> str:
     job = new_job(**fields)
-    dialect_for(later_db.alias).job_insert_one(connections[later_db.alias], job)
+    dialect_for(later_db.alias).jobs.job_insert_one(connections[later_db.alias], job)
     return job.id
 
 
 def insert_child(later_db, parent: str, retention_ms: int = DAY_MS) -> tuple[str, str | None]:
     job = new_job(parent_id=parent)
     with cursor_of(later_db) as c:
-        stage = dialect_for(later_db.alias).job_insert_continuation(c, job, retention_ms)
+        stage = dialect_for(later_db.alias).jobs.job_insert_continuation(c, job, retention_ms)
     return job.id, stage
 
 
@@ -387,7 +456,7 @@ def assert_counts(later_db) -> None:
         ):
             counted[str(stage)] = int(n)  # type: ignore[call-overload]
         with cursor_of(later_db) as c:
-            assert dialect.stage_counts(c, namespace=namespace) == counted
+            assert dialect.reads.stage_counts(c, namespace=namespace) == counted
 
 
 def age(later_db, column: str, job_id: str, by_ms: int) -> None:
@@ -421,11 +490,11 @@ def claim(
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[ClaimedJob]:
             async with conn.cursor() as cursor:
-                return await dialect.ajob_claim(cursor, request)
+                return await dialect.jobs.ajob_claim(cursor, request)
 
         return on_async_connection(later_db, op)  # type: ignore[no-any-return]
     with cursor_of(later_db) as c:
-        return dialect.job_claim(c, request)
+        return dialect.jobs.job_claim(c, request)
 
 
 def complete(
@@ -436,12 +505,12 @@ def complete(
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
             later_db,
-            lambda conn: dialect.ajob_complete_many(
+            lambda conn: dialect.jobs.ajob_complete_many(
                 conn, owner=owner, jobs=jobs, retention_ms=retention_ms
             ),
         )
     with cursor_of(later_db, atomic=True) as c:
-        return dialect.job_complete_many(c, owner=owner, jobs=jobs, retention_ms=retention_ms)
+        return dialect.jobs.job_complete_many(c, owner=owner, jobs=jobs, retention_ms=retention_ms)
 
 
 def claim_one(later_db, job_id: str, **kwargs: Any) -> ClaimedJob:
@@ -460,7 +529,7 @@ def commit_elsewhere(later_db) -> None:
     def write() -> None:
         try:
             with connections[later_db.alias].cursor() as c:
-                dialect_for(later_db.alias).topic_register(
+                dialect_for(later_db.alias).partitions.topic_register(
                     c, namespace=NS, name=new_job_id(), partitions=1
                 )
         finally:
@@ -485,7 +554,7 @@ def test_the_clock_is_one_value_for_a_whole_statement(later_db, dialect):
     rows = 200_000  # some tens of milliseconds of work on either database
     [(first, last)] = later_db.rows(
         "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < %s) "
-        f"SELECT MIN(t), MAX(t) FROM (SELECT {dialect.now_sql} AS t FROM n) s",
+        f"SELECT MIN(t), MAX(t) FROM (SELECT {dialect.vendor_sql.now} AS t FROM n) s",
         [rows],
     )
     assert first == last
@@ -568,7 +637,7 @@ def test_change_counter_moves_when_another_connection_commits(later_db, dialect)
                 dialect.change_counter(c)
             return
         before = dialect.change_counter(c)
-        dialect.topic_register(c, namespace=NS, name="own-write", partitions=1)
+        dialect.partitions.topic_register(c, namespace=NS, name="own-write", partitions=1)
         assert dialect.change_counter(c) == before
     commit_elsewhere(later_db)
     with cursor_of(later_db) as c:
@@ -585,7 +654,7 @@ def test_job_insert_one_decides_ready_or_delayed_by_the_database_clock(later_db,
     before = db_now(later_db)
     ready, delayed = new_job(priority=5, retry_policy='{"max": 2}'), new_job(delay_ms=HOUR_MS)
     past, future = new_job(run_at_ms=before - HOUR_MS), new_job(run_at_ms=before + DAY_MS)
-    assert [dialect.job_insert_one(db, job) for job in (ready, delayed, past, future)] == [
+    assert [dialect.jobs.job_insert_one(db, job) for job in (ready, delayed, past, future)] == [
         "enqueued",
         "delayed",
         "enqueued",
@@ -613,7 +682,7 @@ def test_job_insert_many_writes_every_job_ready_or_none(later_db, dialect):
     jobs = [new_job(payload=bytes([n % 256]) * (n % 7), priority=n % 3) for n in range(1200)]
     before = db_now(later_db)
     with transaction.atomic(using=later_db.alias):
-        dialect.job_insert_many(db, iter(jobs))
+        dialect.jobs.job_insert_many(db, iter(jobs))
     after = db_now(later_db)
     assert later_db.job_count() == len(jobs)
     stored = {
@@ -632,7 +701,7 @@ def test_job_insert_many_writes_every_job_ready_or_none(later_db, dialect):
         raise ValueError("payload 301 cannot be encoded")
 
     with pytest.raises(ValueError), transaction.atomic(using=later_db.alias):
-        dialect.job_insert_many(db, broken())
+        dialect.jobs.job_insert_many(db, broken())
     assert later_db.job_count() == len(jobs)
     assert_counts(later_db)
 
@@ -647,8 +716,10 @@ def test_job_insert_continuation_follows_its_parent(later_db, dialect):
     by_id = {job.id: job for job in first}
     assert complete(later_db, [(succeeded, 1)]).done_ids == [succeeded]
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_fail(c, owned(by_id[failed]), FailureWrite(error="x", retention_ms=1))
-        assert dialect.job_cancel(c, namespace=NS, job_id=cancelled, retention_ms=DAY_MS)
+        assert dialect.jobs.job_fail(
+            c, owned(by_id[failed]), FailureWrite(error="x", retention_ms=1)
+        )
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=cancelled, retention_ms=DAY_MS)
     assert running in by_id
 
     children = {
@@ -693,7 +764,7 @@ def test_job_settle_child_releases_or_fails_a_child_its_parent_missed(later_db, 
     settled = []
     for child in children:
         with cursor_of(later_db, atomic=True) as c:
-            settled.append(dialect.job_settle_child(c, job_id=child, retention_ms=DAY_MS))
+            settled.append(dialect.jobs.job_settle_child(c, job_id=child, retention_ms=DAY_MS))
     after = db_now(later_db)
     assert settled == ["released", "failed", "waiting"]
     assert stages(later_db, *children, grandchild) == ["enqueued", "failed", "waiting", "failed"]
@@ -701,7 +772,9 @@ def test_job_settle_child_releases_or_fails_a_child_its_parent_missed(later_db, 
     assert before <= released["run_at_ms"] == released["changed_ms"] <= after
     assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_settle_child(c, job_id=children[0], retention_ms=DAY_MS) == "waiting"
+        assert (
+            dialect.jobs.job_settle_child(c, job_id=children[0], retention_ms=DAY_MS) == "waiting"
+        )
     assert_counts(later_db)
 
 
@@ -718,7 +791,9 @@ def test_job_cancel_cancels_only_jobs_not_started(later_db, dialect):
 
     def cancel(job_id: str, namespace: str = NS) -> bool:
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.job_cancel(c, namespace=namespace, job_id=job_id, retention_ms=HOUR_MS)
+            return dialect.jobs.job_cancel(
+                c, namespace=namespace, job_id=job_id, retention_ms=HOUR_MS
+            )
 
     before = db_now(later_db)
     assert [cancel(ready), cancel(delayed)] == [True, True]
@@ -772,21 +847,28 @@ def test_claim_takes_the_best_ready_jobs_and_leases_them(later_db, dialect):
     assert_counts(later_db)
 
 
-def test_claim_pair_follows_supports_async_connection(later_db, dialect):
-    """The worker claims and completes through one pair of operations; the
-    other pair is not the dialect's."""
-    request = ClaimRequest(namespace=NS, owner=OWNER, limit=1, lease_ms=LEASE_MS)
-    with cursor_of(later_db) as c:
-        if dialect.supports_async_connection:
+def test_claim_pair_on_a_cursor_runs_everywhere_the_asyncio_pair_where_declared(later_db, dialect):
+    """The claim and the batch completion run on a Django cursor on every
+    vendor, in the caller's transaction (testing's drain()); their asyncio
+    twins only where the dialect declares supports_async_connection."""
+    job_id = insert(later_db)
+    request = ClaimRequest(namespace=NS, owner=OWNER, limit=5, lease_ms=LEASE_MS)
+    with cursor_of(later_db, atomic=True) as c:
+        (job,) = dialect.jobs.job_claim(c, request)
+        done = dialect.jobs.job_complete_many(
+            c, owner=OWNER, jobs=[(job.id, job.attempts)], retention_ms=DAY_MS
+        )
+    assert (job.id, done.done_ids) == (job_id, [job_id])
+    assert stages(later_db, job_id) == ["success"]
+    assert_counts(later_db)
+    if not dialect.supports_async_connection:
+        with cursor_of(later_db) as c:
             with pytest.raises(NotImplementedError):
-                dialect.job_claim(c, request)
+                asyncio.run(dialect.jobs.ajob_claim(c, request))
             with pytest.raises(NotImplementedError):
-                dialect.job_complete_many(c, owner=OWNER, jobs=[], retention_ms=1)
-        else:
-            with pytest.raises(NotImplementedError):
-                asyncio.run(dialect.ajob_claim(c, request))
-            with pytest.raises(NotImplementedError):
-                asyncio.run(dialect.ajob_complete_many(c, owner=OWNER, jobs=[], retention_ms=1))
+                asyncio.run(
+                    dialect.jobs.ajob_complete_many(c, owner=OWNER, jobs=[], retention_ms=1)
+                )
 
 
 def test_complete_many_is_fenced_by_owner_and_attempt_per_claim(later_db, dialect):
@@ -822,10 +904,10 @@ def test_job_renew_extends_only_the_claims_still_held(later_db, dialect):
     a, b = insert(later_db), insert(later_db)
     claim(later_db, limit=2, lease_ms=1_000)
     with cursor_of(later_db) as c:
-        assert dialect.job_renew(c, owner=OWNER, jobs=[], lease_ms=LEASE_MS) == []
-        assert dialect.job_renew(c, owner="server-b", jobs=[(a, 1)], lease_ms=LEASE_MS) == []
+        assert dialect.jobs.job_renew(c, owner=OWNER, jobs=[], lease_ms=LEASE_MS) == []
+        assert dialect.jobs.job_renew(c, owner="server-b", jobs=[(a, 1)], lease_ms=LEASE_MS) == []
         before = db_now(later_db)
-        renewed = dialect.job_renew(
+        renewed = dialect.jobs.job_renew(
             c, owner=OWNER, jobs=[(a, 1), (b, 1), (a, 2), (new_job_id(), 1)], lease_ms=LEASE_MS
         )
         after = db_now(later_db)
@@ -845,11 +927,13 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     job_id = insert(later_db)
     job = claim_one(later_db, job_id)
     with cursor_of(later_db) as c:
-        assert dialect.job_unclaim(c, owned(job, owner="server-b")) is False
-        assert dialect.job_unclaim(c, OwnerFence(job_id=job_id, attempts=2, owner=OWNER)) is False
+        assert dialect.jobs.job_unclaim(c, owned(job, owner="server-b")) is False
+        assert (
+            dialect.jobs.job_unclaim(c, OwnerFence(job_id=job_id, attempts=2, owner=OWNER)) is False
+        )
         assert stages(later_db, job_id) == ["running"]
-        assert dialect.job_unclaim(c, owned(job)) is True
-        assert dialect.job_unclaim(c, owned(job)) is False
+        assert dialect.jobs.job_unclaim(c, owned(job)) is True
+        assert dialect.jobs.job_unclaim(c, owned(job)) is False
     row = job_row(later_db, job_id)
     assert (row["stage"], row["attempts"], row["uncounted"]) == ("enqueued", 1, 1)
     assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
@@ -857,8 +941,8 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     assert (again.attempts, again.attempt) == (2, 1)
     with cursor_of(later_db) as c:
         stale = [(job_id, job.attempts)]
-        assert dialect.job_renew(c, owner=OWNER, jobs=stale, lease_ms=LEASE_MS) == []
-        assert dialect.job_unclaim(c, owned(job)) is False
+        assert dialect.jobs.job_renew(c, owner=OWNER, jobs=stale, lease_ms=LEASE_MS) == []
+        assert dialect.jobs.job_unclaim(c, owned(job)) is False
     assert stages(later_db, job_id) == ["running"]
     assert_counts(later_db)
 
@@ -875,12 +959,18 @@ def test_job_claimed_since_lists_an_owners_recent_running_plain_claims(later_db,
     insert_partitioned(later_db)
     claim_head(later_db, OWNER)  # a partition job: not the plain claim's
     with cursor_of(later_db) as c:
-        within = dialect.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=30_000)
+        within = dialect.jobs.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=30_000)
         assert within == [(recent, second.attempts)]
-        both = dialect.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=120_000)
+        both = dialect.jobs.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=120_000)
         assert sorted(both) == sorted([(old, first.attempts), (recent, second.attempts)])
-        assert dialect.job_claimed_since(c, namespace=NS, owner="server-b", within_ms=120_000) == []
-        assert dialect.job_claimed_since(c, namespace="other", owner=OWNER, within_ms=120_000) == []
+        assert (
+            dialect.jobs.job_claimed_since(c, namespace=NS, owner="server-b", within_ms=120_000)
+            == []
+        )
+        assert (
+            dialect.jobs.job_claimed_since(c, namespace="other", owner=OWNER, within_ms=120_000)
+            == []
+        )
 
 
 def test_job_stage_after_tells_where_a_claim_left_its_job(later_db, dialect):
@@ -889,19 +979,19 @@ def test_job_stage_after_tells_where_a_claim_left_its_job(later_db, dialect):
     job_id = insert(later_db)
     first = claim_one(later_db, job_id)
     with cursor_of(later_db) as c:
-        assert dialect.job_stage_after(c, (job_id, first.attempts)) is None  # running
+        assert dialect.jobs.job_stage_after(c, (job_id, first.attempts)) is None  # running
     with cursor_of(later_db, atomic=True) as c:
         retry = RetryWrite(delay_ms=0, error="x", retry_policy=None)
-        assert dialect.job_retry(c, owned(first), retry)
+        assert dialect.jobs.job_retry(c, owned(first), retry)
     with cursor_of(later_db) as c:
-        assert dialect.job_stage_after(c, (job_id, first.attempts)) == "requeued"
-        dialect.job_promote_due(c, namespace=NS, limit=10)
+        assert dialect.jobs.job_stage_after(c, (job_id, first.attempts)) == "requeued"
+        dialect.jobs.job_promote_due(c, namespace=NS, limit=10)
     second = claim_one(later_db, job_id)
     assert complete(later_db, [(job_id, second.attempts)]).done_ids == [job_id]
     with cursor_of(later_db) as c:
-        assert dialect.job_stage_after(c, (job_id, first.attempts)) is None  # taken again
-        assert dialect.job_stage_after(c, (job_id, second.attempts)) == "success"
-        assert dialect.job_stage_after(c, ("0" * 26, 1)) is None
+        assert dialect.jobs.job_stage_after(c, (job_id, first.attempts)) is None  # taken again
+        assert dialect.jobs.job_stage_after(c, (job_id, second.attempts)) == "success"
+        assert dialect.jobs.job_stage_after(c, ("0" * 26, 1)) is None
 
 
 def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):
@@ -913,7 +1003,7 @@ def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):
 
     def write(fence: OwnerFence | ExpiredFence, write: RetryWrite = retry) -> bool:
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.job_retry(c, fence, write)
+            return dialect.jobs.job_retry(c, fence, write)
 
     stale = OwnerFence(job_id=job_id, attempts=2, owner=OWNER)
     assert [write(owned(job, owner="server-b")), write(stale)] == [False, False]
@@ -934,7 +1024,7 @@ def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):
     # The rescuer: a lease renewed meanwhile is left alone.
     age(later_db, "run_at_ms", job_id, 2 * HOUR_MS)
     with cursor_of(later_db) as c:
-        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 1
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=10) == 1
     again = claim_one(later_db, job_id)
     assert again.attempts == 2
     rescue = ExpiredFence(job_id=job_id, attempts=2, expired_for_ms=10_000)
@@ -945,6 +1035,26 @@ def test_job_retry_requeues_under_the_owner_or_expiry_fence(later_db, dialect):
     assert write(rescue, keep) is True
     row = job_row(later_db, job_id)
     assert (row["stage"], row["retry_policy"]) == ("requeued", '{"new": 2}'), "policy kept"
+    assert_counts(later_db)
+
+
+def test_job_fail_descendants_fails_every_waiting_generation_and_nothing_else(later_db, dialect):
+    """The waiting continuations of a job, and theirs, fail as "parent
+    failed"; the job itself and another job's continuation do not change."""
+    parent = insert(later_db)
+    child, _ = insert_child(later_db, parent)
+    grandchild, _ = insert_child(later_db, child)
+    other = insert(later_db)
+    other_child, _ = insert_child(later_db, other)
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.jobs.job_fail_descendants(c, job_id=parent, retention_ms=DAY_MS)
+    assert stages(later_db, parent, child, grandchild, other_child) == [
+        "enqueued",
+        "failed",
+        "failed",
+        "waiting",
+    ]
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
     assert_counts(later_db)
 
 
@@ -959,7 +1069,7 @@ def test_job_fail_fails_the_claim_and_its_waiting_descendants(later_db, dialect)
 
     def write(fence: OwnerFence | ExpiredFence) -> bool:
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.job_fail(c, fence, failure)
+            return dialect.jobs.job_fail(c, fence, failure)
 
     assert write(owned(job, owner="server-b")) is False
     assert write(OwnerFence(job_id=job.id, attempts=2, owner=OWNER)) is False
@@ -991,14 +1101,14 @@ def test_job_promote_due_makes_due_jobs_ready(later_db, dialect):
     requeued = insert(later_db)
     job = claim_one(later_db, requeued)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_retry(c, owned(job), RetryWrite(delay_ms=HOUR_MS, error="x"))
+        assert dialect.jobs.job_retry(c, owned(job), RetryWrite(delay_ms=HOUR_MS, error="x"))
     for job_id in (*due, requeued):
         age(later_db, "run_at_ms", job_id, 2 * HOUR_MS)
     with cursor_of(later_db) as c:
-        assert dialect.job_promote_due(c, namespace="other", limit=10) == 0
-        assert dialect.job_promote_due(c, namespace=NS, limit=2) == 2
-        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 2
-        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 0
+        assert dialect.jobs.job_promote_due(c, namespace="other", limit=10) == 0
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=2) == 2
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=10) == 2
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=10) == 0
     assert stages(later_db, *due, requeued, later_one) == ["enqueued"] * 4 + ["delayed"]
     assert_counts(later_db)
 
@@ -1016,10 +1126,10 @@ def test_job_stuck_lists_running_jobs_whose_lease_expired_long_enough(later_db, 
     age(later_db, "lease_expires_ms", b, LEASE_MS + 40_000)
     age(later_db, "lease_expires_ms", c_, LEASE_MS - 5_000)
     with cursor_of(later_db) as c:
-        stuck = dialect.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=10)
-        assert dialect.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=1) == stuck[:1]
-        assert dialect.job_stuck(c, namespace=NS, expired_for_ms=60_000, limit=10) == []
-        assert dialect.job_stuck(c, namespace="other", expired_for_ms=0, limit=10) == []
+        stuck = dialect.jobs.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=10)
+        assert dialect.jobs.job_stuck(c, namespace=NS, expired_for_ms=10_000, limit=1) == stuck[:1]
+        assert dialect.jobs.job_stuck(c, namespace=NS, expired_for_ms=60_000, limit=10) == []
+        assert dialect.jobs.job_stuck(c, namespace="other", expired_for_ms=0, limit=10) == []
     assert stuck == [
         StuckJob(
             id=b, type_name="conformance.Job", attempts=2, retry_policy='{"max": 1}', attempt=1
@@ -1048,9 +1158,9 @@ def test_job_orphans_are_resolved_by_their_parents_end(later_db, dialect):
             [parents[2]],
         )
     with cursor_of(later_db) as c:
-        orphans = dialect.job_orphans(c, namespace=NS, limit=10)
-        assert dialect.job_orphans(c, namespace="other", limit=10) == []
-        assert len(dialect.job_orphans(c, namespace=NS, limit=1)) == 1
+        orphans = dialect.jobs.job_orphans(c, namespace=NS, limit=10)
+        assert dialect.jobs.job_orphans(c, namespace="other", limit=10) == []
+        assert len(dialect.jobs.job_orphans(c, namespace=NS, limit=1)) == 1
     assert sorted(orphans, key=lambda o: o.job_id) == sorted(
         [
             Orphan(job_id=children[0], parent_stage="success"),
@@ -1062,7 +1172,7 @@ def test_job_orphans_are_resolved_by_their_parents_end(later_db, dialect):
     before = db_now(later_db)
     for orphan in orphans:
         with cursor_of(later_db, atomic=True) as c:
-            dialect.job_resolve_orphan(c, orphan, retention_ms=HOUR_MS)
+            dialect.jobs.job_resolve_orphan(c, orphan, retention_ms=HOUR_MS)
     after = db_now(later_db)
     assert stages(later_db, *children, grandchild) == [
         "enqueued",
@@ -1075,7 +1185,7 @@ def test_job_orphans_are_resolved_by_their_parents_end(later_db, dialect):
     reasons = [job_row(later_db, job_id)["last_error"] for job_id in (*children[1:3], grandchild)]
     assert reasons == ["parent missing", PARENT_FAILED, PARENT_FAILED]
     with cursor_of(later_db) as c:
-        assert dialect.job_orphans(c, namespace=NS, limit=10) == []
+        assert dialect.jobs.job_orphans(c, namespace=NS, limit=10) == []
     assert_counts(later_db)
 
 
@@ -1090,15 +1200,15 @@ def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect)
             end = TaskAttemptEnd(
                 job_id=job_id, attempt=1, earlier_workers="[", errors="[]", return_value="1"
             )
-            assert dialect.task_result_save(c, end)
+            assert dialect.jobs.task_result_save(c, end)
     ready = insert(later_db)
     assert len(complete(later_db, [(job_id, 1) for job_id in gone], retention_ms=0).done_ids) == 3
     assert complete(later_db, [(kept, 1)], retention_ms=HOUR_MS).done_ids == [kept]
     with cursor_of(later_db) as c:
-        assert dialect.job_prune(c, namespace="other", limit=10) == 0
-        assert dialect.job_prune(c, namespace=NS, limit=2) == 2
-        assert dialect.job_prune(c, namespace=NS, limit=10) == 1
-        assert dialect.job_prune(c, namespace=NS, limit=10) == 0
+        assert dialect.jobs.job_prune(c, namespace="other", limit=10) == 0
+        assert dialect.jobs.job_prune(c, namespace=NS, limit=2) == 2
+        assert dialect.jobs.job_prune(c, namespace=NS, limit=10) == 1
+        assert dialect.jobs.job_prune(c, namespace=NS, limit=10) == 0
     remaining = {str(r[0]) for r in later_db.rows("SELECT id FROM later_job")}
     assert remaining == {kept, running, ready}
     assert later_db.rows("SELECT job_id FROM later_task_result") == [(kept,)]
@@ -1117,7 +1227,7 @@ def test_task_result_save_stores_an_attempts_end_fenced_by_the_attempt(later_db,
                 job_id=job_id, attempt=attempt, earlier_workers=earlier, errors=errors,
                 return_value=value,
             )  # fmt: skip
-            return dialect.task_result_save(c, end)
+            return dialect.jobs.task_result_save(c, end)
 
     def row() -> tuple[object, ...]:
         sql = "SELECT worker_ids, errors, return_value FROM later_task_result WHERE job_id = %s"
@@ -1141,7 +1251,7 @@ def test_task_result_save_stores_an_attempts_end_fenced_by_the_attempt(later_db,
 def test_job_ready_exists_sees_only_ready_jobs_of_its_namespace(later_db, dialect):
     def ready() -> bool:
         with cursor_of(later_db) as c:
-            return dialect.job_ready_exists(c, namespace=NS)
+            return dialect.jobs.job_ready_exists(c, namespace=NS)
 
     assert ready() is False
     insert(later_db, delay_ms=HOUR_MS)
@@ -1157,17 +1267,17 @@ def test_stage_counts_has_every_stage_and_counter_compact_keeps_them(later_db, d
     """Counts cover every stage, zero included, and stay exact when the
     counter rows are folded together (into at most one row a stage)."""
     with cursor_of(later_db) as c:
-        assert dialect.stage_counts(c, namespace=NS) == dict.fromkeys(Stage.values, 0)
+        assert dialect.reads.stage_counts(c, namespace=NS) == dict.fromkeys(Stage.values, 0)
     ids = [insert(later_db) for _ in range(6)] + [insert(later_db, namespace="other")]
     claim(later_db, limit=4)
     complete(later_db, [(ids[0], 1), (ids[1], 1)])
     with cursor_of(later_db, atomic=True) as c:
-        dialect.job_cancel(c, namespace=NS, job_id=ids[5], retention_ms=1)
+        dialect.jobs.job_cancel(c, namespace=NS, job_id=ids[5], retention_ms=1)
     assert_counts(later_db)
     with cursor_of(later_db, atomic=True) as c:
         c.execute("SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [NS])
         rows_before = int(c.fetchone()[0])
-        folded = dialect.counter_compact(c, namespace=NS)
+        folded = dialect.jobs.counter_compact(c, namespace=NS)
     rows_after = int(
         later_db.scalar(  # type: ignore[arg-type]
             "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [NS]
@@ -1177,7 +1287,7 @@ def test_stage_counts_has_every_stage_and_counter_compact_keeps_them(later_db, d
     assert folded == (rows_before if rows_before > 2 * len(Stage) else 0)
     assert rows_after <= (len(Stage) if folded else 2 * len(Stage))
     with cursor_of(later_db) as c:
-        assert dialect.stage_counts(c, namespace=NS) == {
+        assert dialect.reads.stage_counts(c, namespace=NS) == {
             **dict.fromkeys(Stage.values, 0),
             "success": 2,
             "running": 2,
@@ -1205,7 +1315,7 @@ def test_server_heartbeat_registers_then_refreshes(later_db, dialect):
     beat = Heartbeat(server_id="s1", namespace=NS, hostname="host-a", pid=41, workers=4)
     before = db_now(later_db)
     with cursor_of(later_db) as c:
-        dialect.server_heartbeat(c, beat)
+        dialect.cluster.server_heartbeat(c, beat)
     after = db_now(later_db)
     first = server_row(later_db, "s1")
     assert first is not None and first[:4] == (NS, "host-a", 41, 4)
@@ -1213,7 +1323,7 @@ def test_server_heartbeat_registers_then_refreshes(later_db, dialect):
     age_by = 5_000
     with cursor_of(later_db) as c:
         c.execute("UPDATE later_server SET heartbeat_ms = heartbeat_ms - %s", [age_by])
-        dialect.server_heartbeat(
+        dialect.cluster.server_heartbeat(
             c, Heartbeat(server_id="s1", namespace=NS, hostname="renamed", pid=7, workers=9)
         )
     second = server_row(later_db, "s1")
@@ -1229,16 +1339,16 @@ def test_server_prune_and_remove(later_db, dialect):
             beat = Heartbeat(
                 server_id=server_id, namespace=namespace, hostname="h", pid=1, workers=1
             )
-            dialect.server_heartbeat(c, beat)
+            dialect.cluster.server_heartbeat(c, beat)
         c.execute(
             "UPDATE later_server SET heartbeat_ms = heartbeat_ms - %s WHERE id <> 'live'",
             [60_000],
         )
-        assert dialect.server_prune(c, namespace=NS, silent_for_ms=30_000) == 1
-        assert dialect.server_prune(c, namespace=NS, silent_for_ms=30_000) == 0
+        assert dialect.cluster.server_prune(c, namespace=NS, silent_for_ms=30_000) == 1
+        assert dialect.cluster.server_prune(c, namespace=NS, silent_for_ms=30_000) == 0
         assert server_row(later_db, "silent") is None
         assert server_row(later_db, "away") is not None
-        dialect.server_remove(c, server_id="live")
+        dialect.cluster.server_remove(c, server_id="live")
         assert server_row(later_db, "live") is None
 
 
@@ -1247,7 +1357,7 @@ def test_maintenance_claim_runs_a_step_once_per_interval(later_db, dialect):
 
     def claim_step(namespace: str = NS, step: str = "vacuum", interval_ms: int = HOUR_MS) -> bool:
         with cursor_of(later_db) as c:
-            return dialect.maintenance_claim(
+            return dialect.cluster.maintenance_claim(
                 c, namespace=namespace, step=step, interval_ms=interval_ms
             )
 
@@ -1270,14 +1380,23 @@ def test_topic_register_once_and_partitions(later_db, dialect):
     """A topic is registered once; its partition count is never changed by
     registering it again."""
     with cursor_of(later_db) as c:
-        assert dialect.topic_partitions(c, namespace=NS) == {}
-        assert dialect.topic_register(c, namespace=NS, name="orders", partitions=4) is True
-        assert dialect.topic_register(c, namespace=NS, name="orders", partitions=8) is False
-        assert dialect.topic_register(c, namespace=NS, name="events", partitions=1) is True
-        assert dialect.topic_partitions(c, namespace=NS) == {"orders": 4, "events": 1}
+        assert dialect.partitions.topic_partitions(c, namespace=NS) == {}
+        assert (
+            dialect.partitions.topic_register(c, namespace=NS, name="orders", partitions=4) is True
+        )
+        assert (
+            dialect.partitions.topic_register(c, namespace=NS, name="orders", partitions=8) is False
+        )
+        assert (
+            dialect.partitions.topic_register(c, namespace=NS, name="events", partitions=1) is True
+        )
+        assert dialect.partitions.topic_partitions(c, namespace=NS) == {"orders": 4, "events": 1}
         # Another namespace registers its own.
-        assert dialect.topic_register(c, namespace="other", name="orders", partitions=2) is True
-        assert dialect.topic_partitions(c, namespace="other") == {"orders": 2}
+        assert (
+            dialect.partitions.topic_register(c, namespace="other", name="orders", partitions=2)
+            is True
+        )
+        assert dialect.partitions.topic_partitions(c, namespace="other") == {"orders": 2}
 
 
 def test_lease_acquire_and_release_one_holder_at_a_time(later_db, dialect):
@@ -1288,12 +1407,12 @@ def test_lease_acquire_and_release_one_holder_at_a_time(later_db, dialect):
     def acquire(owner: str, name: str = "sampler") -> int | None:
         request = LeaseRequest(namespace=NS, name=name, owner=owner, ttl_ms=LEASE_MS)
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.lease_acquire(c, request)
+            return dialect.cluster.lease_acquire(c, request)
 
     def release(owner: str, epoch: int) -> bool:
         lease = HeldLease(namespace=NS, name="sampler", owner=owner, epoch=epoch)
         with cursor_of(later_db) as c:
-            return dialect.lease_release(c, lease)
+            return dialect.cluster.lease_release(c, lease)
 
     def expires() -> int:
         return int(later_db.scalar("SELECT expires_ms FROM later_lease WHERE name = 'sampler'"))  # type: ignore[arg-type]
@@ -1357,7 +1476,7 @@ def schedule_write(identifier: str = "nightly", **fields: Any) -> ScheduleWrite:
 
 def save_schedule(later_db, write: ScheduleWrite) -> bool:
     with cursor_of(later_db, atomic=True) as c:
-        return dialect_for(later_db.alias).schedule_save(c, write)
+        return dialect_for(later_db.alias).schedules.schedule_save(c, write)
 
 
 def schedule_row(later_db, key: ScheduleKey) -> dict[str, Any] | None:
@@ -1375,13 +1494,15 @@ def schedule_row(later_db, key: ScheduleKey) -> dict[str, Any] | None:
 
 def due_schedules(later_db, *, namespace: str = NS, ahead_ms: int = 0) -> list[DueSchedule]:
     with cursor_of(later_db) as c:
-        return dialect_for(later_db.alias).schedule_due(c, namespace=namespace, ahead_ms=ahead_ms)
+        return dialect_for(later_db.alias).schedules.schedule_due(
+            c, namespace=namespace, ahead_ms=ahead_ms
+        )
 
 
 def insert_occurrence(later_db, recurring: str, run_at_ms: int, **fields: Any) -> str:
     job = new_job(run_at_ms=run_at_ms, **fields)
     with cursor_of(later_db, atomic=True) as c:
-        dialect_for(later_db.alias).job_insert_occurrence(c, job, recurring)
+        dialect_for(later_db.alias).schedules.job_insert_occurrence(c, job, recurring)
     return job.id
 
 
@@ -1491,7 +1612,7 @@ def test_schedule_remove_removes_only_its_key_once(later_db, dialect):
 
     def remove(identifier: str, namespace: str = NS) -> bool:
         with cursor_of(later_db) as c:
-            return dialect.schedule_remove(
+            return dialect.schedules.schedule_remove(
                 c, ScheduleKey(namespace=namespace, identifier=identifier)
             )
 
@@ -1516,11 +1637,11 @@ def test_schedule_list_shows_a_namespace_by_identifier_without_payloads(later_db
     for write in (*writes, schedule_write("another", namespace="other")):
         assert save_schedule(later_db, write)
     with cursor_of(later_db) as c:
-        listed = dialect.schedule_list(c, namespace=NS)
-        assert dialect.schedule_list(c, namespace="third") == []
-        assert [info.identifier for info in dialect.schedule_list(c, namespace="other")] == [
-            "another"
-        ]
+        listed = dialect.schedules.schedule_list(c, namespace=NS)
+        assert dialect.schedules.schedule_list(c, namespace="third") == []
+        assert [
+            info.identifier for info in dialect.schedules.schedule_list(c, namespace="other")
+        ] == ["another"]
     expected = [
         ScheduleInfo(
             identifier=write.key.identifier,
@@ -1607,7 +1728,7 @@ def test_schedule_advance_is_a_compare_and_swap_on_the_version(later_db, dialect
             last_run_ms=next_run_ms - HOUR_MS,
         )
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.schedule_advance(c, step)
+            return dialect.schedules.schedule_advance(c, step)
 
     job_id = new_job_id()
     untouched = schedule_row(later_db, key)
@@ -1637,7 +1758,7 @@ def test_schedule_advance_is_a_compare_and_swap_on_the_version(later_db, dialect
     assert row["payload"] == untouched["payload"] and row["priority"] == 1
     assert schedule_row(later_db, ScheduleKey(namespace="other", identifier="nightly")) == elsewhere
 
-    if not dialect.skip_locked:
+    if not dialect.vendor_sql.skip_locked:
         return  # the database takes one writer at a time: no row lock to skip
     with psycopg.connect(**connect_kwargs(later_db.alias)) as holder:
         holder.execute(
@@ -1650,7 +1771,7 @@ def test_schedule_advance_is_a_compare_and_swap_on_the_version(later_db, dialect
             locked = ScheduleAdvance(
                 key=key, version=3, next_run_ms=2 * DAY_MS, last_job_id=job_id, last_run_ms=0
             )
-            assert dialect.schedule_advance(c, locked) is False
+            assert dialect.schedules.schedule_advance(c, locked) is False
         holder.rollback()
     assert schedule_row(later_db, key) == row
     assert advance(3, next_run_ms=2 * DAY_MS) is True, "free again"
@@ -1668,9 +1789,9 @@ def test_job_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
     before = db_now(later_db)
     with cursor_of(later_db, atomic=True) as c:
         written = [
-            dialect.job_insert_occurrence(c, past, "nightly"),
-            dialect.job_insert_occurrence(c, future, "nightly"),
-            dialect.job_insert_occurrence(c, elsewhere, "hourly"),
+            dialect.schedules.job_insert_occurrence(c, past, "nightly"),
+            dialect.schedules.job_insert_occurrence(c, future, "nightly"),
+            dialect.schedules.job_insert_occurrence(c, elsewhere, "hourly"),
         ]
     after = db_now(later_db)
     assert written == ["enqueued", "delayed", "enqueued"]
@@ -1730,7 +1851,7 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     def cancel(namespace: str = NS, identifier: str = "nightly") -> int:
         key = ScheduleKey(namespace=namespace, identifier=identifier)
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.job_cancel_occurrences(c, key, HOUR_MS)
+            return dialect.schedules.job_cancel_occurrences(c, key, HOUR_MS)
 
     before = db_now(later_db)
     assert cancel() == 2
@@ -1769,12 +1890,12 @@ def test_job_set_trace_marks_only_the_named_jobs_in_batches(later_db, dialect):
     other = insert(later_db)
     context = '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
     with cursor_of(later_db, atomic=True) as c:
-        dialect.job_set_trace(c, marked, context)
+        dialect.jobs.job_set_trace(c, marked, context)
     with cursor_of(later_db) as c:
-        assert dialect.job_trace_context(c, job_id=marked[0]) == context
-        assert dialect.job_trace_context(c, job_id=marked[-1]) == context
-        assert dialect.job_trace_context(c, job_id=other) is None
-        assert dialect.job_trace_context(c, job_id=new_job_id()) is None
+        assert dialect.jobs.job_trace_context(c, job_id=marked[0]) == context
+        assert dialect.jobs.job_trace_context(c, job_id=marked[-1]) == context
+        assert dialect.jobs.job_trace_context(c, job_id=other) is None
+        assert dialect.jobs.job_trace_context(c, job_id=new_job_id()) is None
     traced = later_db.scalar("SELECT COUNT(*) FROM later_job WHERE trace_context IS NOT NULL")
     assert traced == len(marked)
     assert stages(later_db, marked[0], other) == ["enqueued", "enqueued"]
@@ -1789,7 +1910,7 @@ def test_job_next_due_in_is_the_wait_for_the_first_delayed_or_requeued_job(later
     def due_in(namespace: str = NS) -> tuple[int, int | None, int]:
         before = db_now(later_db)
         with cursor_of(later_db) as c:
-            value = dialect.job_next_due_in(c, namespace=namespace)
+            value = dialect.jobs.job_next_due_in(c, namespace=namespace)
         return before, value, db_now(later_db)
 
     def assert_due_in(run_at_ms: int, namespace: str = NS) -> int:
@@ -1807,7 +1928,7 @@ def test_job_next_due_in_is_the_wait_for_the_first_delayed_or_requeued_job(later
     assert assert_due_in(now + 2 * HOUR_MS) > HOUR_MS
     job = claim_one(later_db, retried)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_retry(c, owned(job), RetryWrite(delay_ms=HOUR_MS, error="x"))
+        assert dialect.jobs.job_retry(c, owned(job), RetryWrite(delay_ms=HOUR_MS, error="x"))
     assert_due_in(job_row(later_db, retried)["run_at_ms"])
     age(later_db, "run_at_ms", retried, 2 * HOUR_MS)
     assert assert_due_in(job_row(later_db, retried)["run_at_ms"]) < 0, "overdue"
@@ -1841,14 +1962,14 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
     job = claim_one(later_db, job_id)
     assert last_stamp(job_id) == job_row(later_db, job_id)["started_ms"]
     with cursor_of(later_db) as c:
-        assert dialect.job_unclaim(c, owned(job))
+        assert dialect.jobs.job_unclaim(c, owned(job))
     last_stamp(job_id)
     job = claim_one(later_db, job_id)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_retry(c, owned(job), RetryWrite(delay_ms=0, error="x"))
+        assert dialect.jobs.job_retry(c, owned(job), RetryWrite(delay_ms=0, error="x"))
     last_stamp(job_id)
     with cursor_of(later_db) as c:
-        assert dialect.job_promote_due(c, namespace=NS, limit=10) == 1
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=10) == 1
     last_stamp(job_id)
     job = claim_one(later_db, job_id)
     child = insert_child(later_db, job_id)[0]
@@ -1860,13 +1981,13 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
     other = insert(later_db, delay_ms=HOUR_MS)
     push_ahead(other)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_cancel(c, namespace=NS, job_id=other, retention_ms=1)
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=other, retention_ms=1)
     last_stamp(other)
     failing = claim_one(later_db, child)
     grandchild = insert_child(later_db, child)[0]
     push_ahead(child, grandchild)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_fail(c, owned(failing), FailureWrite(error="x", retention_ms=1))
+        assert dialect.jobs.job_fail(c, owned(failing), FailureWrite(error="x", retention_ms=1))
     last_stamp(child)
     last_stamp(grandchild)
 
@@ -1880,8 +2001,10 @@ def insert_partitioned(later_db, lane: PartitionLane = ORDERS, **fields: Any) ->
     job = new_job(**fields)
     with cursor_of(later_db, atomic=True) as c:
         dialect = dialect_for(later_db.alias)
-        sequence = dialect.partition_next_sequence(c, lane)
-        stage = dialect.job_insert_partitioned(c, job, PartitionSlot(lane, sequence), DAY_MS)
+        sequence = dialect.partitions.partition_next_sequence(c, lane)
+        stage = dialect.partitions.job_insert_partitioned(
+            c, job, PartitionSlot(lane, sequence), DAY_MS
+        )
     assert stage is not None
     return job.id, sequence
 
@@ -1895,7 +2018,7 @@ def claim_head(later_db, owner: str, *, partition_lease_ms: int = LEASE_MS, lane
             job_lease_ms=LEASE_MS,
             server_ttl_ms=LEASE_MS,
         )
-        return dialect_for(later_db.alias).partition_claim(c, request)
+        return dialect_for(later_db.alias).partitions.partition_claim(c, request)
 
 
 def beat(later_db, server_id: str, *, topics: bool = True) -> None:
@@ -1903,7 +2026,7 @@ def beat(later_db, server_id: str, *, topics: bool = True) -> None:
         heartbeat = Heartbeat(
             server_id=server_id, namespace=NS, hostname="h", pid=1, workers=1, topics=topics
         )
-        dialect_for(later_db.alias).server_heartbeat(c, heartbeat)
+        dialect_for(later_db.alias).cluster.server_heartbeat(c, heartbeat)
 
 
 def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_db, dialect):
@@ -1912,7 +2035,7 @@ def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_
     ready or counted as plain backlog (the lane rule, docs/design.md)."""
     first, seq0 = insert_partitioned(later_db)
     with pytest.raises(RuntimeError), cursor_of(later_db, atomic=True) as c:
-        dialect.partition_next_sequence(c, ORDERS)
+        dialect.partitions.partition_next_sequence(c, ORDERS)
         raise RuntimeError("roll back")
     delayed, seq1 = insert_partitioned(later_db, delay_ms=HOUR_MS)
     _, other_seq = insert_partitioned(later_db, PartitionLane(NS, "orders", 4))
@@ -1921,20 +2044,23 @@ def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_
     parent = insert(later_db)
     child = new_job(parent_id=parent)
     with cursor_of(later_db, atomic=True) as c:
-        sequence = dialect.partition_next_sequence(c, ORDERS)
+        sequence = dialect.partitions.partition_next_sequence(c, ORDERS)
         slot = PartitionSlot(ORDERS, sequence)
-        assert dialect.job_insert_partitioned(c, child, slot, DAY_MS) == "waiting"
+        assert dialect.partitions.job_insert_partitioned(c, child, slot, DAY_MS) == "waiting"
         missing = new_job(parent_id=new_job_id())
         assert (
-            dialect.job_insert_partitioned(c, missing, slot._replace(sequence=99), DAY_MS) is None
+            dialect.partitions.job_insert_partitioned(
+                c, missing, slot._replace(sequence=99), DAY_MS
+            )
+            is None
         )
     with cursor_of(later_db) as c:
-        assert dialect.plain_ready(c, namespace=NS) == 1  # the parent only
-        assert dialect.stage_counts(c, namespace=NS)["enqueued"] == 3
+        assert dialect.reads.plain_ready(c, namespace=NS) == 1  # the parent only
+        assert dialect.reads.stage_counts(c, namespace=NS)["enqueued"] == 3
     assert [job.id for job in claim(later_db, limit=10)] == [parent]
     with cursor_of(later_db) as c:
-        assert dialect.job_ready_exists(c, namespace=NS) is False
-        assert dialect.plain_ready(c, namespace=NS) == 0
+        assert dialect.jobs.job_ready_exists(c, namespace=NS) is False
+        assert dialect.reads.plain_ready(c, namespace=NS) == 0
     assert_counts(later_db)
 
 
@@ -1945,32 +2071,34 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
     second, _ = insert_partitioned(later_db)
     beat(later_db, "a")  # a live server: its lease is not taken before it expires
     with cursor_of(later_db) as c:
-        heads = {(h.topic, h.partition): h for h in dialect.partition_heads(c, namespace=NS)}
+        heads = {
+            (h.topic, h.partition): h for h in dialect.partitions.partition_heads(c, namespace=NS)
+        }
     assert heads[("orders", 3)].job_id == head and heads[("orders", 3)].stage == "enqueued"
     epoch, job = claim_head(later_db, "a")
     assert job is not None and job.id == head and job.lane == ORDERS._replace(epoch=epoch)
     assert claim_head(later_db, "b") is None  # a's lease is live
     assert claim_head(later_db, "a") == (epoch, None)  # the head runs: nothing to claim
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.partition_fence(c, job.lane, owner="a") is True
-        assert dialect.partition_fence(c, job.lane, owner="b") is False
-        assert dialect.partition_renew(c, namespace=NS, owner="a", lease_ms=LEASE_MS) == [
-            ORDERS._replace(epoch=epoch)
-        ]
-        stats = dialect.partition_stats(c, namespace=NS)
+        assert dialect.partitions.partition_fence(c, job.lane, owner="a") is True
+        assert dialect.partitions.partition_fence(c, job.lane, owner="b") is False
+        assert dialect.partitions.partition_renew(
+            c, namespace=NS, owner="a", lease_ms=LEASE_MS
+        ) == [ORDERS._replace(epoch=epoch)]
+        stats = dialect.partitions.partition_stats(c, namespace=NS)
     assert [(s.partition, s.next_sequence, s.head_sequence, s.owner, s.depth) for s in stats] == [
         (3, 2, 0, "a", 2)
     ]
     stale = job._replace(lane=job.lane._replace(epoch=epoch - 1))
     for done, stored in ((stale, False), (job, True), (job, False)):
         completion = PartitionCompletion(job=done, owner="a", retention_ms=DAY_MS)
-        with cursor_of(later_db, atomic=not dialect.partition_writes_one_statement) as c:
-            assert dialect.partition_complete(c, completion) is stored
+        with cursor_of(later_db, atomic=not dialect.partitions.writes_one_statement) as c:
+            assert dialect.partitions.partition_complete(c, completion) is stored
     assert stages(later_db, head) == ["success"]
     assert claim_head(later_db, "a")[1].id == second
     with cursor_of(later_db, atomic=True) as c:
-        dialect.partition_release(c, namespace=NS, owner="a")
-        assert dialect.partition_fence(c, job.lane, owner="a") is False
+        dialect.partitions.partition_release(c, namespace=NS, owner="a")
+        assert dialect.partitions.partition_fence(c, job.lane, owner="a") is False
     taken = claim_head(later_db, "b")
     assert taken is not None and taken[0] == epoch + 1 and taken[1] is None
 
@@ -1981,16 +2109,16 @@ def test_partition_stats_covers_every_partition_of_a_registered_topic(later_db, 
     lease), and per partition that had a job in a topic no longer registered;
     another namespace's topics are not read."""
     with cursor_of(later_db) as c:
-        dialect.topic_register(c, namespace=NS, name="orders", partitions=4)
-        dialect.topic_register(c, namespace=NS, name="events", partitions=2)
-        dialect.topic_register(c, namespace="other", name="audit", partitions=3)
+        dialect.partitions.topic_register(c, namespace=NS, name="orders", partitions=4)
+        dialect.partitions.topic_register(c, namespace=NS, name="events", partitions=2)
+        dialect.partitions.topic_register(c, namespace="other", name="audit", partitions=3)
     insert_partitioned(later_db)
     insert_partitioned(later_db)
     insert_partitioned(later_db, PartitionLane(NS, "legacy", 5))
     beat(later_db, "a")
     epoch, _ = claim_head(later_db, "a")
     with cursor_of(later_db) as c:
-        stats = dialect.partition_stats(c, namespace=NS)
+        stats = dialect.partitions.partition_stats(c, namespace=NS)
     rows = [
         (s.topic, s.partition, s.next_sequence, s.head_sequence, s.head_stage, s.owner, s.epoch)
         for s in stats
@@ -2013,17 +2141,17 @@ def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
     for server_id, topics in (("s1", True), ("s2", False), ("s3", True)):
         beat(later_db, server_id, topics=topics)
     with cursor_of(later_db) as c:
-        assert dialect.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
+        assert dialect.partitions.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
 
 
 def test_job_place_tells_a_jobs_topic_and_partition(later_db, dialect):
     partitioned, _ = insert_partitioned(later_db)
     plain = insert(later_db)
     with cursor_of(later_db) as c:
-        assert dialect.job_place(c, namespace=NS, job_id=partitioned) == ("orders", 3)
-        assert dialect.job_place(c, namespace=NS, job_id=plain) == (None, None)
-        assert dialect.job_place(c, namespace="other", job_id=plain) is None
-        assert dialect.job_place(c, namespace=NS, job_id="0" * 26) is None
+        assert dialect.partitions.job_place(c, namespace=NS, job_id=partitioned) == ("orders", 3)
+        assert dialect.partitions.job_place(c, namespace=NS, job_id=plain) == (None, None)
+        assert dialect.partitions.job_place(c, namespace="other", job_id=plain) is None
+        assert dialect.partitions.job_place(c, namespace=NS, job_id="0" * 26) is None
 
 
 def head_failure(job_id: str | None) -> HeadFailure:
@@ -2040,14 +2168,14 @@ def test_force_fail_of_a_finished_job_changes_nothing(later_db, dialect):
     epoch, job = claim_head(later_db, "a")
     done = PartitionCompletion(job=job, owner="a", retention_ms=DAY_MS)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.partition_complete(c, done) is True
+        assert dialect.partitions.partition_complete(c, done) is True
     epoch, running = claim_head(later_db, "a")
     assert running is not None and running.id == second
     lease = later_db.rows(
         "SELECT owner, epoch, lease_expires_ms FROM later_partition WHERE topic = 'orders'"
     )
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.partition_force_fail_head(c, head_failure(first)) is None
+        assert dialect.partitions.partition_force_fail_head(c, head_failure(first)) is None
     assert (
         later_db.rows(
             "SELECT owner, epoch, lease_expires_ms FROM later_partition WHERE topic = 'orders'"
@@ -2055,9 +2183,9 @@ def test_force_fail_of_a_finished_job_changes_nothing(later_db, dialect):
         == lease
     )
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.partition_fence(c, running.lane, owner="a") is True
+        assert dialect.partitions.partition_fence(c, running.lane, owner="a") is True
         ok = PartitionCompletion(job=running, owner="a", retention_ms=DAY_MS)
-        assert dialect.partition_complete(c, ok) is True
+        assert dialect.partitions.partition_complete(c, ok) is True
     assert stages(later_db, first, second) == ["success", "success"]
 
 
@@ -2068,19 +2196,21 @@ def test_force_fail_and_truncate_act_on_one_partition(later_db, dialect):
     epoch, job = claim_head(later_db, "a")
     with cursor_of(later_db, atomic=True) as c:
         wrong = HeadFailure(lane=ORDERS, error="boom", retention_ms=DAY_MS, job_id=ids[1])
-        assert dialect.partition_force_fail_head(c, wrong) is None  # ids[1] is not the head
-        assert dialect.partition_fence(c, job.lane, owner="a") is True  # untouched
-        failed = dialect.partition_force_fail_head(c, head_failure(ids[0]))
+        assert (
+            dialect.partitions.partition_force_fail_head(c, wrong) is None
+        )  # ids[1] is not the head
+        assert dialect.partitions.partition_fence(c, job.lane, owner="a") is True  # untouched
+        failed = dialect.partitions.partition_force_fail_head(c, head_failure(ids[0]))
         assert failed == ids[0]
-        assert dialect.partition_fence(c, job.lane, owner="a") is False
+        assert dialect.partitions.partition_fence(c, job.lane, owner="a") is False
     assert stages(later_db, *ids) == ["failed", "enqueued", "enqueued", "enqueued"]
     for _ in range(2):
         with cursor_of(later_db, atomic=True) as c:
-            dialect.partition_force_fail_head(c, head_failure(None))
+            dialect.partitions.partition_force_fail_head(c, head_failure(None))
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.partition_truncate_history(c, ORDERS, 1) == 2
+        assert dialect.partitions.partition_truncate_history(c, ORDERS, 1) == 2
         nothing = HeadFailure(lane=PartitionLane(NS, "none", 0), error="x", retention_ms=1)
-        assert dialect.partition_force_fail_head(c, nothing) is None
+        assert dialect.partitions.partition_force_fail_head(c, nothing) is None
     assert [row[0] for row in later_db.rows("SELECT id FROM later_job ORDER BY sequence")] == ids[
         2:
     ]
@@ -2097,7 +2227,7 @@ def test_log_topic_register_get_and_retained(later_db, dialect):
     def register(name: str, partitions: int, retention_ms: int | None, ns: str = NS) -> bool:
         row = LogTopicRow(name=name, partitions=partitions, retention_ms=retention_ms)
         with cursor_of(later_db) as c:
-            return dialect.log_topic_register(c, row, ns)
+            return dialect.log.log_topic_register(c, row, ns)
 
     assert register("events", 4, None) is True
     assert register("events", 4, HOUR_MS) is True
@@ -2105,17 +2235,17 @@ def test_log_topic_register_get_and_retained(later_db, dialect):
     assert register("events", 2, None, ns="other") is True
     assert register("plain", 1, None) is True
     with cursor_of(later_db) as c:
-        stored = dialect.log_topic_get(c, namespace=NS, name="events")
+        stored = dialect.log.log_topic_get(c, namespace=NS, name="events")
         assert stored == LogTopicRow(name="events", partitions=4, retention_ms=HOUR_MS)
-        assert dialect.log_topic_get(c, namespace=NS, name="nope") is None
-        assert dialect.log_topic_retained(c, namespace=NS) == [stored]
-        assert dialect.log_topic_retained(c, namespace="other") == []
+        assert dialect.log.log_topic_get(c, namespace=NS, name="nope") is None
+        assert dialect.log.log_topic_retained(c, namespace=NS) == [stored]
+        assert dialect.log.log_topic_retained(c, namespace="other") == []
 
 
 def _log_topic(later_db, dialect, partitions: int = 2) -> None:
     row = LogTopicRow(name="events", partitions=partitions, retention_ms=None)
     with cursor_of(later_db) as c:
-        assert dialect.log_topic_register(c, row, NS)
+        assert dialect.log.log_topic_register(c, row, NS)
 
 
 def _part(partition: int = 0) -> LogPartitionKey:
@@ -2126,13 +2256,13 @@ def _append(later_db, dialect, values: list[bytes], partition: int = 0) -> int:
     """Reserve offsets for ``values`` and store them; return the new end."""
     with cursor_of(later_db, atomic=True) as c:
         advance = LogAdvance(key=_part(partition), count=len(values), partitions=2)
-        end = dialect.log_partition_advance(c, advance)
+        end = dialect.log.log_partition_advance(c, advance)
         assert end is not None
         records = [
             NewLogRecord(partition, offset, b"k", value)
             for offset, value in enumerate(values, start=end - len(values))
         ]
-        dialect.log_record_insert(c, namespace=NS, topic="events", records=records)
+        dialect.log.log_record_insert(c, namespace=NS, topic="events", records=records)
     return end
 
 
@@ -2141,19 +2271,19 @@ def test_log_partition_advance_reserves_offsets_and_records_read_back(later_db, 
     topic stored with another count. Records carry the database's now."""
     with cursor_of(later_db) as c:
         missing = LogAdvance(key=_part(), count=1, partitions=2)
-        assert dialect.log_partition_advance(c, missing) is None
+        assert dialect.log.log_partition_advance(c, missing) is None
     _log_topic(later_db, dialect)
     with cursor_of(later_db) as c:
         stale = LogAdvance(key=_part(), count=1, partitions=3)
-        assert dialect.log_partition_advance(c, stale) is None
+        assert dialect.log.log_partition_advance(c, stale) is None
     before = db_now(later_db)
     assert _append(later_db, dialect, [b"a", b"b", b"c"]) == 3
     assert _append(later_db, dialect, [b"d", b"e"]) == 5
     assert _append(later_db, dialect, [b"x"], partition=1) == 1
     after = db_now(later_db)
     with cursor_of(later_db) as c:
-        rows = dialect.log_record_read(c, LogRead(key=_part(), from_offset=1, limit=3))
-        other = dialect.log_record_read(c, LogRead(key=_part(1), from_offset=0, limit=10))
+        rows = dialect.log.log_record_read(c, LogRead(key=_part(), from_offset=1, limit=3))
+        other = dialect.log.log_record_read(c, LogRead(key=_part(1), from_offset=0, limit=10))
     assert [(r.offset, r.key, r.value) for r in rows] == [
         (1, b"k", b"b"),
         (2, b"k", b"c"),
@@ -2174,12 +2304,12 @@ def test_log_record_prune_deletes_the_prefix_older_than_the_cutoff(later_db, dia
             [2 * HOUR_MS],
         )
         prune = LogPrune(key=_part(), older_than_ms=HOUR_MS, limit=2)
-        assert dialect.log_record_prune(c, prune) == 2  # looks at 2 records only
+        assert dialect.log.log_record_prune(c, prune) == 2  # looks at 2 records only
         again = LogPrune(key=_part(), older_than_ms=HOUR_MS, limit=100)
-        assert dialect.log_record_prune(c, again) == 1  # 3 is new: 4 waits
-        assert dialect.log_record_prune(c, again) == 0
-        left = dialect.log_record_read(c, LogRead(key=_part(), from_offset=0, limit=10))
-        other = dialect.log_record_read(c, LogRead(key=_part(1), from_offset=0, limit=10))
+        assert dialect.log.log_record_prune(c, again) == 1  # 3 is new: 4 waits
+        assert dialect.log.log_record_prune(c, again) == 0
+        left = dialect.log.log_record_read(c, LogRead(key=_part(), from_offset=0, limit=10))
+        other = dialect.log.log_record_read(c, LogRead(key=_part(1), from_offset=0, limit=10))
     assert [r.offset for r in left] == [3, 4, 5]
     assert len(other) == 1
 
@@ -2195,7 +2325,7 @@ def test_log_consumer_lease_is_fenced_by_epoch_on_the_database_clock(later_db, d
     def acquire(member: str, partition: int = 0) -> LogAcquired | None:
         where = LogConsumerKey(namespace=NS, topic="events", group="billing", partition=partition)
         with cursor_of(later_db) as c:
-            return dialect.log_consumer_acquire(
+            return dialect.log.log_consumer_acquire(
                 c, LogLeaseRequest(key=where, member=member, ttl_ms=LEASE_MS)
             )
 
@@ -2205,7 +2335,7 @@ def test_log_consumer_lease_is_fenced_by_epoch_on_the_database_clock(later_db, d
     def commit(epoch: int, offset: int) -> bool:
         fence = LogFence(key=key, epoch=epoch)
         with cursor_of(later_db) as c:
-            return dialect.log_consumer_commit(
+            return dialect.log.log_consumer_commit(
                 c, LogCommit(fence=fence, next_offset=offset, ttl_ms=LEASE_MS)
             )
 
@@ -2218,23 +2348,23 @@ def test_log_consumer_lease_is_fenced_by_epoch_on_the_database_clock(later_db, d
     assert commit(1, 1) is False, "behind the committed offset"
     assert commit(1, 4) is False, "past the end"
     with cursor_of(later_db) as c:
-        assert dialect.log_consumer_state(c, key) == LogConsumerState(
+        assert dialect.log.log_consumer_state(c, key) == LogConsumerState(
             epoch=1, committed_offset=2, end_offset=3
         )
         c.execute("UPDATE later_log_consumer SET expires_ms = expires_ms - %s", [2 * LEASE_MS])
-        assert dialect.log_consumer_renew(c, LogFence(key=key, epoch=1), LEASE_MS) is True
+        assert dialect.log.log_consumer_renew(c, LogFence(key=key, epoch=1), LEASE_MS) is True
         c.execute("UPDATE later_log_consumer SET expires_ms = expires_ms - %s", [2 * LEASE_MS])
     assert acquire("b") == LogAcquired(epoch=2, committed_offset=2)
     assert commit(1, 3) is False, "a superseded holder"
     with cursor_of(later_db) as c:
-        assert dialect.log_consumer_renew(c, LogFence(key=key, epoch=1), LEASE_MS) is False
-        assert dialect.log_consumer_release(c, LogFence(key=key, epoch=1)) is False
-        assert dialect.log_lag(c, namespace=NS, topic="events") == [
+        assert dialect.log.log_consumer_renew(c, LogFence(key=key, epoch=1), LEASE_MS) is False
+        assert dialect.log.log_consumer_release(c, LogFence(key=key, epoch=1)) is False
+        assert dialect.log.log_lag(c, namespace=NS, topic="events") == [
             LogLag(group="billing", partition=0, lag=1)
         ]
-        assert dialect.log_consumer_release(c, LogFence(key=key, epoch=2)) is True
+        assert dialect.log.log_consumer_release(c, LogFence(key=key, epoch=2)) is True
         other = LogConsumerKey(namespace=NS, topic="events", group="other", partition=0)
-        assert dialect.log_consumer_state(c, other) is None
+        assert dialect.log.log_consumer_state(c, other) is None
     assert acquire("a") == LogAcquired(epoch=3, committed_offset=2)
 
 
@@ -2245,22 +2375,24 @@ def stat(started: int = 1, waits: str = '{"5":1}') -> StatRow:
 
 def test_stat_rows_are_read_by_window_and_pruned_by_age(later_db, dialect):
     with cursor_of(later_db) as c:
-        dialect.stat_insert(c, namespace=NS, server_id="s1", row=stat(2))
-        dialect.stat_insert(c, namespace="other", server_id="s9", row=stat(7))
-        dialect.stat_insert(c, namespace=NS, server_id="s2", row=stat(3))
+        dialect.reads.stat_insert(c, namespace=NS, server_id="s1", row=stat(2))
+        dialect.reads.stat_insert(c, namespace="other", server_id="s9", row=stat(7))
+        dialect.reads.stat_insert(c, namespace=NS, server_id="s2", row=stat(3))
         c.execute("UPDATE later_dashboard_stat SET at_ms = at_ms - 120000 WHERE server_id = 's2'")
-        readings = dialect.stats_since(c, namespace=NS, window_ms=60_000)
+        readings = dialect.reads.stats_since(c, namespace=NS, window_ms=60_000)
         assert [r.stat for r in readings] == [stat(2)]
         assert db_now(later_db) - 5_000 <= readings[0].at_ms <= db_now(later_db)
-        assert len(dialect.stats_since(c, namespace=NS, window_ms=180_000)) == 2
+        assert len(dialect.reads.stats_since(c, namespace=NS, window_ms=180_000)) == 2
         assert (
-            dialect.dashboard_prune(c, namespace=NS, stats_for_ms=60_000, samples_for_ms=DAY_MS)
+            dialect.reads.dashboard_prune(
+                c, namespace=NS, stats_for_ms=60_000, samples_for_ms=DAY_MS
+            )
             == 1
         )
-        assert [r.stat.started for r in dialect.stats_since(c, namespace=NS, window_ms=DAY_MS)] == [
-            2
-        ]
-        assert len(dialect.stats_since(c, namespace="other", window_ms=DAY_MS)) == 1
+        assert [
+            r.stat.started for r in dialect.reads.stats_since(c, namespace=NS, window_ms=DAY_MS)
+        ] == [2]
+        assert len(dialect.reads.stats_since(c, namespace="other", window_ms=DAY_MS)) == 1
 
 
 def test_samples_are_taken_from_the_counters_once_a_millisecond_and_thinned(later_db, dialect):
@@ -2270,26 +2402,30 @@ def test_samples_are_taken_from_the_counters_once_a_millisecond_and_thinned(late
     insert(later_db)
     insert(later_db, delay_ms=HOUR_MS)
     with cursor_of(later_db) as c:
-        assert dialect.sample_take(c, namespace=NS) == 1
-        (sample,) = dialect.samples_since(c, namespace=NS, window_ms=60_000, step_ms=60_000)
+        assert dialect.reads.sample_take(c, namespace=NS) == 1
+        (sample,) = dialect.reads.samples_since(c, namespace=NS, window_ms=60_000, step_ms=60_000)
         assert (sample.ready, sample.scheduled, sample.running, sample.waiting) == (2, 1, 0, 0)
         assert sample.partitioned == 0
         c.execute("UPDATE later_queue_sample SET at_ms = at_ms - 1000, ready = 9")
-        assert dialect.sample_take(c, namespace=NS) == 1
-        points = dialect.samples_since(c, namespace=NS, window_ms=60_000, step_ms=3_600_000)
+        assert dialect.reads.sample_take(c, namespace=NS) == 1
+        points = dialect.reads.samples_since(c, namespace=NS, window_ms=60_000, step_ms=3_600_000)
         assert len(points) <= 2 and max(p.ready for p in points) == 9
         c.execute("UPDATE later_queue_sample SET at_ms = at_ms - %s", [8 * DAY_MS])
         assert (
-            dialect.dashboard_prune(c, namespace=NS, stats_for_ms=60_000, samples_for_ms=7 * DAY_MS)
+            dialect.reads.dashboard_prune(
+                c, namespace=NS, stats_for_ms=60_000, samples_for_ms=7 * DAY_MS
+            )
             == 2
         )
-        assert dialect.samples_since(c, namespace=NS, window_ms=9 * DAY_MS, step_ms=60_000) == []
+        assert (
+            dialect.reads.samples_since(c, namespace=NS, window_ms=9 * DAY_MS, step_ms=60_000) == []
+        )
 
 
 def test_lane_counts_split_the_counters_by_lane(later_db, dialect):
     insert(later_db)
     with cursor_of(later_db) as c:
-        counts = dialect.lane_counts(c, namespace=NS)
+        counts = dialect.reads.lane_counts(c, namespace=NS)
     assert [(n.lane, n.stage, n.n) for n in counts if n.n] == [("", "enqueued", 1)]
 
 
@@ -2298,13 +2434,13 @@ def test_live_servers_and_their_running_jobs(later_db, dialect):
     claim_one(later_db, job_id)
     with cursor_of(later_db) as c:
         beat = Heartbeat(server_id=OWNER, namespace=NS, hostname="h", pid=5, workers=3)
-        dialect.server_heartbeat(c, beat)
-        dialect.server_heartbeat(
+        dialect.cluster.server_heartbeat(c, beat)
+        dialect.cluster.server_heartbeat(
             c, Heartbeat(server_id="old", namespace=NS, hostname="h", pid=6, workers=1)
         )
         c.execute("UPDATE later_server SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'old'")
-        (server,) = dialect.live_servers(c, namespace=NS, within_ms=15_000)
-        (running,) = dialect.running_jobs(c, namespace=NS, limit=10)
+        (server,) = dialect.reads.live_servers(c, namespace=NS, within_ms=15_000)
+        (running,) = dialect.reads.running_jobs(c, namespace=NS, limit=10)
     assert (server.id, server.pid, server.workers, server.topics) == (OWNER, 5, 3, False)
     assert (running.id, running.owner, running.topic) == (job_id, OWNER, None)
 
@@ -2312,7 +2448,7 @@ def test_live_servers_and_their_running_jobs(later_db, dialect):
 def test_database_size_is_the_whole_database_in_bytes(later_db, dialect):
     with cursor_of(later_db) as c:
         before = dialect.database_size(c)
-        dialect.job_insert_many(
+        dialect.jobs.job_insert_many(
             connections[later_db.alias], [new_job(payload=b"x" * 4000) for _ in range(500)]
         )
         after = dialect.database_size(c)
@@ -2323,9 +2459,9 @@ def test_job_detail_and_children_never_read_the_payload(later_db, dialect):
     parent = insert(later_db, payload=b"secret")
     children = [insert_child(later_db, parent)[0] for _ in range(3)]
     with cursor_of(later_db) as c:
-        detail = dialect.job_detail(c, namespace=NS, job_id=parent)
-        assert dialect.job_detail(c, namespace="other", job_id=parent) is None
-        listed = dialect.job_children(c, job_id=parent, limit=2)
+        detail = dialect.reads.job_detail(c, namespace=NS, job_id=parent)
+        assert dialect.reads.job_detail(c, namespace="other", job_id=parent) is None
+        listed = dialect.reads.job_children(c, job_id=parent, limit=2)
     assert detail is not None and detail.id == parent and detail.stage == "enqueued"
     assert b"secret" not in repr(detail).encode()
     assert [j.id for j in listed] == sorted(children)[:2]
@@ -2340,18 +2476,18 @@ def test_job_page_reads_a_stage_in_order_page_by_page_with_filters(later_db, dia
     with cursor_of(later_db) as c:
         while True:
             query = JobQuery(namespace=NS, stage="enqueued", after=after, page_size=3)
-            page = dialect.job_page(c, query)
+            page = dialect.reads.job_page(c, query)
             seen += [j.id for j in page.jobs]
             if page.after is None:
                 break
             after = page.after
         assert seen == expected
         narrow = JobQuery(namespace=NS, stage="enqueued", type_name="t0", scan_limit=2, page_size=5)
-        first = dialect.job_page(c, narrow)
+        first = dialect.reads.job_page(c, narrow)
         assert first.scanned_out and first.after is not None
         assert all(j.type_name == "t0" for j in first.jobs)
         with pytest.raises(ValueError, match="does not belong to this list"):
-            dialect.job_page(c, JobQuery(namespace=NS, stage="enqueued", after=("x",)))
+            dialect.reads.job_page(c, JobQuery(namespace=NS, stage="enqueued", after=("x",)))
 
 
 def test_job_retry_failed_and_run_now_change_only_the_stage_they_apply_to(later_db, dialect):
@@ -2360,15 +2496,14 @@ def test_job_retry_failed_and_run_now_change_only_the_stage_they_apply_to(later_
     child, _ = insert_child(later_db, failed)
     delayed = insert(later_db, delay_ms=HOUR_MS)
     with cursor_of(later_db, atomic=True) as c:
-        dialect.job_fail(c, owned(job), FailureWrite(error="boom", retention_ms=DAY_MS))
-        dialect._fail_descendants(c, job_id=failed, retention_ms=DAY_MS)
+        dialect.jobs.job_fail(c, owned(job), FailureWrite(error="boom", retention_ms=DAY_MS))
     assert stages(later_db, failed, child) == ["failed", "failed"]
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.job_retry_failed(c, namespace=NS, job_id=child) is None  # parent failed
-        assert dialect.job_retry_failed(c, namespace=NS, job_id=failed) == 1
-        assert dialect.job_retry_failed(c, namespace=NS, job_id=failed) is None
-        assert dialect.job_run_now(c, namespace=NS, job_id=delayed) is True
-        assert dialect.job_run_now(c, namespace=NS, job_id=failed) is False
+        assert dialect.jobs.job_retry_failed(c, namespace=NS, job_id=child) is None  # parent failed
+        assert dialect.jobs.job_retry_failed(c, namespace=NS, job_id=failed) == 1
+        assert dialect.jobs.job_retry_failed(c, namespace=NS, job_id=failed) is None
+        assert dialect.jobs.job_run_now(c, namespace=NS, job_id=delayed) is True
+        assert dialect.jobs.job_run_now(c, namespace=NS, job_id=failed) is False
     assert stages(later_db, failed, child, delayed) == ["enqueued", "waiting", "enqueued"]
     assert job_row(later_db, failed)["expires_ms"] is None
     assert_counts(later_db)
@@ -2379,17 +2514,17 @@ def test_log_consumers_show_each_groups_place_and_the_partitions_end(later_db, d
     _append(later_db, dialect, [b"a", b"b", b"c"])
     key = LogConsumerKey(namespace=NS, topic="events", group="billing", partition=0)
     with cursor_of(later_db) as c:
-        assert dialect.log_consumers(c, namespace=NS) == []
-        acquired = dialect.log_consumer_acquire(
+        assert dialect.reads.log_consumers(c, namespace=NS) == []
+        acquired = dialect.log.log_consumer_acquire(
             c, LogLeaseRequest(key=key, member="m1", ttl_ms=LEASE_MS)
         )
         assert acquired is not None
         fence = LogFence(key=key, epoch=acquired.epoch)
-        assert dialect.log_consumer_commit(
+        assert dialect.log.log_consumer_commit(
             c, LogCommit(fence=fence, next_offset=1, ttl_ms=LEASE_MS)
         )
-        (row,) = dialect.log_consumers(c, namespace=NS)
-        assert dialect.log_consumers(c, namespace="other") == []
+        (row,) = dialect.reads.log_consumers(c, namespace=NS)
+        assert dialect.reads.log_consumers(c, namespace="other") == []
     assert (row.topic, row.group, row.partition, row.member, row.epoch) == (
         "events",
         "billing",

@@ -21,11 +21,10 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
-from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
-from later_django.db.sessions import HotPath
+from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence, RetryWrite
+from later_django.db.sessions import WorkerSessions
 from later_django.ids import new_job_id
 from later_django.types import NewJob
-from tests import hot_path
 from tests.helpers import history_times_ms, in_thread, job_row_locked, set_later, wait_until
 from tests.jobapp.jobs import AsyncNoop, Item, Noop, Order
 
@@ -40,13 +39,8 @@ class Rollback(Exception):
 def _claim(later_db, job_id, *, owner="worker-1"):
     """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = hot_path.job_claim(
-            dialect_for(later_db.alias),
-            c,
-            namespace=conf.namespace,
-            owner=owner,
-            limit=1,
-            lease_ms=30_000,
+        claimed = dialect_for(later_db.alias).jobs.job_claim(
+            c, ClaimRequest(namespace=conf.namespace, owner=owner, limit=1, lease_ms=30_000)
         )
     assert [job.id for job in claimed] == [job_id]
     return claimed[0]
@@ -54,19 +48,19 @@ def _claim(later_db, job_id, *, owner="worker-1"):
 
 def _complete(later_db, claimed, *, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        done = hot_path.job_complete_many(
-            dialect_for(later_db.alias),
-            c,
-            owner=owner,
-            jobs=[(claimed.id, claimed.attempts)],
-            retention_ms=DAY_MS,
-        ).done_ids
+        done = (
+            dialect_for(later_db.alias)
+            .jobs.job_complete_many(
+                c, owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
+            )
+            .done_ids
+        )
     assert done == [claimed.id]
 
 
 def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        failed = dialect_for(later_db.alias).job_fail(
+        failed = dialect_for(later_db.alias).jobs.job_fail(
             c,
             OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
             FailureWrite(error=error, retention_ms=DAY_MS),
@@ -76,7 +70,7 @@ def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
 
 def _retry(later_db, claimed, *, error, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        retried = dialect_for(later_db.alias).job_retry(
+        retried = dialect_for(later_db.alias).jobs.job_retry(
             c,
             OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
             RetryWrite(delay_ms=0, error=error, retry_policy=None),
@@ -86,7 +80,7 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
 
 def _renew(later_db, job_id, *, owner="worker-1"):
     with connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).job_renew(
+        return dialect_for(later_db.alias).jobs.job_renew(
             c, owner=owner, jobs=[(job_id, 1)], lease_ms=30_000
         )
 
@@ -104,7 +98,9 @@ def _lock_waiters(later_db, *, min_age_ms):
 
 def _promote(later_db):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).job_promote_due(c, namespace=conf.namespace, limit=100)
+        return dialect_for(later_db.alias).jobs.job_promote_due(
+            c, namespace=conf.namespace, limit=100
+        )
 
 
 # -- 1. transactions ---------------------------------------------------------
@@ -530,7 +526,7 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
             connections.close_all()
 
     async def finish_parent() -> list[tuple[str, int]]:
-        path = HotPath(later_db.alias)
+        path = WorkerSessions(later_db.alias)
         try:
             claimed = await path.claim(namespace="default", owner="w", limit=1, lease_ms=30_000)
             assert [job.id for job in claimed] == [parent]
@@ -867,7 +863,7 @@ def test_bulk_insert_stores_every_value_as_given(later_db, namespace, type_name,
         for payload in payloads
     ]
     with transaction.atomic(using=later_db.alias):
-        dialect_for(later_db.alias).job_insert_many(connections[later_db.alias], jobs)
+        dialect_for(later_db.alias).jobs.job_insert_many(connections[later_db.alias], jobs)
     try:
         stored = later_db.rows(f"SELECT {INSERT_CHECK_COLUMNS} FROM later_job ORDER BY id")
         expected = [

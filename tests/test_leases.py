@@ -23,7 +23,7 @@ TTL_MS = 30_000
 
 def _acquire(later_db: Any, owner: str, name: str = "sampler") -> int | None:
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).lease_acquire(
+        return dialect_for(later_db.alias).cluster.lease_acquire(
             c, LeaseRequest(namespace="default", name=name, owner=owner, ttl_ms=TTL_MS)
         )
 
@@ -37,7 +37,7 @@ WHERE namespace = %s AND name = %s AND owner = %s AND epoch = %s
 
 
 def _renew(dialect: Any, cursor: Any, *, owner: str, epoch: int, **lease: Any) -> bool:
-    sql = RENEW_SQL.replace("{now}", dialect.now_sql)
+    sql = RENEW_SQL.replace("{now}", dialect.vendor_sql.now)
     cursor.execute(sql, [TTL_MS, lease["namespace"], lease["name"], owner, epoch])
     return bool(cursor.rowcount == 1)
 
@@ -64,9 +64,9 @@ def test_lease_one_holder_and_a_higher_epoch_for_each_new_one(later_db):
     with connections[later_db.alias].cursor() as cursor:
         common = {"namespace": "default", "name": "sampler"}
         assert not _renew(dialect, cursor, owner="a", epoch=1, **common)
-        assert not dialect.lease_release(cursor, HeldLease(owner="a", epoch=1, **common))
+        assert not dialect.cluster.lease_release(cursor, HeldLease(owner="a", epoch=1, **common))
         assert _renew(dialect, cursor, owner="b", epoch=2, **common)
-        assert dialect.lease_release(cursor, HeldLease(owner="b", epoch=2, **common))
+        assert dialect.cluster.lease_release(cursor, HeldLease(owner="b", epoch=2, **common))
     assert _acquire(later_db, "a") == 3, "released: free at once, still a higher epoch"
     # Names and namespaces are independent.
     assert _acquire(later_db, "b", name="other") == 1

@@ -207,5 +207,5 @@ def test_upgrading_to_partitions_keeps_every_count_and_installs_version_3(later_
     set_later(settings, TOPICS={"ordered": 8})
     enqueue_to_partition(Ordered("k", 0))
     with connections[later_db.alias].cursor() as cursor:
-        assert dialect_for(later_db.alias).plain_ready(cursor, namespace="default") == 4
+        assert dialect_for(later_db.alias).reads.plain_ready(cursor, namespace="default") == 4
     assert later.stage_counts()["enqueued"] == 5

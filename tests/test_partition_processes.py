@@ -155,11 +155,11 @@ def test_a_stale_epoch_cannot_finish_a_head(topics):
     dialect = dialect_for(topics.alias)
     db = connections[topics.alias]
     with transaction.atomic(using=topics.alias), db.cursor() as c:
-        epoch, job = dialect.partition_claim(c, claim_request(lane, "a", 1))
+        epoch, job = dialect.partitions.partition_claim(c, claim_request(lane, "a", 1))
     assert job is not None and job.lane.epoch == epoch
     time.sleep(0.01)  # a's partition lease (1 ms) expired
     with transaction.atomic(using=topics.alias), db.cursor() as c:
-        taken = dialect.partition_claim(c, claim_request(lane, "b", 60_000))
+        taken = dialect.partitions.partition_claim(c, claim_request(lane, "b", 60_000))
     assert taken is not None and taken[0] == epoch + 1
     assert taken[1] is None  # the head still runs under a's job lease: b waits
     with transaction.atomic(using=topics.alias), db.cursor() as c:

@@ -14,6 +14,7 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
+from later_django.db.rows import ClaimRequest
 from later_django.exceptions import UnknownTopic
 from later_django.partitions.hashing import partition_for_key
 from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
@@ -160,23 +161,22 @@ def test_plain_claims_counts_and_ready_checks_skip_partition_jobs(topics):
     later.enqueue_to_partition(Ordered("k", 0))
     dialect = dialect_for(topics.alias)
     with connections[topics.alias].cursor() as c:
-        assert dialect.job_ready_exists(c, namespace="default") is False
-        assert dialect.plain_ready(c, namespace="default") == 0
-        assert dialect.stage_counts(c, namespace="default")["enqueued"] == 1
-    from later_django.db import hot_path
+        assert dialect.jobs.job_ready_exists(c, namespace="default") is False
+        assert dialect.reads.plain_ready(c, namespace="default") == 0
+        assert dialect.reads.stage_counts(c, namespace="default")["enqueued"] == 1
 
     with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
-        claimed = hot_path.job_claim(
-            dialect, c, namespace="default", owner="plain", limit=10, lease_ms=30_000
+        claimed = dialect.jobs.job_claim(
+            c, ClaimRequest(namespace="default", owner="plain", limit=10, lease_ms=30_000)
         )
     assert claimed == []
     plain = later.enqueue(Noop())
     with connections[topics.alias].cursor() as c:
-        assert dialect.plain_ready(c, namespace="default") == 1
-        assert dialect.job_ready_exists(c, namespace="default") is True
+        assert dialect.reads.plain_ready(c, namespace="default") == 1
+        assert dialect.jobs.job_ready_exists(c, namespace="default") is True
     with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
-        claimed = hot_path.job_claim(
-            dialect, c, namespace="default", owner="plain", limit=10, lease_ms=30_000
+        claimed = dialect.jobs.job_claim(
+            c, ClaimRequest(namespace="default", owner="plain", limit=10, lease_ms=30_000)
         )
     assert [job.id for job in claimed] == [plain]
 

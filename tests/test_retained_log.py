@@ -365,7 +365,7 @@ def test_retention_deletes_only_records_older_than_the_rule(later_db):
     )
     dialect = dialect_for(later_db.alias)
     with connections[later_db.alias].cursor() as cursor:
-        topics = dialect.log_topic_retained(cursor, namespace="default")
+        topics = dialect.log.log_topic_retained(cursor, namespace="default")
         assert [t.name for t in topics] == [TOPIC]
         assert retention.prune(dialect, cursor, namespace="default", topics=topics) == 5
         assert retention.prune(dialect, cursor, namespace="default", topics=topics) == 0

@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 
 import later_django as later
-from later_django.db.sessions import HotPath
+from later_django.db.sessions import WorkerSessions
 from tests.helpers import in_thread, sqlite_write_lock
 from tests.jobapp.jobs import Noop
 
@@ -26,7 +26,7 @@ RETENTION_MS = 60_000
 LOCK_HELD = 0.3  # seconds another connection holds SQLite's write lock
 
 
-async def _claim(path: HotPath, limit: int = 1) -> list[str]:
+async def _claim(path: WorkerSessions, limit: int = 1) -> list[str]:
     jobs = await path.claim(namespace="default", owner=OWNER, limit=limit, lease_ms=LEASE_MS)
     return [job.id for job in jobs]
 
@@ -36,7 +36,7 @@ def test_hot_path_claims_and_completes_with_continuations(later_db):
     child = later.enqueue_continue(parent, Noop(n=2))
 
     async def scenario() -> tuple[list[str], list[str], int, list[str]]:
-        claims, completions = HotPath(later_db.alias), HotPath(later_db.alias)
+        claims, completions = WorkerSessions(later_db.alias), WorkerSessions(later_db.alias)
         try:
             claimed = await _claim(claims, limit=5)
             completion = await completions.complete_many(
@@ -59,7 +59,7 @@ def test_hot_path_completion_is_fenced_by_owner_and_attempt(later_db):
     job_id = later.enqueue(Noop(n=1))
 
     async def scenario() -> tuple[list[str], list[str]]:
-        path = HotPath(later_db.alias)
+        path = WorkerSessions(later_db.alias)
         try:
             await _claim(path)
             stranger = await path.complete_many(
@@ -89,7 +89,7 @@ def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
     """The claim waits for the lock with asyncio sleeps: the loop keeps running."""
 
     async def scenario(holder: sqlite3.Connection) -> tuple[list[str], int, float]:
-        path = HotPath(later_db.alias)
+        path = WorkerSessions(later_db.alias)
         ticks = 0
 
         async def tick() -> None:
@@ -121,7 +121,7 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
     """A dead connection fails one call, then the session reconnects."""
 
     async def scenario() -> list[str]:
-        path = HotPath(later_db.alias)
+        path = WorkerSessions(later_db.alias)
         try:
             # Connect with a claim that finds nothing (another namespace).
             assert await path.claim(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1) == []
@@ -153,7 +153,7 @@ def test_postgres_claims_are_planned_once_per_session(later_db):
         cursor.execute("ANALYZE later_job")
 
     async def scenario() -> tuple[int, int, int]:
-        path = HotPath(later_db.alias)
+        path = WorkerSessions(later_db.alias)
         try:
             claimed = sum([len(await _claim(path, limit=3)) for _ in range(10)], 0)
 

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from later_django.store import new_pool
+from later_django.threaded_store import new_pool
 
 
 def test_a_steady_stream_of_short_calls_reuses_its_threads():

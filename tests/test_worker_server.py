@@ -20,7 +20,7 @@ from django.db import connections, transaction
 import later_django as later
 from later_django import RetryPolicy
 from later_django.clock import now_ms
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 from later_django.worker import workers as workers_module
 from later_django.worker.server import MAX_WORKERS, Server
 from tests.helpers import (
@@ -273,7 +273,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
     calls: list[int] = []
 
     def patch_completion(server: Server) -> None:
-        original = server.completer.path.complete_many
+        original = server.completer.sessions.complete_many
 
         async def fails_once(**kwargs: Any) -> Any:
             calls.append(len(kwargs["jobs"]))
@@ -281,7 +281,7 @@ def test_server_retries_storing_a_success_the_database_refused(later_db, record,
                 raise RuntimeError("server closed the connection unexpectedly")
             return await original(**kwargs)
 
-        server.completer.path.complete_many = fails_once  # type: ignore[method-assign]
+        server.completer.sessions.complete_many = fails_once  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         first = await in_thread(later.enqueue, AsyncNoop(n=1))
@@ -493,13 +493,13 @@ def test_maintenance_loop_survives_failing_step(later_db, record):
 def test_server_shutdown_deregisters_and_stops_workers(later_db, record, monkeypatch):
     """shutdown() stops the workers, deregisters the server and closes its connections."""
     used: set[Any] = set()
-    run_in_thread = Store._run_in_thread
+    run_in_thread = ThreadedStore._run_in_thread
 
-    def tracking(self: Store, *args: Any) -> Any:
+    def tracking(self: ThreadedStore, *args: Any) -> Any:
         used.add(connections[self.alias])
         return run_in_thread(self, *args)
 
-    monkeypatch.setattr(Store, "_run_in_thread", tracking)
+    monkeypatch.setattr(ThreadedStore, "_run_in_thread", tracking)
 
     async def main() -> None:
         server = Server(workers=2)

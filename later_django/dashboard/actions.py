@@ -119,9 +119,9 @@ def _apply_one(
     else:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             if action == "run_now":
-                changed = dialect.job_run_now(cursor, namespace=namespace, job_id=job_id)
+                changed = dialect.jobs.job_run_now(cursor, namespace=namespace, job_id=job_id)
             else:
-                revived = dialect.job_retry_failed(cursor, namespace=namespace, job_id=job_id)
+                revived = dialect.jobs.job_retry_failed(cursor, namespace=namespace, job_id=job_id)
                 changed = revived is not None
                 result.revived += revived or 0
     if changed:

@@ -74,7 +74,7 @@ def counts() -> dict[str, int]:
     found = cache.get(key)
     if found is None:
         with _db() as (dialect, cursor):
-            found = dialect.stage_counts(cursor, namespace=conf.namespace)
+            found = dialect.reads.stage_counts(cursor, namespace=conf.namespace)
         cache.set(key, found, OVERVIEW_CACHE_SECONDS)
     return found  # type: ignore[no-any-return]
 
@@ -82,10 +82,10 @@ def counts() -> dict[str, int]:
 def _overview() -> dict[str, Any]:
     namespace = conf.namespace
     with _db() as (dialect, cursor):
-        lanes = dialect.lane_counts(cursor, namespace=namespace)
-        stats = dialect.stats_since(cursor, namespace=namespace, window_ms=WAITS_WINDOW_MS)
-        servers = dialect.live_servers(cursor, namespace=namespace, within_ms=LIVE_WITHIN_MS)
-        running = dialect.running_jobs(cursor, namespace=namespace, limit=RUNNING_SHOWN)
+        lanes = dialect.reads.lane_counts(cursor, namespace=namespace)
+        stats = dialect.reads.stats_since(cursor, namespace=namespace, window_ms=WAITS_WINDOW_MS)
+        servers = dialect.reads.live_servers(cursor, namespace=namespace, within_ms=LIVE_WITHIN_MS)
+        running = dialect.reads.running_jobs(cursor, namespace=namespace, limit=RUNNING_SHOWN)
         size = dialect.database_size(cursor)
         now_ms = dialect.clock_now(cursor)
     counts = {stage.value: 0 for stage in Stage}
@@ -188,7 +188,7 @@ def samples(range_name: str) -> dict[str, Any]:
     window = SAMPLE_RANGES[range_name]
     step = max(SAMPLE_INTERVAL_MS, -(-window // (SAMPLE_POINTS - 1)))
     with _db() as (dialect, cursor):
-        points = dialect.samples_since(
+        points = dialect.reads.samples_since(
             cursor, namespace=conf.namespace, window_ms=window, step_ms=step
         )
     return {
@@ -203,17 +203,17 @@ def samples(range_name: str) -> dict[str, Any]:
 # -- jobs -----------------------------------------------------------------------------------
 def job_page(query: JobQuery) -> JobPage:
     with _db() as (dialect, cursor):
-        return dialect.job_page(cursor, query)
+        return dialect.reads.job_page(cursor, query)
 
 
 def job_detail(job_id: str) -> dict[str, Any] | None:
     """A job without its payload: times, durations, history, parent and
     up to 25 direct continuations."""
     with _db() as (dialect, cursor):
-        detail = dialect.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
+        detail = dialect.reads.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
         if detail is None:
             return None
-        children = dialect.job_children(cursor, job_id=job_id, limit=CHILDREN_SHOWN + 1)
+        children = dialect.reads.job_children(cursor, job_id=job_id, limit=CHILDREN_SHOWN + 1)
         now_ms = dialect.clock_now(cursor)
     job = asdict(detail)
     history = parse_history(job.pop("history"))
@@ -274,7 +274,7 @@ def topics() -> dict[str, Any]:
     age, owner, epoch), and every retained-log consumer group's offsets and lag."""
     stats = partition_stats()
     with _db() as (dialect, cursor):
-        consumers = dialect.log_consumers(cursor, namespace=conf.namespace)
+        consumers = dialect.reads.log_consumers(cursor, namespace=conf.namespace)
         now_ms = dialect.clock_now(cursor)
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in stats:

@@ -108,7 +108,9 @@ class FigureWriter:
         namespace, server_id = self.server.namespace, self.server.server_id
         try:
             await self.server.run_db(
-                lambda d, c: d.stat_insert(c, namespace=namespace, server_id=server_id, row=row)
+                lambda d, c: d.reads.stat_insert(
+                    c, namespace=namespace, server_id=server_id, row=row
+                )
             )
         except Exception as exc:  # noqa: BLE001  a second of figures, not jobs
             logger.warning(

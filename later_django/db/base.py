@@ -1,61 +1,54 @@
-"""The storage contract: Dialect, one method per operation on later's tables.
+"""The storage contract: a Dialect per database vendor, and its stores.
 
-Dialect is the abstract base every database vendor implements. Its
-operations come per domain (jobs.py, counters.py, servers.py, topics.py,
-partitions.py, leases.py, schedules.py, tasks.py, retained_log.py, dashboard.py, each over the
-statements of its db/sql/ module): what both
-databases share is implemented there once; what differs per vendor is
-abstract, or belongs to a capability flag below. Operations on the database
-as a whole (schema, file) are here. Each runs on a cursor of the LATER
-database, and the caller owns the transaction. db/ imports no runtime code.
+A dialect is one store per concern, each a small interface over the
+statements of its db/sql/ module, written once for both vendors where they
+agree:
+
+    jobs        the job engine: enqueue, claim, complete, renew, rescue,
+                maintenance, an operator's actions (db/jobs.py)
+    schedules   recurring jobs and their occurrences (db/schedules.py)
+    partitions  topics, sequences, partition leases and heads (db/partitions.py)
+    log         the retained log (db/retained_log.py)
+    reads       counts, the dashboard's figures and lists, lookups (db/reads.py)
+    cluster     servers, the maintenance gate, named leases (db/cluster.py)
+
+What differs per vendor is a subclass of a store (the vendor's module says
+which) or a capability flag below; a store that needs another's operations
+is given that store, never reaches past it. Operations on the database as a
+whole (schema, file, clock) are the dialect's own. Each runs on a cursor of
+the LATER database, and the caller owns the transaction. db/ imports no
+runtime code.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.counters import CounterOperations
-from later_django.db.dashboard import DashboardOperations
-from later_django.db.jobs import JobOperations
-from later_django.db.leases import LeaseOperations
-from later_django.db.partitions import PartitionOperations
-from later_django.db.retained_log import RetainedLogOperations
-from later_django.db.schedules import ScheduleOperations
-from later_django.db.servers import ServerOperations
+from later_django.db.cluster import Cluster
+from later_django.db.jobs import JobEngine
+from later_django.db.partitions import PartitionStore
+from later_django.db.reads import ReadModels
+from later_django.db.retained_log import LogStore
+from later_django.db.schedules import ScheduleStore
 from later_django.db.sql import TABLES as TABLES
 from later_django.db.sql import jobs as jobs_sql
-from later_django.db.tasks import TaskResultOperations
-from later_django.db.topics import TopicOperations
+from later_django.db.statements import Statements, VendorSql
 
-# Operations a dialect implements exactly when it declares the capability,
-# and nobody calls otherwise.
+# Operations a vendor implements exactly when it declares the capability,
+# and nobody calls otherwise: (where, names).
 CAPABILITY_OPERATIONS: Final = {
-    "supports_change_counter": ("change_counter",),
-    "needs_vacuum": ("vacuum",),
-    "supports_async_connection": ("ajob_claim", "ajob_complete_many"),
+    "supports_change_counter": ("dialect", ("change_counter",)),
+    "needs_vacuum": ("dialect", ("vacuum",)),
+    "supports_async_connection": ("jobs", ("ajob_claim", "ajob_complete_many")),
 }
-# The worker's hot path where supports_async_connection is not declared.
-INLINE_OPERATIONS: Final = ("job_claim", "job_complete_many")
 
 
-class Dialect(
-    JobOperations,
-    CounterOperations,
-    ServerOperations,
-    TopicOperations,
-    PartitionOperations,
-    LeaseOperations,
-    ScheduleOperations,
-    TaskResultOperations,
-    RetainedLogOperations,
-    DashboardOperations,
-    abc.ABC,
-):
-    """SQL operations on later's tables for one database vendor."""
+class Dialect(abc.ABC):
+    """later's stores, and the operations on the whole database, for one vendor."""
 
     # -- capabilities -----------------------------------------------------------------
     # Callers branch on these flags, never on ``vendor``. Flags marked (*)
@@ -68,8 +61,8 @@ class Dialect(
     # committed? The worker then watches it between polls.
     supports_change_counter: ClassVar[bool] = False
     # (*) Do the worker's claims and completions run on an asyncio connection
-    # of its own (ajob_claim, ajob_complete_many)? Else they run inline on a
-    # connection that never waits for a lock (job_claim, job_complete_many).
+    # of its own (jobs.ajob_claim, jobs.ajob_complete_many)? Else they run
+    # inline on a connection that never waits for a lock.
     supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes
     # through one connection (two of its own would only wait on each other's
@@ -78,17 +71,33 @@ class Dialect(
     single_writer: ClassVar[bool] = False
     # (*) Does the database file need VACUUM from time to time (vacuum())?
     needs_vacuum: ClassVar[bool] = False
-    # The SQL fragments the templates are rendered with: see Statements.
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    # -- what the vendor brings -------------------------------------------------------
+    # The SQL fragments its statements are rendered with.
+    vendor_sql: ClassVar[VendorSql]
+    # Its job engine, and its partition store where it has one of its own.
+    job_engine: ClassVar[type[JobEngine]]
+    partition_store: ClassVar[type[PartitionStore]] = PartitionStore
+
+    def __init__(self) -> None:
+        sql = Statements(self.vendor_sql)
+        self._sql = sql
+        self.jobs: JobEngine = self.job_engine(sql)
+        self.schedules = ScheduleStore(sql, self.jobs)
+        self.partitions: PartitionStore = self.partition_store(sql, self.jobs)
+        self.log = LogStore(sql)
+        self.reads = ReadModels(sql)
+        self.cluster = Cluster(sql)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        promised = dict.fromkeys(INLINE_OPERATIONS, not cls.supports_async_connection)
-        for flag, names in CAPABILITY_OPERATIONS.items():
-            promised.update(dict.fromkeys(names, bool(getattr(cls, flag))))
+        bases = {"dialect": (cls, Dialect), "jobs": (cls.job_engine, JobEngine)}
         wrong = [
             name
-            for name, implement in promised.items()
-            if (getattr(cls, name) is not getattr(Dialect, name)) != implement
+            for flag, (where, names) in CAPABILITY_OPERATIONS.items()
+            for name in names
+            if (getattr(bases[where][0], name) is not getattr(bases[where][1], name))
+            != bool(getattr(cls, flag))
         ]
         if wrong:
             raise TypeError(
@@ -121,6 +130,11 @@ class Dialect(
     def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
         """Did ``exc``, raised by a statement on ``db``, fail because one of
         later's tables does not exist?"""
+
+    @abc.abstractmethod
+    def database_size(self, cursor: CursorWrapper) -> int:
+        """The whole database's size on disk in bytes, later's tables and the
+        application's alike."""
 
     @abc.abstractmethod
     def journal_wal(self, cursor: CursorWrapper) -> bool:

@@ -1,9 +1,12 @@
-"""Operations on ``later_job``: enqueue, the worker's claims and its writes
-under the fence of a claim, and the maintenance of jobs.
+"""The job engine: every operation on ``later_job`` rows — enqueue, the
+worker's claims and its writes under the fence of a claim, the rescue and
+maintenance of jobs, an operator's actions — and what is written with them
+(the Django Tasks backend's results, the stage counters' folding).
 
-Shared statements run here, once, for both vendors; the claim, the batch
-completion and the inserts differ per vendor and are abstract, or belong to
-supports_async_connection (see Dialect). Callers own the transaction.
+Shared statements run here, once, for both vendors; the inserts, the claim,
+the batch completion and the counters' folding differ per vendor and are
+abstract. The claim and the completion also run on an asyncio connection
+where the dialect declares supports_async_connection.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from later_django.db.rows import (
     Orphan,
     OwnerFence,
     RetryWrite,
-    ScheduleKey,
     StuckJob,
+    TaskAttemptEnd,
 )
 from later_django.db.sql import jobs as jobs_sql
-from later_django.db.sql import schedules as schedules_sql
-from later_django.db.statements import Statements
+from later_django.db.sql import tasks as tasks_sql
+from later_django.db.statements import Operations, ids, pairs
 from later_django.states import PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 
@@ -40,13 +43,13 @@ Settled = Literal["released", "failed", "waiting"]
 TRACE_BATCH = 500
 
 
-class JobOperations(Statements):
+class JobEngine(Operations, abc.ABC):
     """Every operation on job rows."""
 
     # The promotion of due jobs; a vendor may need its own form.
     promote_due_sql: ClassVar[str] = jobs_sql.JOB_PROMOTE_DUE_SQL
 
-    # -- enqueue ----------------------------------------------------------------------
+    # -- enqueue ---------------------------------------------------------------------------
     @abc.abstractmethod
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         """Insert a ready or delayed ``job`` through the Django connection
@@ -67,16 +70,7 @@ class JobOperations(Statements):
         or None when the parent does not exist in the namespace."""
         cursor.execute(
             self._sql(jobs_sql.JOB_INSERT_CONTINUATION_SQL),
-            [
-                job.id,
-                job.type_name,
-                job.payload,
-                job.priority,
-                job.retry_policy,
-                retention_ms,
-                job.parent_id,
-                job.namespace,
-            ],
+            continuation_params(job, retention_ms),
         )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
@@ -104,31 +98,17 @@ class JobOperations(Statements):
         cursor.execute(self._sql(jobs_sql.JOB_CANCEL_SQL), [retention_ms, job_id, namespace])
         if cursor.rowcount != 1:
             return False
-        self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
         return True
 
-    def job_cancel_occurrences(
-        self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
-    ) -> int:
-        """Cancel the occurrences of schedule ``key`` enqueued ahead and not
-        due yet, and fail their waiting descendants, as job_cancel does; return
-        how many were cancelled. Run in one transaction."""
-        cursor.execute(
-            self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
-            [retention_ms, key.namespace, key.identifier],
-        )
-        cancelled = [row[0] for row in cursor.fetchall()]
-        for job_id in cancelled:
-            self._fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
-        return len(cancelled)
-
-    # -- tracing (LATER["TRACING"] only) ----------------------------------------------
+    # -- tracing (LATER["TRACING"] only) ---------------------------------------------------
     def job_set_trace(self, cursor: CursorWrapper, job_ids: Sequence[str], context: str) -> None:
         """Record the enqueuing span's ``context`` on jobs just inserted."""
         for start in range(0, len(job_ids), TRACE_BATCH):
             batch = job_ids[start : start + TRACE_BATCH]
-            sql = self._sql(jobs_sql.JOB_SET_TRACE_SQL).format(ids=", ".join(["%s"] * len(batch)))
-            cursor.execute(sql, [context, *batch])
+            cursor.execute(
+                self._sql(jobs_sql.JOB_SET_TRACE_SQL, ids=ids(len(batch))), [context, *batch]
+            )
 
     def job_trace_context(self, cursor: CursorWrapper, *, job_id: str) -> str | None:
         """The enqueuing span's context recorded on ``job_id``, if any."""
@@ -136,13 +116,13 @@ class JobOperations(Statements):
         row = cursor.fetchone()
         return None if row is None else row[0]
 
-    # -- the worker's hot path: one pair, chosen by supports_async_connection --------
+    # -- the worker's hot path -------------------------------------------------------------
+    @abc.abstractmethod
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
         """Mark up to ``request.limit`` ready jobs running, leased to its
-        owner, best first; return them. Inline, on a connection that never
-        waits for a lock."""
-        raise NotImplementedError(f"{self.vendor} claims on an asyncio connection")
+        owner, best first; return them."""
 
+    @abc.abstractmethod
     def job_complete_many(
         self,
         cursor: CursorWrapper,
@@ -152,13 +132,12 @@ class JobOperations(Statements):
         retention_ms: int,
     ) -> Completion:
         """Mark each claim of ``jobs`` that ``owner`` still holds as succeeded
-        and release their waiting continuations. Inline, in one transaction."""
-        raise NotImplementedError(f"{self.vendor} completes on an asyncio connection")
+        and release their waiting continuations. Run in one transaction."""
 
     async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
         """(supports_async_connection) job_claim on the worker's asyncio
         connection, in autocommit."""
-        raise NotImplementedError(f"{self.vendor} claims inline")
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     async def ajob_complete_many(
         self,
@@ -170,9 +149,9 @@ class JobOperations(Statements):
     ) -> Completion:
         """(supports_async_connection) job_complete_many on the worker's
         asyncio connection, in autocommit: one statement."""
-        raise NotImplementedError(f"{self.vendor} completes inline")
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
-    # -- the worker's other writes, under the fence of a claim ------------------------
+    # -- the worker's other writes, under the fence of a claim -----------------------------
     def job_renew(
         self, cursor: CursorWrapper, *, owner: str, jobs: Sequence[tuple[str, int]], lease_ms: int
     ) -> list[Claim]:
@@ -180,13 +159,8 @@ class JobOperations(Statements):
         database's now plus ``lease_ms``; return the claims it still holds."""
         if not jobs:
             return []
-        ids = ", ".join(["%s"] * len(jobs))
-        pairs = ", ".join(["(%s, %s)"] * len(jobs))
-        params: list[Any] = [lease_ms, *(job_id for job_id, _ in jobs)]
-        for job_id, attempts in jobs:
-            params += [job_id, attempts]
-        sql = self._sql(jobs_sql.JOB_RENEW_SQL).format(ids=ids, pairs=pairs)
-        cursor.execute(sql, [*params, owner])
+        sql = self._sql(jobs_sql.JOB_RENEW_SQL, ids=ids(len(jobs)), pairs=pairs(len(jobs)))
+        cursor.execute(sql, [lease_ms, *claims_params(jobs), owner])
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_claimed_since(
@@ -232,7 +206,7 @@ class JobOperations(Statements):
         cursor.execute(sql, [failure.retention_ms, failure.error, fence.job_id, by, fence.attempts])
         if cursor.rowcount != 1:
             return False
-        self._fail_descendants(cursor, job_id=fence.job_id, retention_ms=failure.retention_ms)
+        self.job_fail_descendants(cursor, job_id=fence.job_id, retention_ms=failure.retention_ms)
         return True
 
     def _fenced(self, fence: Fence, owned: str, expired: str) -> tuple[str, str | int]:
@@ -241,12 +215,15 @@ class JobOperations(Statements):
             return self._sql(owned), fence.owner
         return self._sql(expired), fence.expired_for_ms
 
-    def _fail_descendants(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> None:
+    def job_fail_descendants(
+        self, cursor: CursorWrapper, *, job_id: str, retention_ms: int
+    ) -> None:
+        """Fail the waiting continuations of ``job_id``, and theirs."""
         cursor.execute(
             self._sql(jobs_sql.JOB_FAIL_DESCENDANTS_SQL), [job_id, retention_ms, PARENT_FAILED]
         )
 
-    # -- maintenance --------------------------------------------------------------------
+    # -- maintenance -----------------------------------------------------------------------
     def job_next_due_in(self, cursor: CursorWrapper, *, namespace: str) -> int | None:
         """Milliseconds until the first delayed or requeued job of
         ``namespace`` is due (<= 0 when one already is); None when none waits."""
@@ -287,7 +264,7 @@ class JobOperations(Statements):
         cursor.execute(
             self._sql(jobs_sql.JOB_FAIL_WAITING_SQL), [retention_ms, reason, orphan.job_id]
         )
-        self._fail_descendants(cursor, job_id=orphan.job_id, retention_ms=retention_ms)
+        self.job_fail_descendants(cursor, job_id=orphan.job_id, retention_ms=retention_ms)
 
     def job_prune(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
         """Delete up to ``limit`` finished jobs past their retention, and the
@@ -295,17 +272,63 @@ class JobOperations(Statements):
 
         Run it in a transaction: a result must not outlive its job."""
         cursor.execute(self._sql(jobs_sql.JOB_PRUNE_SQL), [namespace, limit])
-        ids = [row[0] for row in cursor.fetchall()]
-        if ids:
-            placeholders = ", ".join(["%s"] * len(ids))
-            cursor.execute(jobs_sql.TASK_RESULT_PRUNE_SQL.format(ids=placeholders), ids)
-        return len(ids)
+        pruned = [row[0] for row in cursor.fetchall()]
+        if pruned:
+            cursor.execute(self._sql(jobs_sql.TASK_RESULT_PRUNE_SQL, ids=ids(len(pruned))), pruned)
+        return len(pruned)
 
-    # -- wake-ups -------------------------------------------------------------------------
+    # -- an operator's actions (the dashboard) ---------------------------------------------
+    def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
+        """Make the failed plain job ``job_id`` ready again, and its
+        continuations that failed because it did wait for it again; return
+        how many continuations, or None if the job was not a failed plain job.
+        Run in one transaction."""
+        cursor.execute(self._sql(jobs_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
+        if cursor.rowcount != 1:
+            return None
+        cursor.execute(self._sql(jobs_sql.JOB_REVIVE_DESCENDANTS_SQL), [job_id])
+        return int(cursor.rowcount)
+
+    def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
+        """Make a delayed or requeued job due now; return whether it was one."""
+        cursor.execute(self._sql(jobs_sql.JOB_RUN_NOW_SQL), [job_id, namespace])
+        return bool(cursor.rowcount == 1)
+
+    # -- what is written with jobs ---------------------------------------------------------
+    def task_result_save(self, cursor: CursorWrapper, end: TaskAttemptEnd) -> bool:
+        """Store the end of an attempt of a task job; return False when the
+        job is no longer at that attempt (nothing is stored)."""
+        cursor.execute(
+            self._sql(tasks_sql.TASK_RESULT_SAVE_SQL),
+            [end.earlier_workers, end.errors, end.return_value, end.job_id, end.attempt],
+        )
+        return bool(cursor.rowcount == 1)
+
+    @abc.abstractmethod
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        """Fold the stage counter rows of ``namespace`` together; return how
+        many rows were folded."""
+
+    # -- wake-ups --------------------------------------------------------------------------
     def job_ready_exists(self, cursor: CursorWrapper, *, namespace: str) -> bool:
         """Is any job of ``namespace`` ready to claim? A read: takes no write lock."""
         cursor.execute(self._sql(jobs_sql.JOB_READY_EXISTS_SQL), [namespace])
         return cursor.fetchone() is not None
+
+
+def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:
+    """The parameters of {ids} then {pairs} for the claims ``jobs``."""
+    params: list[Any] = [job_id for job_id, _ in jobs]
+    for job_id, attempts in jobs:
+        params += [job_id, attempts]
+    return params
+
+
+def continuation_params(job: NewJob, retention_ms: int, extra: Sequence[Any] = ()) -> list[Any]:
+    """The parameters of a continuation insert (sql/jobs.py
+    continuation_insert) for ``job``, its ``extra`` columns' values given."""
+    own = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
+    return [*own, *extra, retention_ms, job.parent_id, job.namespace]
 
 
 def insert_one_params(job: NewJob) -> list[Any]:

@@ -1,6 +1,8 @@
-"""Operations of sequential partition mode: sequences, partition jobs, the
-partition leases pollers hold, and what operators do to a partition
-(docs/partitions.md). Callers own the transaction."""
+"""Sequential partition mode: registered topics (``later_topic``),
+sequences, partition jobs, the partition leases pollers hold, and what
+operators do to a partition (docs/partitions.md). A partition job's
+success and failure are the job engine's writes, behind the partition's
+fence."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
+from later_django.db.jobs import JobEngine, continuation_params
 from later_django.db.rows import (
     HeadFailure,
     JobPlace,
@@ -19,20 +22,34 @@ from later_django.db.rows import (
     claimed_jobs,
 )
 from later_django.db.sql import partitions as partitions_sql
-from later_django.db.statements import Statements
-from later_django.states import PARENT_FAILED
+from later_django.db.sql import topics as topics_sql
+from later_django.db.statements import Operations, Statements
 from later_django.types import NewJob, PartitionLane, PartitionStats
 
 
-class PartitionOperations(Statements):
-    """Sequences, partition leases and partition heads."""
+class PartitionStore(Operations):
+    """Topics, sequences, partition leases and partition heads."""
 
-    # Appended to the fence read of an outcome: a row lock where the vendor
-    # has them (one writer at a time needs none).
-    for_update: ClassVar[str] = ""
     # Do partition_claim and partition_complete take one statement? Then
     # callers run them without a transaction of their own (else in one).
-    partition_writes_one_statement: ClassVar[bool] = False
+    writes_one_statement: ClassVar[bool] = False
+
+    def __init__(self, sql: Statements, jobs: JobEngine) -> None:
+        super().__init__(sql)
+        self._jobs = jobs
+
+    # -- topics ---------------------------------------------------------------------
+    def topic_partitions(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:
+        """Every topic registered in ``namespace`` and its partition count."""
+        cursor.execute(self._sql(topics_sql.TOPIC_PARTITIONS_SQL), [namespace])
+        return {str(name): int(count) for name, count in cursor.fetchall()}
+
+    def topic_register(
+        self, cursor: CursorWrapper, *, namespace: str, name: str, partitions: int
+    ) -> bool:
+        """Register a topic unless it exists; return whether it was new."""
+        cursor.execute(self._sql(topics_sql.TOPIC_REGISTER_SQL), [namespace, name, partitions])
+        return bool(cursor.rowcount == 1)
 
     # -- enqueue --------------------------------------------------------------------
     def partition_next_sequence(self, cursor: CursorWrapper, lane: PartitionLane) -> int:
@@ -63,18 +80,7 @@ class PartitionOperations(Statements):
         else:
             cursor.execute(
                 self._sql(partitions_sql.JOB_INSERT_CONTINUATION_SQL),
-                [
-                    job.id,
-                    job.type_name,
-                    job.payload,
-                    job.priority,
-                    job.retry_policy,
-                    *where,
-                    retention_ms,
-                    PARENT_FAILED,
-                    job.parent_id,
-                    job.namespace,
-                ],
+                continuation_params(job, retention_ms, where),
             )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
@@ -129,12 +135,12 @@ class PartitionOperations(Statements):
         """Store the success of ``done.job``, a partition head, if its claim
         and its partition's lease (owner, epoch) both still hold, and release
         its waiting continuations; return whether it was stored. Run in one
-        transaction unless partition_writes_one_statement."""
+        transaction unless writes_one_statement."""
         job = done.job
         assert job.lane is not None
         if not self.partition_fence(cursor, job.lane, owner=done.owner):
             return False
-        completion = self.job_complete_many(  # type: ignore[attr-defined]
+        completion = self._jobs.job_complete_many(
             cursor, owner=done.owner, jobs=[(job.id, job.attempts)], retention_ms=done.retention_ms
         )
         return bool(completion.done_ids)
@@ -143,8 +149,10 @@ class PartitionOperations(Statements):
         """Does ``owner`` still hold ``lane``'s partition at ``lane.epoch``?
         Holds the row until the transaction ends, so an outcome stored in it
         is the current holder's."""
-        sql = self._sql(partitions_sql.PARTITION_FENCE_SQL).replace("{for_update}", self.for_update)
-        cursor.execute(sql, [lane.namespace, lane.topic, lane.partition, owner, lane.epoch])
+        cursor.execute(
+            self._sql(partitions_sql.PARTITION_FENCE_SQL),
+            [lane.namespace, lane.topic, lane.partition, owner, lane.epoch],
+        )
         return cursor.fetchone() is not None
 
     def partition_renew(
@@ -203,7 +211,7 @@ class PartitionOperations(Statements):
         if cursor.rowcount != 1:
             return None
         cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
-        self._fail_descendants(cursor, job_id=job_id, retention_ms=fail.retention_ms)  # type: ignore[attr-defined]
+        self._jobs.job_fail_descendants(cursor, job_id=job_id, retention_ms=fail.retention_ms)
         return job_id
 
     def partition_truncate_history(

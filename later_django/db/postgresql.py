@@ -1,8 +1,9 @@
 """PostgreSQL: SKIP LOCKED claims, statement-level counter triggers, NOTIFY.
 
 The worker's claims and completions run on an asyncio connection of its own
-(db/sessions.py), as prepared statements; enqueues run straight on the
-psycopg connection under Django's.
+(db/sessions.py), as prepared statements; the same statements run on a
+Django cursor for callers inside a transaction of their own (testing's
+drain()). Enqueues run straight on the psycopg connection under Django's.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from django.db.backends.utils import CursorWrapper
 from later_django.conf import conf
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
-from later_django.db.jobs import insert_one_params
+from later_django.db.jobs import JobEngine, insert_one_params
+from later_django.db.partitions import PartitionStore
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
@@ -33,6 +35,7 @@ from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
+from later_django.db.statements import Statements, VendorSql
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
@@ -47,44 +50,12 @@ CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
 COPY_CHUNK_ROWS: Final = 200  # rows of COPY text handed to psycopg at once
 
 
-class PostgresDialect(Dialect):
-    vendor: ClassVar[str] = "postgresql"
-    supports_listen: ClassVar[bool] = True
-    supports_async_connection: ClassVar[bool] = True
-    now_sql: ClassVar[str] = pg_sql.NOW_SQL
-    skip_locked: ClassVar[str] = pg_sql.SKIP_LOCKED
-    share_lock: ClassVar[str] = pg_sql.SHARE_LOCK
-    for_update: ClassVar[str] = "FOR UPDATE"
-    partition_writes_one_statement: ClassVar[bool] = True
+class PostgresJobEngine(JobEngine):
     promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, sql: Statements) -> None:
+        super().__init__(sql)
         self._claim_sql_by_limit: dict[int, str] = {}
-
-    # -- schema -------------------------------------------------------------------
-    def installed_objects(self, cursor: CursorWrapper) -> set[str]:
-        cursor.execute(pg_sql.INSTALLED_OBJECTS_SQL)
-        return {row[0] for row in cursor.fetchall()}
-
-    def database_exists(self, db: BaseDatabaseWrapper) -> bool:
-        # Connecting never creates a database: a missing one fails to connect.
-        return True
-
-    def missing_tables(self, cursor: CursorWrapper) -> list[str]:
-        cursor.execute(pg_sql.MISSING_TABLES_SQL, [list(TABLES)])
-        return [row[0] for row in cursor.fetchall()]
-
-    def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
-        # Said by the error itself: after it, a transaction takes no query.
-        return sqlstate(exc) == UNDEFINED_TABLE
-
-    def journal_wal(self, cursor: CursorWrapper) -> bool:
-        return False  # the write-ahead log is not a setting of a database
-
-    def database_size(self, cursor: CursorWrapper) -> int:
-        cursor.execute(pg_sql.DATABASE_SIZE_SQL)
-        return int(cursor.fetchone()[0])
 
     # -- enqueue ----------------------------------------------------------------------
     # Inserts run straight on the psycopg connection under Django's (the same
@@ -114,25 +85,42 @@ class PostgresDialect(Dialect):
                     rows += count
         _log_query(db, f"{pg_sql.JOB_COPY_SQL} -- {rows} rows", started)
 
-    # -- the worker's hot path, on its own asyncio connection -----------------------------
-    # Statements prepared once per connection: their text never changes, so
-    # the server plans them once instead of on every batch.
+    # -- the worker's hot path ----------------------------------------------------------
+    # The worker runs these on its own asyncio connection, prepared once per
+    # connection: their text never changes, so the server plans them once
+    # instead of on every batch. The same statements run on a Django cursor
+    # (job_claim, job_complete_many) for callers in a transaction of their own.
 
     def _claim_sql(self, limit: int) -> str:
         """The claim of ``limit`` jobs: its LIMIT is in the text (see sql/postgresql.py)."""
         claim = self._claim_sql_by_limit.get(limit)
         if claim is None:
-            claim = self._sql(pg_sql.JOB_CLAIM_SQL).replace("{limit}", str(int(limit)))
+            claim = self._sql(pg_sql.JOB_CLAIM_SQL, limit=str(int(limit)))
             self._claim_sql_by_limit[limit] = claim
         return claim
 
+    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        cursor.execute(self._claim_sql(request.limit), _claim_params(request))
+        return claimed_jobs(cursor.fetchall())
+
     async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
         await cursor.execute(
-            self._claim_sql(request.limit),
-            [request.namespace, request.owner, request.lease_ms],
-            prepare=_prepare(),
+            self._claim_sql(request.limit), _claim_params(request), prepare=_prepare()
         )
         return claimed_jobs(await cursor.fetchall())
+
+    def job_complete_many(
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        if not jobs:
+            return Completion(done_ids=[], released=0)
+        cursor.execute(pg_sql.JOB_COMPLETE_MANY_SQL, _complete_params(owner, jobs, retention_ms))
+        return _completion(cursor.fetchone())
 
     async def ajob_complete_many(
         self,
@@ -147,17 +135,28 @@ class PostgresDialect(Dialect):
         async with conn.cursor() as cursor:
             await cursor.execute(
                 pg_sql.JOB_COMPLETE_MANY_SQL,
-                [
-                    [job_id for job_id, _ in jobs],
-                    [attempts for _, attempts in jobs],
-                    owner,
-                    retention_ms,
-                ],
+                _complete_params(owner, jobs, retention_ms),
                 prepare=_prepare(),
             )
-            row = await cursor.fetchone()
-        assert row is not None
-        return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
+            return _completion(await cursor.fetchone())
+
+    # -- counters -----------------------------------------------------------------------
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        # One folder at a time per namespace; the others skip this round.
+        key = zlib.crc32(f"later_stage_count:{namespace}".encode())
+        cursor.execute(pg_sql.COUNTER_COMPACT_LOCK_SQL, [key])
+        if not cursor.fetchone()[0]:
+            return 0
+        cursor.execute(pg_sql.COUNTER_ROWS_SQL, [namespace])
+        rows = int(cursor.fetchone()[0])
+        if rows <= 2 * len(Stage):  # one row per stage and lane
+            return 0
+        cursor.execute(pg_sql.COUNTER_COMPACT_SQL, [namespace, namespace])
+        return rows
+
+
+class PostgresPartitionStore(PartitionStore):
+    writes_one_statement: ClassVar[bool] = True
 
     # -- partitions ---------------------------------------------------------------------
     # A claim and a success are one statement each: a partition job pays two
@@ -208,19 +207,58 @@ class PostgresDialect(Dialect):
         row = cursor.fetchone()
         return row is not None and bool(row[0])
 
-    # -- counters -----------------------------------------------------------------------
-    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
-        # One folder at a time per namespace; the others skip this round.
-        key = zlib.crc32(f"later_stage_count:{namespace}".encode())
-        cursor.execute(pg_sql.COUNTER_COMPACT_LOCK_SQL, [key])
-        if not cursor.fetchone()[0]:
-            return 0
-        cursor.execute(pg_sql.COUNTER_ROWS_SQL, [namespace])
-        rows = int(cursor.fetchone()[0])
-        if rows <= 2 * len(Stage):  # one row per stage and lane
-            return 0
-        cursor.execute(pg_sql.COUNTER_COMPACT_SQL, [namespace, namespace])
-        return rows
+
+class PostgresDialect(Dialect):
+    vendor: ClassVar[str] = "postgresql"
+    supports_listen: ClassVar[bool] = True
+    supports_async_connection: ClassVar[bool] = True
+    vendor_sql: ClassVar[VendorSql] = VendorSql(
+        now=pg_sql.NOW_SQL,
+        skip_locked=pg_sql.SKIP_LOCKED,
+        share_lock=pg_sql.SHARE_LOCK,
+        for_update="FOR UPDATE",
+    )
+    job_engine: ClassVar[type[JobEngine]] = PostgresJobEngine
+    partition_store: ClassVar[type[PartitionStore]] = PostgresPartitionStore
+
+    # -- schema -------------------------------------------------------------------
+    def installed_objects(self, cursor: CursorWrapper) -> set[str]:
+        cursor.execute(pg_sql.INSTALLED_OBJECTS_SQL)
+        return {row[0] for row in cursor.fetchall()}
+
+    def database_exists(self, db: BaseDatabaseWrapper) -> bool:
+        # Connecting never creates a database: a missing one fails to connect.
+        return True
+
+    def missing_tables(self, cursor: CursorWrapper) -> list[str]:
+        cursor.execute(pg_sql.MISSING_TABLES_SQL, [list(TABLES)])
+        return [row[0] for row in cursor.fetchall()]
+
+    def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
+        # Said by the error itself: after it, a transaction takes no query.
+        return sqlstate(exc) == UNDEFINED_TABLE
+
+    def journal_wal(self, cursor: CursorWrapper) -> bool:
+        return False  # the write-ahead log is not a setting of a database
+
+    def database_size(self, cursor: CursorWrapper) -> int:
+        cursor.execute(pg_sql.DATABASE_SIZE_SQL)
+        return int(cursor.fetchone()[0])
+
+
+def _claim_params(request: ClaimRequest) -> list[Any]:
+    return [request.namespace, request.owner, request.lease_ms]
+
+
+def _complete_params(owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int) -> list[Any]:
+    """later_complete_many's arguments: the batch as two arrays, so the
+    call's text never changes."""
+    return [[job_id for job_id, _ in jobs], [attempts for _, attempts in jobs], owner, retention_ms]
+
+
+def _completion(row: Any) -> Completion:
+    assert row is not None
+    return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
 
 
 def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, int]]:

@@ -27,7 +27,7 @@ from later_django.db.rows import (
     StoredRecord,
 )
 from later_django.db.sql import retained_log as log_sql
-from later_django.db.statements import Statements
+from later_django.db.statements import Operations
 
 # Records per INSERT statement: 6 parameters each stays far below SQLite's
 # limit of 32,766 bound parameters.
@@ -38,7 +38,7 @@ def _consumer_params(key: LogConsumerKey) -> list[str | int]:
     return [key.namespace, key.topic, key.group, key.partition]
 
 
-class RetainedLogOperations(Statements):
+class LogStore(Operations):
     """Appending, reading and consuming retained-log records."""
 
     def log_topic_register(self, cursor: CursorWrapper, topic: LogTopicRow, namespace: str) -> bool:
@@ -95,9 +95,7 @@ class RetainedLogOperations(Statements):
                     record.key,
                     record.value,
                 ]
-            sql = self._sql(log_sql.LOG_RECORD_INSERT_SQL).replace(
-                "{values}", ", ".join([values] * len(chunk))
-            )
+            sql = self._sql(log_sql.LOG_RECORD_INSERT_SQL, values=", ".join([values] * len(chunk)))
             cursor.execute(sql, params)
 
     def log_record_read(self, cursor: CursorWrapper, read: LogRead) -> list[StoredRecord]:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
+from later_django.db.jobs import JobEngine
 from later_django.db.rows import (
     DueSchedule,
     PartitionSlot,
@@ -16,15 +17,19 @@ from later_django.db.rows import (
     ScheduleWrite,
 )
 from later_django.db.sql import schedules as schedules_sql
-from later_django.db.statements import Statements
+from later_django.db.statements import Operations, Statements
 from later_django.types import NewJob
 
 # Schedules one scheduler pass reads; the rest wait for the next pass.
 DUE_BATCH = 100
 
 
-class ScheduleOperations(Statements):
+class ScheduleStore(Operations):
     """Registering, listing and firing schedules."""
+
+    def __init__(self, sql: Statements, jobs: JobEngine) -> None:
+        super().__init__(sql)
+        self._jobs = jobs
 
     def schedule_save(self, cursor: CursorWrapper, write: ScheduleWrite) -> bool:
         """Register or update a schedule; return True when it is new or its
@@ -129,3 +134,18 @@ class ScheduleOperations(Statements):
             params += [slot.lane.topic, slot.lane.partition, slot.sequence]
         cursor.execute(self._sql(sql), [*params, job.run_at_ms])
         return str(cursor.fetchone()[0])
+
+    def job_cancel_occurrences(
+        self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
+    ) -> int:
+        """Cancel the occurrences of schedule ``key`` enqueued ahead and not
+        due yet, and fail their waiting descendants, as job_cancel does; return
+        how many were cancelled. Run in one transaction."""
+        cursor.execute(
+            self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
+            [retention_ms, key.namespace, key.identifier],
+        )
+        cancelled = [row[0] for row in cursor.fetchall()]
+        for job_id in cancelled:
+            self._jobs.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        return len(cancelled)

@@ -7,7 +7,7 @@ inside a call (it fails fast and the session retries after an asyncio
 sleep, so the loop never blocks on another process's lock).
 
 Every other write (failures, retries, renewals, maintenance) goes through
-Store and Django's connections.
+ThreadedStore and Django's connections.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def _qmark(sql: str) -> str:
     return sql.replace("%s", "?")
 
 
-class HotPath:
+class WorkerSessions:
     """Where a server's claims, or its completions, run (one connection each).
 
     Times are the database's: each statement reads its clock when it runs."""
@@ -239,11 +239,11 @@ class HotPath:
             async def claim(d: Dialect, conn: AsyncConnection[Any]) -> list[ClaimedJob]:
                 # A plain AsyncCursor binds on the server, so statements can be prepared.
                 async with conn.cursor() as cursor:
-                    return await d.ajob_claim(cursor, request)
+                    return await d.jobs.ajob_claim(cursor, request)
 
             return await self.postgres.run(claim)
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.job_claim(c, request))
+        return await self.sqlite.run(lambda d, c: d.jobs.job_claim(c, request))
 
     async def complete_many(
         self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
@@ -252,9 +252,9 @@ class HotPath:
         ``owner`` still holds."""
         args: dict[str, Any] = {"owner": owner, "jobs": jobs, "retention_ms": retention_ms}
         if self.postgres is not None:
-            return await self.postgres.run(lambda d, conn: d.ajob_complete_many(conn, **args))
+            return await self.postgres.run(lambda d, conn: d.jobs.ajob_complete_many(conn, **args))
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.job_complete_many(c, **args), atomic=True)
+        return await self.sqlite.run(lambda d, c: d.jobs.job_complete_many(c, **args), atomic=True)
 
     async def close(self) -> None:
         for session in (self.postgres, self.sqlite):

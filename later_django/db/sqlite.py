@@ -18,14 +18,68 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import insert_one_params
+from later_django.db.jobs import JobEngine, claims_params, insert_one_params
 from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import sqlite as sqlite_sql
+from later_django.db.statements import VendorSql, ids, pairs
 from later_django.types import ClaimedJob, NewJob
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
 INSERT_BATCH_SIZE: Final = 1000
+
+
+class SqliteJobEngine(JobEngine):
+    # -- enqueue ---------------------------------------------------------------------------
+    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+        with db.cursor() as cursor:
+            cursor.execute(self._sql(jobs_sql.JOB_INSERT_SQL), insert_one_params(job))
+            return str(cursor.fetchone()[0])
+
+    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+        # One multi-row INSERT per batch.
+        row = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW)
+        remaining = iter(jobs)
+        with db.cursor() as cursor:
+            while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
+                params: list[Any] = []
+                for job in batch:
+                    params += job[:6]  # the values of JOB_INSERT_MANY_ROW
+                values = ", ".join([row] * len(batch))
+                cursor.execute(self._sql(sqlite_sql.JOB_INSERT_MANY_SQL, values=values), params)
+
+    # -- the worker's hot path, inline (db/sessions.py) ------------------------------------
+    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        cursor.execute(
+            self._sql(sqlite_sql.JOB_CLAIM_SQL),
+            [request.owner, request.lease_ms, request.namespace, request.limit],
+        )
+        return claimed_jobs(cursor.fetchall())
+
+    def job_complete_many(
+        self,
+        cursor: CursorWrapper,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+    ) -> Completion:
+        if not jobs:
+            return Completion(done_ids=[], released=0)
+        complete = self._sql(
+            sqlite_sql.JOB_COMPLETE_MANY_SQL, ids=ids(len(jobs)), pairs=pairs(len(jobs))
+        )
+        cursor.execute(complete, [retention_ms, *claims_params(jobs), owner])
+        done = [str(row[0]) for row in cursor.fetchall()]
+        if not done:
+            return Completion(done_ids=done, released=0)
+        release = self._sql(sqlite_sql.JOB_RELEASE_CHILDREN_OF_SQL, ids=ids(len(done)))
+        cursor.execute(release, done)
+        return Completion(done_ids=done, released=int(cursor.rowcount))
+
+    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        # The triggers keep one row per stage already: nothing to fold.
+        return 0
 
 
 class SqliteDialect(Dialect):
@@ -33,10 +87,10 @@ class SqliteDialect(Dialect):
     single_writer: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
     needs_vacuum: ClassVar[bool] = True
-    now_sql: ClassVar[str] = sqlite_sql.NOW_SQL
-    greatest_sql: ClassVar[str] = "MAX"
+    vendor_sql: ClassVar[VendorSql] = VendorSql(now=sqlite_sql.NOW_SQL, greatest="MAX")
+    job_engine: ClassVar[type[JobEngine]] = SqliteJobEngine
 
-    # -- schema -------------------------------------------------------------------
+    # -- schema ----------------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
         cursor.execute(sqlite_sql.INSTALLED_OBJECTS_SQL)
         return {row[0] for row in cursor.fetchall()}
@@ -91,61 +145,7 @@ class SqliteDialect(Dialect):
         cursor.execute(sqlite_sql.DATABASE_SIZE_SQL)
         return int(cursor.fetchone()[0])
 
-    # -- enqueue ----------------------------------------------------------------------
-    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
-        with db.cursor() as cursor:
-            cursor.execute(self._sql(jobs_sql.JOB_INSERT_SQL), insert_one_params(job))
-            return str(cursor.fetchone()[0])
-
-    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
-        # One multi-row INSERT per batch.
-        row = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW)
-        remaining = iter(jobs)
-        with db.cursor() as cursor:
-            while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
-                params: list[Any] = []
-                for job in batch:
-                    params += job[:6]  # the values of JOB_INSERT_MANY_ROW
-                values = ", ".join([row] * len(batch))
-                cursor.execute(sqlite_sql.JOB_INSERT_MANY_SQL.format(values=values), params)
-
-    # -- the worker's hot path, inline ------------------------------------------------
-    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
-        cursor.execute(
-            self._sql(sqlite_sql.JOB_CLAIM_SQL),
-            [request.owner, request.lease_ms, request.namespace, request.limit],
-        )
-        return claimed_jobs(cursor.fetchall())
-
-    def job_complete_many(
-        self,
-        cursor: CursorWrapper,
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
-    ) -> Completion:
-        if not jobs:
-            return Completion(done_ids=[], released=0)
-        ids = ", ".join(["%s"] * len(jobs))
-        pairs = ", ".join(["(%s, %s)"] * len(jobs))
-        params: list[Any] = [retention_ms, *(job_id for job_id, _ in jobs)]
-        for job_id, attempts in jobs:
-            params += [job_id, attempts]
-        complete = self._sql(sqlite_sql.JOB_COMPLETE_MANY_SQL).format(ids=ids, pairs=pairs)
-        cursor.execute(complete, [*params, owner])
-        done = [str(row[0]) for row in cursor.fetchall()]
-        if not done:
-            return Completion(done_ids=done, released=0)
-        ids = ", ".join(["%s"] * len(done))
-        cursor.execute(self._sql(sqlite_sql.JOB_RELEASE_CHILDREN_OF_SQL).format(ids=ids), done)
-        return Completion(done_ids=done, released=int(cursor.rowcount))
-
-    # -- wake-ups and counters ------------------------------------------------------------
+    # -- wake-ups --------------------------------------------------------------------------
     def change_counter(self, cursor: CursorWrapper) -> int:
         cursor.execute(sqlite_sql.DATA_VERSION_SQL)
         return int(cursor.fetchone()[0])
-
-    def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
-        # The triggers keep one row per stage already: nothing to fold.
-        return 0

@@ -1,43 +1,70 @@
-"""The root of every dialect: a vendor's SQL fragments, and the templates of
-db/sql/ rendered with them, once each. Runs no statement itself."""
+"""later's SQL templates rendered for one vendor, and the base of every store
+that runs them. Runs no statement itself."""
 
 from __future__ import annotations
 
-import abc
-from typing import ClassVar
+from dataclasses import dataclass
 
-from later_django.db.sql import STAMP
+from later_django.db.sql import STAMP, compose, fill
 
 
-class Statements(abc.ABC):
-    """Renders later's SQL templates for one vendor."""
+@dataclass(frozen=True, slots=True)
+class VendorSql:
+    """A vendor's SQL fragments: what the vendor markers of db/sql/ become."""
 
-    vendor: ClassVar[str]
-    # The database's clock as epoch milliseconds, an SQL expression with one
-    # value for the whole statement ({now}).
-    now_sql: ClassVar[str]
+    # The database's clock as epoch milliseconds, one value for the whole
+    # statement ({now}).
+    now: str
     # The larger of two values ({greatest}).
-    greatest_sql: ClassVar[str] = "GREATEST"
+    greatest: str = "GREATEST"
     # Appended to SELECTs that pick rows to change, where the vendor locks
     # rows ({skip_locked}).
-    skip_locked: ClassVar[str] = ""
+    skip_locked: str = ""
     # Appended to a read that must wait for a concurrent write of the row
     # ({share_lock}).
-    share_lock: ClassVar[str] = ""
+    share_lock: str = ""
+    # Appended to a read whose rows must stay as read until the transaction
+    # ends ({for_update}).
+    for_update: str = ""
 
-    def __init__(self) -> None:
+
+class Statements:
+    """Renders templates for one vendor: each once, on first use."""
+
+    def __init__(self, vendor: VendorSql) -> None:
+        self._parts = {
+            "now": vendor.now,
+            "greatest": vendor.greatest,
+            "skip_locked": vendor.skip_locked,
+            "share_lock": vendor.share_lock,
+            "for_update": vendor.for_update,
+        }
         self._rendered: dict[str, str] = {}
 
-    def _sql(self, template: str) -> str:
-        """``template`` with this vendor's clock and locking clauses filled in,
-        rendered on first use; per-call parts ({ids}, {pairs}, ...) are left."""
+    def __call__(self, template: str, **per_call: str) -> str:
+        """``template`` with the vendor's fragments, then the ``per_call``
+        parts (the sizes of a batch: see db/sql/__init__.py) written in."""
         sql = self._rendered.get(template)
         if sql is None:
-            sql = self._rendered[template] = (
-                template.replace("{stamp}", STAMP)
-                .replace("{greatest}", self.greatest_sql)
-                .replace("{now}", self.now_sql)
-                .replace("{skip_locked}", self.skip_locked)
-                .replace("{share_lock}", self.share_lock)
-            )
-        return sql
+            sql = self._rendered[template] = fill(fill(template, {"stamp": STAMP}), self._parts)
+        return compose(sql, **per_call) if per_call else sql
+
+
+def ids(count: int) -> str:
+    """The {ids} of ``count`` ids."""
+    return ", ".join(["%s"] * count)
+
+
+def pairs(count: int) -> str:
+    """The {pairs} of ``count`` (id, attempt) pairs."""
+    return ", ".join(["(%s, %s)"] * count)
+
+
+class Operations:
+    """A store of one concern: its operations, over one vendor's statements.
+
+    Each operation runs on a cursor of the LATER database, and the caller
+    owns the transaction."""
+
+    def __init__(self, sql: Statements) -> None:
+        self._sql = sql

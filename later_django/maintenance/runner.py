@@ -17,7 +17,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import Dialect
 from later_django.maintenance.steps import STEPS, StepContext
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class Maintenance:
 
     def __init__(
         self,
-        store: Store,
+        store: ThreadedStore,
         pool: ThreadPoolExecutor,
         ctx: StepContext,
         interval: float,
@@ -114,7 +114,7 @@ class Maintenance:
         namespace = self.ctx.namespace
 
         def next_due_in(dialect: Dialect, cursor: CursorWrapper) -> int | None:
-            return dialect.job_next_due_in(cursor, namespace=namespace)
+            return dialect.jobs.job_next_due_in(cursor, namespace=namespace)
 
         due_in = await self.store.run(self.pool, next_due_in)
         if due_in is not None:

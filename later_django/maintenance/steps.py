@@ -64,7 +64,7 @@ def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> in
     """Delayed and retry-waiting jobs whose time has come become enqueued."""
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = dialect.job_promote_due(cursor, namespace=ctx.namespace, limit=BATCH)
+        n = dialect.jobs.job_promote_due(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
@@ -90,7 +90,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
     "Expired" is judged on the database's clock, so a host whose own clock
     runs ahead never takes a live job from its owner."""
     rescued = 0
-    for job in dialect.job_stuck(
+    for job in dialect.jobs.job_stuck(
         cursor, namespace=ctx.namespace, expired_for_ms=ctx.stuck_grace_ms, limit=BATCH
     ):
         delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempt)
@@ -100,11 +100,11 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
         with transaction.atomic(using=ctx.alias):
             if delay is None:
                 failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
-                done = dialect.job_fail(cursor, fence, failure)
+                done = dialect.jobs.job_fail(cursor, fence, failure)
             else:
                 delay_ms = int(delay.total_seconds() * 1000)
                 retry = RetryWrite(delay_ms=delay_ms, error=LEASE_EXPIRED)
-                done = dialect.job_retry(cursor, fence, retry)
+                done = dialect.jobs.job_retry(cursor, fence, retry)
         if done:
             rescued += 1
             logger.warning(
@@ -120,10 +120,10 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
 
 def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Backstop: waiting continuations whose parent already finished are resolved."""
-    orphans = dialect.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
+    orphans = dialect.jobs.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
     for orphan in orphans:
         with transaction.atomic(using=ctx.alias):
-            dialect.job_resolve_orphan(cursor, orphan, retention_ms=ctx.retention_ms)
+            dialect.jobs.job_resolve_orphan(cursor, orphan, retention_ms=ctx.retention_ms)
     return len(orphans)
 
 
@@ -132,18 +132,20 @@ def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> 
     total = 0
     for _ in range(MAX_ROUNDS):
         with transaction.atomic(using=ctx.alias):
-            n = dialect.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
+            n = dialect.jobs.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
-    total += dialect.server_prune(cursor, namespace=ctx.namespace, silent_for_ms=ctx.server_ttl_ms)
+    total += dialect.cluster.server_prune(
+        cursor, namespace=ctx.namespace, silent_for_ms=ctx.server_ttl_ms
+    )
     return total
 
 
 def compact_counters(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Fold the per-stage counter rows (PostgreSQL appends one per write)."""
     with transaction.atomic(using=ctx.alias):
-        return dialect.counter_compact(cursor, namespace=ctx.namespace)
+        return dialect.jobs.counter_compact(cursor, namespace=ctx.namespace)
 
 
 def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
@@ -152,7 +154,7 @@ def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
         return 0
     if ctx.leader.lead(dialect, cursor, "vacuum") is None:
         return 0
-    if not dialect.maintenance_claim(
+    if not dialect.cluster.maintenance_claim(
         cursor,
         namespace=ctx.namespace,
         step="vacuum",
@@ -173,13 +175,13 @@ def sample_queue(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
     dashboard's queue-length graph, and old figures deleted."""
     if ctx.leader.lead(dialect, cursor, "dashboard") is None:
         return 0
-    if not dialect.maintenance_claim(
+    if not dialect.cluster.maintenance_claim(
         cursor, namespace=ctx.namespace, step="sample_queue", interval_ms=SAMPLE_INTERVAL_MS
     ):
         return 0
     with transaction.atomic(using=ctx.alias):
-        taken = dialect.sample_take(cursor, namespace=ctx.namespace)
-        dialect.dashboard_prune(
+        taken = dialect.reads.sample_take(cursor, namespace=ctx.namespace)
+        dialect.reads.dashboard_prune(
             cursor,
             namespace=ctx.namespace,
             stats_for_ms=STATS_KEPT_MS,

@@ -125,7 +125,9 @@ def enqueue_recurring_continue(parent: str, payload: object, *, priority: int = 
     alias = conf.database
     assert options.parent_id is not None
     with connections[alias].cursor() as c:
-        place = dialect_for(alias).job_place(c, namespace=conf.namespace, job_id=options.parent_id)
+        place = dialect_for(alias).partitions.job_place(
+            c, namespace=conf.namespace, job_id=options.parent_id
+        )
     if place is None:
         raise JobNotFound(
             f"parent job {parent} does not exist in namespace {conf.namespace!r} "
@@ -154,8 +156,8 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     savepoint = job.parent_id is not None and db.in_atomic_block
     try:
         with transaction.atomic(using=alias, savepoint=savepoint), db.cursor() as c:
-            slot = PartitionSlot(lane, dialect.partition_next_sequence(c, lane))
-            stage = dialect.job_insert_partitioned(c, job, slot, retention)
+            slot = PartitionSlot(lane, dialect.partitions.partition_next_sequence(c, lane))
+            stage = dialect.partitions.job_insert_partitioned(c, job, slot, retention)
             if stage is None:
                 raise JobNotFound(
                     f"parent job {job.parent_id} does not exist in namespace "
@@ -193,7 +195,7 @@ def force_fail_partition_head(
     )
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as c:
-        job_id = dialect_for(alias).partition_force_fail_head(c, failure)
+        job_id = dialect_for(alias).partitions.partition_force_fail_head(c, failure)
     if job_id is not None:
         transaction.on_commit(wakeup.wake_partitions, using=alias)
     return None if job_id is None else JobId(job_id)
@@ -207,7 +209,7 @@ def truncate_partition_history(topic: str, partition: int, keep: int) -> int:
     lane = _lane(topic, partition)
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=False), connections[alias].cursor() as c:
-        return dialect_for(alias).partition_truncate_history(c, lane, keep)
+        return dialect_for(alias).partitions.partition_truncate_history(c, lane, keep)
 
 
 def partition_stats() -> list[PartitionStats]:
@@ -217,7 +219,7 @@ def partition_stats() -> list[PartitionStats]:
     partition, cheap at any backlog."""
     alias = conf.database
     with connections[alias].cursor() as c:
-        return dialect_for(alias).partition_stats(c, namespace=conf.namespace)
+        return dialect_for(alias).partitions.partition_stats(c, namespace=conf.namespace)
 
 
 def _lane(topic: str, partition: int) -> PartitionLane:

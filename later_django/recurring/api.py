@@ -87,9 +87,9 @@ def _save(
             next_run_ms=parsed.next_after(first),
             sequential=sequential,
         )
-        if not dialect.schedule_save(cursor, write):
+        if not dialect.schedules.schedule_save(cursor, write):
             return None
-        dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        dialect.schedules.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         job = job._replace(run_at_ms=first)
         stage = insert_occurrence(dialect, cursor, job, key.identifier, lane)
     if events.JobEnqueued in events.listening:
@@ -105,9 +105,9 @@ def remove_recurring(identifier: str) -> bool:
     """
     key = _key(identifier)
     with _transaction() as (dialect, cursor):
-        if not dialect.schedule_remove(cursor, key):
+        if not dialect.schedules.schedule_remove(cursor, key):
             return False
-        dialect.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        dialect.schedules.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         return True
 
 
@@ -116,7 +116,7 @@ def list_recurring() -> list[RecurringSchedule]:
     alias = conf.database
     try:
         with connections[alias].cursor() as cursor:
-            rows = dialect_for(alias).schedule_list(cursor, namespace=conf.namespace)
+            rows = dialect_for(alias).schedules.schedule_list(cursor, namespace=conf.namespace)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

@@ -49,7 +49,7 @@ def fire_schedules(
 ) -> int:
     """Enqueue every occurrence due within ``ahead_ms``; return how many."""
     fired = 0
-    for schedule in dialect.schedule_due(cursor, namespace=namespace, ahead_ms=ahead_ms):
+    for schedule in dialect.schedules.schedule_due(cursor, namespace=namespace, ahead_ms=ahead_ms):
         try:
             lane = _lane(schedule)
         except ValueError as exc:
@@ -141,7 +141,7 @@ def _enqueue(
     )
     identifier = schedule.key.identifier
     with transaction.atomic(using=alias):
-        if not dialect.schedule_advance(cursor, advance):
+        if not dialect.schedules.schedule_advance(cursor, advance):
             return 0  # another server fired it, or it changed since it was read
         stages = [insert_occurrence(dialect, cursor, job, identifier, lane) for job in jobs]
         if events.JobEnqueued in events.listening:
@@ -167,9 +167,9 @@ def insert_occurrence(
     """Insert an occurrence of schedule ``identifier``; a sequential one at
     the next sequence of ``lane``'s partition."""
     if lane is None:
-        return dialect.job_insert_occurrence(cursor, job, identifier)
-    slot = PartitionSlot(lane, dialect.partition_next_sequence(cursor, lane))
-    return dialect.job_insert_occurrence(cursor, job, identifier, slot)
+        return dialect.schedules.job_insert_occurrence(cursor, job, identifier)
+    slot = PartitionSlot(lane, dialect.partitions.partition_next_sequence(cursor, lane))
+    return dialect.schedules.job_insert_occurrence(cursor, job, identifier, slot)
 
 
 def _tell(jobs: list[NewJob], stages: list[str]) -> None:

@@ -79,7 +79,7 @@ def _write(
             indexes = by_partition[partition]
             where = LogPartitionKey(namespace=s.namespace, topic=topic, partition=partition)
             advance = LogAdvance(key=where, count=len(indexes), partitions=partitions)
-            end = s.dialect.log_partition_advance(s.cursor, advance)
+            end = s.dialect.log.log_partition_advance(s.cursor, advance)
             if end is None:
                 if rows:  # the topic row was deleted meanwhile: roll back
                     raise RuntimeError(f"retained-log topic {topic!r} was removed during an append")
@@ -87,5 +87,5 @@ def _write(
             for offset, index in enumerate(indexes, start=end - len(indexes)):
                 placed[index] = (partition, offset)
                 rows.append(NewLogRecord(partition, offset, *pairs[index]))
-        s.dialect.log_record_insert(s.cursor, namespace=s.namespace, topic=topic, records=rows)
+        s.dialect.log.log_record_insert(s.cursor, namespace=s.namespace, topic=topic, records=rows)
     return placed

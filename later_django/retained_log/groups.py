@@ -71,10 +71,10 @@ class Lease:
         fence = LogFence(key=self.key, epoch=self.epoch)
         commit = LogCommit(fence=fence, next_offset=next_offset, ttl_ms=_ttl_ms())
         with session() as s:
-            if s.dialect.log_consumer_commit(s.cursor, commit):
+            if s.dialect.log.log_consumer_commit(s.cursor, commit):
                 self._committed(next_offset)
                 return
-            state = s.dialect.log_consumer_state(s.cursor, self.key)
+            state = s.dialect.log.log_consumer_state(s.cursor, self.key)
         if state is None or state.epoch != self.epoch:
             raise self._lost("commit")
         if next_offset < state.committed_offset:
@@ -95,7 +95,7 @@ class Lease:
         holder took it."""
         fence = LogFence(key=self.key, epoch=self.epoch)
         with session() as s:
-            renewed = s.dialect.log_consumer_renew(s.cursor, fence, _ttl_ms())
+            renewed = s.dialect.log.log_consumer_renew(s.cursor, fence, _ttl_ms())
         if not renewed:
             raise self._lost("renew")
 
@@ -103,7 +103,7 @@ class Lease:
         """Let the lease go now so another member can take it at once; return
         False when it was already taken over. The committed offset stays."""
         with session() as s:
-            return s.dialect.log_consumer_release(
+            return s.dialect.log.log_consumer_release(
                 s.cursor, LogFence(key=self.key, epoch=self.epoch)
             )
 
@@ -156,7 +156,7 @@ def acquire(topic: str, *, group: str, partition: int, member: str) -> Lease | N
     with session() as s:
         key = LogConsumerKey(namespace=s.namespace, topic=topic, group=group, partition=partition)
         request = LogLeaseRequest(key=key, member=member, ttl_ms=_ttl_ms())
-        taken = s.dialect.log_consumer_acquire(s.cursor, request)
+        taken = s.dialect.log.log_consumer_acquire(s.cursor, request)
     if taken is None:
         return None
     return Lease(key, member=member, epoch=taken.epoch, committed=taken.committed_offset)

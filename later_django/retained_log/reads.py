@@ -32,7 +32,7 @@ def read(topic: str, partition: int, from_offset: int = 0, limit: int = 100) -> 
     check_count(limit, "limit", low=1, high=MAX_READ_LIMIT)
     with session() as s:
         key = LogPartitionKey(namespace=s.namespace, topic=topic, partition=partition)
-        stored = s.dialect.log_record_read(
+        stored = s.dialect.log.log_record_read(
             s.cursor, LogRead(key=key, from_offset=from_offset, limit=limit)
         )
     return [to_record(row, partition) for row in stored]
@@ -43,7 +43,7 @@ def lag(topic: str) -> dict[tuple[str, int], int]:
     per partition: records appended minus the group's committed offset."""
     partitions_of(topic)
     with session() as s:
-        rows = s.dialect.log_lag(s.cursor, namespace=s.namespace, topic=topic)
+        rows = s.dialect.log.log_lag(s.cursor, namespace=s.namespace, topic=topic)
     return {(row.group, row.partition): row.lag for row in rows}
 
 
@@ -70,7 +70,7 @@ def lag_totals(
     nobody consumes has no entry."""
     totals: dict[tuple[str, str], int] = {}
     for topic, groups in wanted.items():
-        for row in dialect.log_lag(cursor, namespace=namespace, topic=topic):
+        for row in dialect.log.log_lag(cursor, namespace=namespace, topic=topic):
             if groups is None or row.group in groups:
                 totals[(topic, row.group)] = totals.get((topic, row.group), 0) + row.lag
     return totals

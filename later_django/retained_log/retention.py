@@ -29,10 +29,10 @@ def prune_retained_log(
     """Delete expired records if this server leads retention and the step is
     due; return how many. Costs one read per tick where no topic has a
     retention."""
-    topics = dialect.log_topic_retained(cursor, namespace=namespace)
+    topics = dialect.log.log_topic_retained(cursor, namespace=namespace)
     if not topics or leader.lead(dialect, cursor, LEASE_NAME) is None:
         return 0
-    if not dialect.maintenance_claim(
+    if not dialect.cluster.maintenance_claim(
         cursor, namespace=namespace, step=STEP, interval_ms=INTERVAL_MS
     ):
         return 0
@@ -53,7 +53,7 @@ def prune(
             key = LogPartitionKey(namespace=namespace, topic=topic.name, partition=partition)
             prune_one = LogPrune(key=key, older_than_ms=topic.retention_ms, limit=BATCH)
             for _ in range(MAX_ROUNDS):
-                deleted = dialect.log_record_prune(cursor, prune_one)
+                deleted = dialect.log.log_record_prune(cursor, prune_one)
                 total += deleted
                 if deleted < BATCH:
                     break

@@ -32,10 +32,10 @@ def register_topic(name: str, *, partitions: int, retention: dt.timedelta | None
     check_count(partitions, "partitions", low=1, high=MAX_PARTITIONS)
     row = LogTopicRow(name=name, partitions=partitions, retention_ms=_retention_ms(retention))
     with session(atomic=True) as s:
-        if s.dialect.log_topic_register(s.cursor, row, s.namespace):
+        if s.dialect.log.log_topic_register(s.cursor, row, s.namespace):
             _remember(s.namespace, name, partitions)
             return
-        stored = s.dialect.log_topic_get(s.cursor, namespace=s.namespace, name=name)
+        stored = s.dialect.log.log_topic_get(s.cursor, namespace=s.namespace, name=name)
     count = stored.partitions if stored is not None else "another count"
     raise ValueError(
         f"retained-log topic {name!r} is registered with {count} partitions, not "
@@ -67,7 +67,7 @@ def partitions_of(name: str, *, fresh: bool = False) -> int:
         if known is not None:
             return known
     with session() as s:
-        stored = s.dialect.log_topic_get(s.cursor, namespace=namespace, name=name)
+        stored = s.dialect.log.log_topic_get(s.cursor, namespace=namespace, name=name)
     if stored is None:
         with _lock:
             _known.pop(cache_key, None)

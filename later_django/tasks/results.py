@@ -188,4 +188,4 @@ def save_attempt(
             errors=json.dumps(errors),
             return_value=None if error is not None else json.dumps(value),
         )
-        dialect_for(alias).task_result_save(cursor, end)
+        dialect_for(alias).jobs.task_result_save(cursor, end)

@@ -1,7 +1,7 @@
 """drain(): run every due job in the calling thread, on its own connection.
 
 For users' test suites. The claim, the completion, the retry and failure
-writes and the outcome of each run are the worker's own (db/hot_path.py,
+writes and the outcome of each run are the worker's own (db/jobs.py,
 worker/executor.py, worker/completer.py); only where the handler runs
 differs: here, in the caller's thread and transaction, one job at a time.
 It must not be used as a worker: nothing renews a lease or rescues a job.
@@ -22,7 +22,8 @@ from django.db import DatabaseError, connections, transaction
 from later_django import codec, registry
 from later_django.conf import conf
 from later_django.context import JobContext, build_app
-from later_django.db import dialect_for, hot_path
+from later_django.db import dialect_for
+from later_django.db.rows import ClaimRequest
 from later_django.exceptions import LeaseLost
 from later_django.ids import JobId, new_job_id
 from later_django.types import ClaimedJob
@@ -140,33 +141,30 @@ class _Drain:
     # the caller's), as the worker's statements are ------------------------------
     def _claim(self) -> ClaimedJob | None:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
-            claimed = hot_path.job_claim(
-                self.dialect,
+            claimed = self.dialect.jobs.job_claim(
                 cursor,
-                namespace=self.namespace,
-                owner=self.owner,
-                limit=1,
-                lease_ms=self.lease_ms,
+                ClaimRequest(
+                    namespace=self.namespace, owner=self.owner, limit=1, lease_ms=self.lease_ms
+                ),
             )
         return claimed[0] if claimed else None
 
     def _promote_due(self) -> int:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
-            return self.dialect.job_promote_due(
+            return self.dialect.jobs.job_promote_due(
                 cursor, namespace=self.namespace, limit=PROMOTE_BATCH
             )
 
     def _ready_exists(self) -> bool:
         with connections[self.alias].cursor() as cursor:
-            return self.dialect.job_ready_exists(cursor, namespace=self.namespace)
+            return self.dialect.jobs.job_ready_exists(cursor, namespace=self.namespace)
 
     def _store(self, job: ClaimedJob, outcome: Outcome) -> None:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
             if outcome.kind == "succeeded":
                 stored = (
                     job.id
-                    in hot_path.job_complete_many(
-                        self.dialect,
+                    in self.dialect.jobs.job_complete_many(
                         cursor,
                         owner=self.owner,
                         jobs=[(job.id, job.attempts)],

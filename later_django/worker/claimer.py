@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from later_django.db.rows import OwnerFence
-from later_django.db.sessions import HotPath
-from later_django.store import Store
+from later_django.db.sessions import WorkerSessions
+from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
 from later_django.worker.batching import Coalescer
 from later_django.worker.lease_book import Claim, LeaseBook
@@ -38,7 +38,7 @@ class Claimer:
         alias: str,
         namespace: str,
         owner: str,
-        store: Store,
+        store: ThreadedStore,
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
@@ -49,7 +49,7 @@ class Claimer:
         self.pool = pool
         self.leases = leases
         self.wake = wake
-        self.path = HotPath(alias)
+        self.sessions = WorkerSessions(alias)
         self._spares: deque[ClaimedJob] = deque()
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
             self._claim_batch, max_batch=MAX_CLAIM_BATCH, on_abandoned=self._keep_spare
@@ -78,7 +78,7 @@ class Claimer:
         limit = len(requests)
         sent = asyncio.get_running_loop().time()
         jobs: list[ClaimedJob | None] = list(
-            await self.path.claim(
+            await self.sessions.claim(
                 namespace=self.namespace,
                 owner=self.owner,
                 limit=limit,
@@ -143,7 +143,7 @@ class Claimer:
         within_ms = int((time.monotonic() - sent) * 1000) + 1
         claims = await self.store.run(
             self.pool,
-            lambda d, c: d.job_claimed_since(
+            lambda d, c: d.jobs.job_claimed_since(
                 c, namespace=self.namespace, owner=self.owner, within_ms=within_ms
             ),
         )
@@ -161,7 +161,7 @@ class Claimer:
 
     def _unclaim(self, job_id: str, attempts: int, dialect: Any, cursor: Any) -> bool:
         fence = OwnerFence(job_id=job_id, attempts=attempts, owner=self.owner)
-        return bool(dialect.job_unclaim(cursor, fence))
+        return bool(dialect.jobs.job_unclaim(cursor, fence))
 
     def hung_since(self) -> float | None:
         """When the shared claim now in the database started, if one is."""
@@ -178,4 +178,4 @@ class Claimer:
 
     async def close(self) -> None:
         self._claims.reset()
-        await self.path.close()
+        await self.sessions.close()

@@ -22,9 +22,9 @@ from later_django import events
 from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
 from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
-from later_django.db.sessions import HotPath
+from later_django.db.sessions import WorkerSessions
 from later_django.maintenance.runner import Maintenance
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
 from later_django.worker.batching import Coalescer
 from later_django.worker.executor import Outcome
@@ -57,7 +57,7 @@ class Completer:
         alias: str,
         owner: str,
         retention_ms: int,
-        store: Store,
+        store: ThreadedStore,
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
@@ -70,7 +70,7 @@ class Completer:
         self.leases = leases
         self.wake = wake
         self.maintenance = maintenance
-        self.path = HotPath(alias)
+        self.sessions = WorkerSessions(alias)
         self.outcomes = OutcomeCounts()  # stored since the last status line
         # Claims whose handler ended and whose outcome is being stored.
         self.unstored: dict[Claim, ClaimedJob] = {}
@@ -115,7 +115,7 @@ class Completer:
         return finished
 
     async def _complete_batch(self, requests: list[Claim]) -> list[bool]:
-        completion = await self.path.complete_many(
+        completion = await self.sessions.complete_many(
             owner=self.owner, jobs=requests, retention_ms=self.retention_ms
         )
         if completion.released:
@@ -157,7 +157,7 @@ class Completer:
             try:
                 if job.lane is not None:
                     # A success is one statement where the database allows.
-                    one = self.store.dialect.partition_writes_one_statement
+                    one = self.store.dialect.partitions.writes_one_statement
                     stored = await self.store.run(
                         self.pool,
                         lambda d, c: self._store_partition(d, c, job, outcome),
@@ -193,7 +193,7 @@ class Completer:
         left the job in the stage that outcome stores."""
         claim = (job.id, job.attempts)
         try:
-            stage = await self.store.run(self.pool, lambda d, c: d.job_stage_after(c, claim))
+            stage = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
         except Exception as exc:  # noqa: BLE001  reported as discarded, as before
             logger.warning("could not read what job %s stored: %s", job.id, exc)
             return False
@@ -315,7 +315,7 @@ class Completer:
         """Give up the stores in ``pending``: their leases expire and the
         stuck-job recovery runs those jobs again. The session closes first, so
         an abandoned store can never reconnect and write after shutdown."""
-        await self.path.close()
+        await self.sessions.close()
         self._completions.reset()
         for future in pending:
             future.cancel()
@@ -334,7 +334,7 @@ class Completer:
             await asyncio.wait(left, timeout=min(remaining, 0.1))
 
     async def close(self) -> None:
-        await self.path.close()
+        await self.sessions.close()
 
 
 def store_failure(
@@ -357,9 +357,9 @@ def store_failure(
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        return dialect.job_retry(cursor, fence, retry)
+        return dialect.jobs.job_retry(cursor, fence, retry)
     failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
-    return dialect.job_fail(cursor, fence, failure)
+    return dialect.jobs.job_fail(cursor, fence, failure)
 
 
 def store_partition_outcome(
@@ -378,8 +378,8 @@ def store_partition_outcome(
     assert job.lane is not None
     if outcome.kind == "succeeded":
         done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)
-        return dialect.partition_complete(cursor, done)
-    if not dialect.partition_fence(cursor, job.lane, owner=owner):
+        return dialect.partitions.partition_complete(cursor, done)
+    if not dialect.partitions.partition_fence(cursor, job.lane, owner=owner):
         return False
     return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
 

@@ -19,7 +19,7 @@ from later_django import codec, registry
 from later_django.context import JobContext
 from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
-from later_django.store import call_sync
+from later_django.threaded_store import call_sync
 from later_django.types import ClaimedJob
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,9 @@ class LeaseBook:
     """Every claim this server holds a lease on (running, spare, or its
     outcome being stored), and until when each is known to hold."""
 
-    def __init__(self, *, store: Store, pool: ThreadPoolExecutor, owner: str, lease_ms: int):
+    def __init__(
+        self, *, store: ThreadedStore, pool: ThreadPoolExecutor, owner: str, lease_ms: int
+    ):
         self.store = store
         self.pool = pool
         self.owner = owner
@@ -81,7 +83,9 @@ class LeaseBook:
         renewed = set(
             await self.store.run(
                 self.pool,
-                lambda d, c: d.job_renew(c, owner=self.owner, jobs=held, lease_ms=self.lease_ms),
+                lambda d, c: d.jobs.job_renew(
+                    c, owner=self.owner, jobs=held, lease_ms=self.lease_ms
+                ),
             )
         )
         until = sent + self.confirmed_for

@@ -183,7 +183,7 @@ class Notifier:
                             # The poller's own look is the check.
                             self.partition_wake.wake(1)
                         ready = await session.run(
-                            lambda d, c: d.job_ready_exists(c, namespace=self.namespace)
+                            lambda d, c: d.jobs.job_ready_exists(c, namespace=self.namespace)
                         )
                         if ready:
                             self.wake.wake()

@@ -33,7 +33,7 @@ from typing import Any
 from later_django.db.rows import PartitionClaimRequest
 from later_django.partitions.hashing import owner_of
 from later_django.states import Stage
-from later_django.store import Store
+from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob, PartitionLane
 from later_django.worker.lease_book import Claim, LeaseBook
 from later_django.worker.notifier import Wakeup
@@ -52,7 +52,7 @@ class PartitionClaimer:
         *,
         namespace: str,
         owner: str,
-        store: Store,
+        store: ThreadedStore,
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
@@ -110,7 +110,7 @@ class PartitionClaimer:
         sent = asyncio.get_running_loop().time()
         result = await self.store.run(
             self.pool,
-            lambda d, c: d.partition_claim(
+            lambda d, c: d.partitions.partition_claim(
                 c,
                 PartitionClaimRequest(
                     lane=lane,
@@ -144,7 +144,7 @@ class PartitionClaimer:
                 return bool(self._ready)
         async with self._scan_lock:
             heads = await self.store.run(
-                self.pool, lambda d, c: d.partition_heads(c, namespace=self.namespace)
+                self.pool, lambda d, c: d.partitions.partition_heads(c, namespace=self.namespace)
             )
             found = [(head.topic, head.partition) for head in heads if head.stage == Stage.ENQUEUED]
             ready = [
@@ -203,8 +203,10 @@ class PartitionClaimer:
         self.wake.wake()
 
     def _refresh_in(self, dialect: Any, cursor: Any) -> tuple[list[str], dict[Key, int]]:
-        servers = dialect.topic_servers(cursor, namespace=self.namespace, ttl_ms=self.server_ttl_ms)
-        renewed = dialect.partition_renew(
+        servers = dialect.partitions.topic_servers(
+            cursor, namespace=self.namespace, ttl_ms=self.server_ttl_ms
+        )
+        renewed = dialect.partitions.partition_renew(
             cursor, namespace=self.namespace, owner=self.owner, lease_ms=self.partition_lease_ms
         )
         return servers, {(lane.topic, lane.partition): lane.epoch for lane in renewed}
@@ -213,7 +215,7 @@ class PartitionClaimer:
         self.held.pop(key, None)
         await self.store.run(
             self.pool,
-            lambda d, c: d.partition_release(
+            lambda d, c: d.partitions.partition_release(
                 c, namespace=self.namespace, owner=self.owner, partition=key
             ),
         )
@@ -221,7 +223,7 @@ class PartitionClaimer:
     def release_all(self, dialect: Any, cursor: Any) -> None:
         """Let go of every partition lease (a graceful stop): the winners
         among the remaining servers take them at once."""
-        dialect.partition_release(cursor, namespace=self.namespace, owner=self.owner)
+        dialect.partitions.partition_release(cursor, namespace=self.namespace, owner=self.owner)
         self.held.clear()
 
     async def run_refresh(self, interval: float) -> None:

@@ -29,7 +29,7 @@ from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
 from later_django.metrics_feed import MetricsFeed
 from later_django.partitions.reserved import recurring_partitions, registered_topics
-from later_django.store import Store, new_pool
+from later_django.threaded_store import ThreadedStore, new_pool
 from later_django.types import PartitionLocal
 from later_django.worker import extensions, supervisor
 from later_django.worker.claimer import Claimer
@@ -96,7 +96,7 @@ class Server:
         self.server_id = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
         lease_ms = conf.millis("LEASE_DURATION")
         retention_ms = conf.millis("DASHBOARD_RETENTION")
-        self.store = Store(self.alias)
+        self.store = ThreadedStore(self.alias)
         self.wake = Wakeup()
         self.stopping = False
         self.closed = asyncio.Event()
@@ -246,7 +246,7 @@ class Server:
         """Plain jobs ready to run now in this namespace, read from the counters."""
         return int(
             await self.store.run(
-                self._service_pool, lambda d, c: d.plain_ready(c, namespace=self.namespace)
+                self._service_pool, lambda d, c: d.reads.plain_ready(c, namespace=self.namespace)
             )
         )
 
@@ -388,7 +388,7 @@ class Server:
         self.leader.release_all(dialect, cursor)
         if self.topics:
             self.partitions.release_all(dialect, cursor)
-        dialect.server_remove(cursor, server_id=self.server_id)
+        dialect.cluster.server_remove(cursor, server_id=self.server_id)
 
     async def _start_partitions(self) -> None:
         """Register the topics, learn the live topic servers, then start as
@@ -397,7 +397,9 @@ class Server:
         await self.store.run(
             self._service_pool,
             lambda d, c: [
-                d.topic_register(c, namespace=self.namespace, name=name, partitions=count)
+                d.partitions.topic_register(
+                    c, namespace=self.namespace, name=name, partitions=count
+                )
                 for name, count in topics.items()
             ],
             atomic=True,
@@ -422,7 +424,7 @@ class Server:
     async def _heartbeat_once(self) -> None:
         await self.store.run(
             self._service_pool,
-            lambda d, c: d.server_heartbeat(
+            lambda d, c: d.cluster.server_heartbeat(
                 c,
                 Heartbeat(
                     server_id=self.server_id,

@@ -1,7 +1,10 @@
 """later's SQL text: one module per domain, and one per vendor for what only it runs.
 
-Nothing here runs a statement or imports runtime code. Statements are
-templates; Dialect._sql() fills in, once per vendor:
+Nothing here runs a statement or imports runtime code. Every statement is a
+plain string template (never an f-string), written once. Templates share
+text in one way only: compose() writes named parts into a template's
+``{part}`` markers at import. What is left is filled in by
+Statements.sql(): once per vendor, these markers
 
     {now}          the database's clock in epoch ms, one value for the whole
                    statement (an index search can use it as a bound)
@@ -10,8 +13,12 @@ templates; Dialect._sql() fills in, once per vendor:
     {skip_locked}  appended to SELECTs that pick rows to change, where the
                    vendor locks rows
     {share_lock}   appended to a read that must wait for a concurrent write
+    {for_update}   appended to a read whose rows must stay as read until the
+                   transaction ends, where the vendor locks rows
 
-Per-call parts ({ids}, {pairs}, {limit}, {values}) are left for the operation.
+and, per call, the sizes of a batch: {ids} (one %s per id), {pairs} (one
+(%s, %s) per pair), {values} (one row template per row), {limit} (a number
+written into the text).
 
 Every time written or compared is the database's, never a host's, so hosts
 with skewed clocks agree on when a lease expires or a job is due, and a
@@ -20,6 +27,8 @@ stage's time is taken when its write runs, not before it waited for a lock.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Final
 
 # later's tables, as its migrations create them.
@@ -46,3 +55,22 @@ TABLES: Final = (
 # job's history never goes backwards (two writers' clocks, or a writer that
 # waited).
 STAMP: Final = "{greatest}({now}, changed_ms)"
+
+
+_MARKER = re.compile(r"{([a-z_]+)}")
+
+
+def fill(template: str, parts: Mapping[str, str]) -> str:
+    """``template`` with the ``{name}`` markers ``parts`` names written in;
+    any other marker is left as it is."""
+    return _MARKER.sub(lambda m: parts.get(m[1], m[0]), template)
+
+
+def compose(template: str, **parts: str) -> str:
+    """``template`` with each ``{name}`` of ``parts`` written in: how
+    statements share text. Every part must have its marker (a misspelt one
+    fails at import)."""
+    missing = [name for name in parts if "{" + name + "}" not in template]
+    if missing:
+        raise ValueError(f"the template has no marker for {', '.join(missing)}")
+    return fill(template, parts)

@@ -1,5 +1,6 @@
 """SQL of the dashboard: its figures (``later_dashboard_stat``,
-``later_queue_sample``), its lists of jobs, and its actions on jobs.
+``later_queue_sample``) and its lists of jobs (its actions on jobs are
+jobs.py's).
 
 Every list reads one index in that index's order, and repeats the index's
 predicate as the index states it (SQLite uses a partial index only for a
@@ -12,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from later_django.db.sql import compose
 from later_django.db.sql.partitions import UNFINISHED
-from later_django.states import PARENT_FAILED, PARENT_MISSING
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,8 @@ READY: Final = ListOrder(
 )
 # A topic's unfinished jobs, by partition and sequence.
 PARTITION: Final = ListOrder(
-    f"topic IS NOT NULL AND {UNFINISHED}", (("partition", False), ("sequence", False))
+    compose("topic IS NOT NULL AND {unfinished}", unfinished=UNFINISHED),
+    (("partition", False), ("sequence", False)),
 )
 # Delayed and requeued jobs, soonest due first.
 DUE: Final = ListOrder("stage IN ('delayed', 'requeued')", (("run_at_ms", False), ("id", False)))
@@ -52,23 +54,28 @@ BY_ID: Final = ListOrder("id >= %s AND id <= %s", (("id", False),))
 ATTEMPTS: Final = "attempts - COALESCE(uncounted, 0)"
 
 SUMMARY_COLUMNS: Final = (
-    f"id, type_name, stage, priority, {ATTEMPTS}, created_ms, run_at_ms, changed_ms, "
+    "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
     "topic, partition, sequence, last_error IS NOT NULL AS failed_before"
 )
 
 DETAIL_COLUMNS: Final = (
-    f"id, type_name, stage, priority, {ATTEMPTS}, created_ms, run_at_ms, changed_ms, "
+    "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
     "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
     "history, parent_id, recurring, topic, partition, sequence"
 )
 
-JOB_DETAIL_SQL: Final = f"SELECT {DETAIL_COLUMNS} FROM later_job WHERE id = %s AND namespace = %s"
+JOB_DETAIL_SQL: Final = compose(
+    "SELECT {columns} FROM later_job WHERE id = %s AND namespace = %s", columns=DETAIL_COLUMNS
+)
 
 # Up to a page of a job's continuations (the parent index).
-JOB_CHILDREN_SQL: Final = f"""
-SELECT {SUMMARY_COLUMNS} FROM later_job
+JOB_CHILDREN_SQL: Final = compose(
+    """
+SELECT {columns} FROM later_job
 WHERE parent_id = %s AND parent_id IS NOT NULL ORDER BY id LIMIT %s
-"""
+""",
+    columns=SUMMARY_COLUMNS,
+)
 
 # Jobs running now, with the server whose lease they hold.
 RUNNING_JOBS_SQL: Final = """
@@ -127,47 +134,6 @@ SAMPLES_PRUNE_SQL: Final = (
 # Counts per stage and lane, for the overview's split of the two lanes.
 LANE_COUNTS_SQL: Final = """
 SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY lane, stage
-"""
-
-# -- actions ---------------------------------------------------------------------------
-# A failed plain job runs again: it is ready now, and its attempts go on
-# counting (so its retry policy, already spent, gives it this one run). A
-# continuation that failed because its parent did is not run without it:
-# retrying the parent revives it.
-JOB_RETRY_FAILED_SQL: Final = f"""
-UPDATE later_job SET stage = 'enqueued', changed_ms = {{stamp}}, run_at_ms = {{now}},
-    finished_ms = NULL, expires_ms = NULL,
-    history = history || 'enqueued@' || {{stamp}} || ';'
-WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
-  AND NOT (parent_id IS NOT NULL AND last_error IN ('{PARENT_FAILED}', '{PARENT_MISSING}'))
-"""
-
-# The plain continuations (and theirs) that failed only because this job
-# failed wait for it again. A partition job is left failed: its partition
-# has moved on, and waiting again would put it back in front of the jobs
-# behind it. (A subquery, not a leading WITH: SQLite counts the rows an
-# UPDATE changed only then.)
-JOB_REVIVE_DESCENDANTS_SQL: Final = f"""
-UPDATE later_job SET stage = 'waiting', changed_ms = {{stamp}}, finished_ms = NULL,
-    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {{stamp}} || ';'
-WHERE id IN (
-    WITH RECURSIVE d(id) AS (
-        SELECT id FROM later_job
-        WHERE parent_id = %s AND stage = 'failed' AND last_error = '{PARENT_FAILED}'
-          AND topic IS NULL
-        UNION
-        SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
-        WHERE j.stage = 'failed' AND j.last_error = '{PARENT_FAILED}' AND j.topic IS NULL
-    )
-    SELECT id FROM d)
-  AND stage = 'failed'
-"""
-
-# A delayed or requeued job is due now.
-JOB_RUN_NOW_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
 """
 
 # Every consumer group's place in every partition of the retained log.

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.states import PARENT_FAILED
+from later_django.db.sql import compose
+from later_django.states import PARENT_FAILED, PARENT_MISSING
 
 # What a claim returns, in ClaimedJob's order (db/rows/jobs.py claimed_jobs).
 CLAIM_RETURNING: Final = (
@@ -18,33 +19,73 @@ INSERT_COLUMNS: Final = (
     "parent_id, created_ms, run_at_ms, changed_ms, history"
 )
 
-# One ready or delayed job; returns its stage. The stage follows from the
-# database's clock: a run_at already past makes the job ready at once.
-JOB_INSERT_SQL: Final = f"""
-INSERT INTO later_job ({INSERT_COLUMNS})
-SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
-    t.stage || '@' || t.now || ';'
-FROM (
-    SELECT r.now, {{greatest}}(r.run_at, r.now) AS run_at,
-        CASE WHEN r.run_at > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
-    FROM (
-        SELECT n.now, COALESCE(%s, n.now + %s) AS run_at
-        FROM (SELECT {{now}} AS now) n
-    ) r
-) t
- RETURNING stage"""
+# -- stage changes: the SET of every statement that moves a job, written once ---------
+TO_RUNNING: Final = """stage = 'running', attempts = attempts + 1,
+    changed_ms = {stamp}, started_ms = {stamp}, lease_owner = %s,
+    lease_expires_ms = {now} + %s, history = history || 'running@' || {stamp} || ';'"""
+TO_ENQUEUED: Final = """stage = 'enqueued', changed_ms = {stamp},
+    history = history || 'enqueued@' || {stamp} || ';'"""
+# The job's row expires the retention (%s ms) after it finished.
+TO_SUCCESS: Final = """stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, history = history || 'success@' || {stamp} || ';'"""
+TO_FAILED: Final = """stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, last_error = %s, history = history || 'failed@' || {stamp} || ';'"""
+TO_CANCELLED: Final = """stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
+    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'"""
+# A lease exists only while a job runs (a check constraint says so).
+LEASE_DROPPED: Final = "lease_owner = NULL, lease_expires_ms = NULL"
 
-# The child's stage follows its parent's, read in the same statement without
-# a lock: a caller's transaction left open must not hold up the parent's
-# renewal or completion. A parent that finishes while the child's
-# transaction is still open is caught by job_settle_child after its commit.
-JOB_INSERT_CONTINUATION_SQL: Final = f"""
-INSERT INTO later_job ({INSERT_COLUMNS}, finished_ms, expires_ms, last_error)
-SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, {{now}}, {{now}}, {{now}},
-       p.child_stage || '@' || {{now}} || ';',
-       CASE WHEN p.child_stage = 'failed' THEN {{now}} END,
-       CASE WHEN p.child_stage = 'failed' THEN {{now}} + %s END,
-       CASE WHEN p.child_stage = 'failed' THEN '{PARENT_FAILED}' END
+# -- enqueue --------------------------------------------------------------------------
+# One job, delayed or ready by the database's clock, on the columns of
+# INSERT_COLUMNS and then {extra_columns}: due at {due}, stored as due at
+# {run_at} (r.due is the time asked for, r.now the clock).
+_INSERT: Final = """
+INSERT INTO later_job ({columns}{extra_columns})
+SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
+    t.stage || '@' || t.now || ';'{extra_values}
+FROM (
+    SELECT r.now, {run_at} AS run_at,
+        CASE WHEN r.due > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
+    FROM (SELECT n.now, {due} AS due FROM (SELECT {now} AS now) n) r
+) t
+RETURNING stage"""
+
+
+def job_insert(*, extra_columns: str = "", exact_time: bool = False) -> str:
+    """The insert of one job with ``extra_columns`` (", a, b", their values
+    after the six of NewJob). Due at a given time or after a delay (the
+    time, or NULL and the delay, as the last two parameters), a time already
+    past made now; or, ``exact_time``, due at exactly the time given (the
+    last parameter), past or not."""
+    extra_values = ", %s" * extra_columns.count(",")
+    if exact_time:
+        run_at, due = "r.due", "CAST(%s AS BIGINT)"
+    else:
+        run_at, due = "{greatest}(r.due, r.now)", "COALESCE(%s, n.now + %s)"
+    return compose(
+        _INSERT,
+        columns=INSERT_COLUMNS,
+        extra_columns=extra_columns,
+        extra_values=extra_values,
+        run_at=run_at,
+        due=due,
+    )
+
+
+JOB_INSERT_SQL: Final = job_insert()
+
+# A continuation, with {extra_columns} as job_insert's: its stage follows
+# its parent's, read in the same statement without a lock (a caller's
+# transaction left open must not hold up the parent's renewal or
+# completion). A parent that finishes while the child's transaction is
+# still open is caught by job_settle_child after its commit.
+_CONTINUATION_INSERT: Final = """
+INSERT INTO later_job ({columns}{extra_columns}, finished_ms, expires_ms, last_error)
+SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, {now}, {now}, {now},
+       p.child_stage || '@' || {now} || ';'{extra_values},
+       CASE WHEN p.child_stage = 'failed' THEN {now} END,
+       CASE WHEN p.child_stage = 'failed' THEN {now} + %s END,
+       CASE WHEN p.child_stage = 'failed' THEN '{parent_failed}' END
 FROM (
     SELECT id, namespace, CASE stage
         WHEN 'success' THEN 'enqueued'
@@ -55,6 +96,21 @@ FROM (
 ) p
 RETURNING stage
 """
+
+
+def continuation_insert(*, extra_columns: str = "") -> str:
+    """The insert of a continuation with ``extra_columns`` (their values
+    after the five of the job's own, before the retention)."""
+    return compose(
+        _CONTINUATION_INSERT,
+        columns=INSERT_COLUMNS,
+        extra_columns=extra_columns,
+        extra_values=", %s" * extra_columns.count(","),
+        parent_failed=PARENT_FAILED,
+    )
+
+
+JOB_INSERT_CONTINUATION_SQL: Final = continuation_insert()
 
 # A continuation's parent, read after the continuation committed. The share
 # lock (held for this one statement only) waits for a finish of the parent
@@ -102,64 +158,67 @@ SELECT stage FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'runnin
 # Gives back a claim whose handler never started, or was stopped by its own
 # worker: ready again, and the claim does not count as an attempt. attempts
 # keeps it, so a write of that claim never matches a later one.
-JOB_UNCLAIM_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
-    uncounted = COALESCE(uncounted, 0) + 1,
-    lease_owner = NULL, lease_expires_ms = NULL,
-    history = history || 'enqueued@' || {stamp} || ';'
+JOB_UNCLAIM_SQL: Final = compose(
+    """
+UPDATE later_job SET {to_enqueued}, uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped}
 WHERE id = %s AND attempts = %s AND lease_owner = %s
-"""
+""",
+    to_enqueued=TO_ENQUEUED,
+    lease_dropped=LEASE_DROPPED,
+)
 
-_JOB_RETRY_SQL: Final = """
+_JOB_RETRY: Final = """
 UPDATE later_job SET stage = 'requeued', changed_ms = {stamp}, run_at_ms = {now} + %s,
-    last_error = %s, retry_policy = COALESCE(%s, retry_policy),
-    lease_owner = NULL, lease_expires_ms = NULL,
+    last_error = %s, retry_policy = COALESCE(%s, retry_policy), {lease_dropped},
     history = history || 'requeued@' || {stamp} || ';'
 WHERE id = %s AND {fence}
 """
-JOB_RETRY_OWNED_SQL: Final = _JOB_RETRY_SQL.replace("{fence}", OWNER_FENCE)
-JOB_RETRY_EXPIRED_SQL: Final = _JOB_RETRY_SQL.replace("{fence}", EXPIRED_FENCE)
+JOB_RETRY_OWNED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=OWNER_FENCE)
+JOB_RETRY_EXPIRED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=EXPIRED_FENCE)
 
-_JOB_FAIL_SQL: Final = """
-UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, last_error = %s, lease_owner = NULL,
-    lease_expires_ms = NULL, history = history || 'failed@' || {stamp} || ';'
-WHERE id = %s AND {fence}
-"""
-JOB_FAIL_OWNED_SQL: Final = _JOB_FAIL_SQL.replace("{fence}", OWNER_FENCE)
-JOB_FAIL_EXPIRED_SQL: Final = _JOB_FAIL_SQL.replace("{fence}", EXPIRED_FENCE)
+_JOB_FAIL: Final = compose(
+    "UPDATE later_job SET {to_failed}, {lease_dropped} WHERE id = %s AND {fence}",
+    to_failed=TO_FAILED,
+    lease_dropped=LEASE_DROPPED,
+)
+JOB_FAIL_OWNED_SQL: Final = compose(_JOB_FAIL, fence=OWNER_FENCE)
+JOB_FAIL_EXPIRED_SQL: Final = compose(_JOB_FAIL, fence=EXPIRED_FENCE)
 
 # Continuations of continuations fail too: a chain never waits on a parent
 # that can no longer succeed.
-JOB_FAIL_DESCENDANTS_SQL: Final = """
+JOB_FAIL_DESCENDANTS_SQL: Final = compose(
+    """
 WITH RECURSIVE d(id) AS (
     SELECT id FROM later_job WHERE parent_id = %s AND stage = 'waiting'
     UNION
     SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
     WHERE j.stage = 'waiting'
 )
-UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, last_error = %s,
-    history = history || 'failed@' || {stamp} || ';'
+UPDATE later_job SET {to_failed}
 WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
-"""
+""",
+    to_failed=TO_FAILED,
+)
 
-JOB_CANCEL_SQL: Final = """
-UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
+JOB_CANCEL_SQL: Final = compose(
+    """
+UPDATE later_job SET {to_cancelled}
 WHERE id = %s AND namespace = %s
   AND stage IN ('enqueued', 'delayed', 'waiting', 'requeued')
-"""
+""",
+    to_cancelled=TO_CANCELLED,
+)
 
-JOB_PROMOTE_DUE_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE id IN (
-    SELECT id FROM later_job
+# Jobs due now: {due} picks their ids (a vendor may pick them its own way).
+DUE_IDS: Final = """SELECT id FROM later_job
     WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
-    ORDER BY run_at_ms LIMIT %s {skip_locked})
-  AND stage IN ('delayed', 'requeued')
-"""
+    ORDER BY run_at_ms LIMIT %s {skip_locked}"""
+PROMOTE: Final = compose(
+    """UPDATE later_job SET {to_enqueued}
+WHERE id IN ({due}) AND stage IN ('delayed', 'requeued')""",
+    to_enqueued=TO_ENQUEUED,
+)
+JOB_PROMOTE_DUE_SQL: Final = compose(PROMOTE, due=DUE_IDS)
 
 # How long until the first delayed or requeued job is due: the worker then
 # promotes it on time instead of at its next maintenance tick.
@@ -194,18 +253,64 @@ WHERE c.namespace = %s AND c.stage = 'waiting'
 LIMIT %s
 """
 
-JOB_RELEASE_ONE_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE id = %s AND stage = 'waiting'
-"""
+# Waiting continuations whose parent succeeded: due now.
+RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)
+JOB_RELEASE_ONE_SQL: Final = compose(
+    "UPDATE later_job SET {release} WHERE id = %s AND stage = 'waiting'", release=RELEASE
+)
 
-JOB_FAIL_WAITING_SQL: Final = """
-UPDATE later_job SET stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, last_error = %s,
-    history = history || 'failed@' || {stamp} || ';'
-WHERE id = %s AND stage = 'waiting'
-"""
+JOB_FAIL_WAITING_SQL: Final = compose(
+    "UPDATE later_job SET {to_failed} WHERE id = %s AND stage = 'waiting'", to_failed=TO_FAILED
+)
+
+# -- an operator's actions (the dashboard) ---------------------------------------------
+# A failed plain job runs again: it is ready now, and its attempts go on
+# counting (so its retry policy, already spent, gives it this one run). A
+# continuation that failed because its parent did is not run without it:
+# retrying the parent revives it.
+JOB_RETRY_FAILED_SQL: Final = compose(
+    """
+UPDATE later_job SET {release}, finished_ms = NULL, expires_ms = NULL
+WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
+  AND NOT (parent_id IS NOT NULL AND last_error IN ('{parent_failed}', '{parent_missing}'))
+""",
+    release=RELEASE,
+    parent_failed=PARENT_FAILED,
+    parent_missing=PARENT_MISSING,
+)
+
+# The plain continuations (and theirs) that failed only because this job
+# failed wait for it again. A partition job is left failed: its partition
+# has moved on, and waiting again would put it back in front of the jobs
+# behind it. (A subquery, not a leading WITH: SQLite counts the rows an
+# UPDATE changed only then.)
+JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
+    """
+UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
+    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {stamp} || ';'
+WHERE id IN (
+    WITH RECURSIVE d(id) AS (
+        SELECT id FROM later_job
+        WHERE parent_id = %s AND stage = 'failed' AND last_error = '{parent_failed}'
+          AND topic IS NULL
+        UNION
+        SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
+        WHERE j.stage = 'failed' AND j.last_error = '{parent_failed}' AND j.topic IS NULL
+    )
+    SELECT id FROM d)
+  AND stage = 'failed'
+""",
+    parent_failed=PARENT_FAILED,
+)
+
+# A delayed or requeued job is due now.
+JOB_RUN_NOW_SQL: Final = compose(
+    """
+UPDATE later_job SET {release}
+WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
+""",
+    release=RELEASE,
+)
 
 # SQLite's wake-up check after another connection committed: a read, no lock.
 JOB_READY_EXISTS_SQL: Final = """

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql.jobs import CLAIM_RETURNING
-from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD
+from later_django.db.sql import compose
+from later_django.db.sql.jobs import CLAIM_RETURNING, DUE_IDS, PROMOTE
+from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, HELD
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
@@ -32,7 +33,7 @@ SHARE_LOCK: Final = "FOR SHARE OF p"
 # are the columns' defaults (migration 0002), the database's clock at the
 # COPY's start.
 COPY_COLUMNS: Final = "id, namespace, type_name, payload, stage, priority, attempts, retry_policy"
-JOB_COPY_SQL: Final = f"COPY later_job ({COPY_COLUMNS}) FROM STDIN"
+JOB_COPY_SQL: Final = compose("COPY later_job ({columns}) FROM STDIN", columns=COPY_COLUMNS)
 
 # The clock is read once for the whole claim (t): SKIP LOCKED never waits,
 # so that is the time of the write, and one read instead of four per row.
@@ -40,7 +41,8 @@ JOB_COPY_SQL: Final = f"COPY later_job ({COPY_COLUMNS}) FROM STDIN"
 # at most the worker count): as a parameter, the server's generic plan
 # assumes a large limit and hash-joins a scan of the whole table, so it plans
 # a custom plan for every single claim instead.
-JOB_CLAIM_SQL: Final = """
+JOB_CLAIM_SQL: Final = compose(
+    """
 WITH picked AS MATERIALIZED (
     SELECT id FROM later_job
     WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
@@ -53,7 +55,9 @@ UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
     lease_owner = %s, lease_expires_ms = t.now + %s,
     history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
 FROM picked, t WHERE j.id = picked.id
-RETURNING """ + ", ".join(f"j.{column}" for column in CLAIM_RETURNING.split(", "))
+RETURNING {returning}""",
+    returning=", ".join("j." + column for column in CLAIM_RETURNING.split(", ")),
+)
 
 # Successes in bulk, then the release of their waiting continuations, in one
 # function: one statement and one round trip for the worker (the batch
@@ -99,15 +103,11 @@ WHERE to_regclass(t.name) IS NULL ORDER BY t.n
 # once and change more rows than asked (the shared form, jobs.py's, is kept
 # for SQLite, whose driver reports no row count for a statement that starts
 # with WITH).
-JOB_PROMOTE_DUE_SQL: Final = """
-WITH due AS MATERIALIZED (
-    SELECT id FROM later_job
-    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
-    ORDER BY run_at_ms LIMIT %s {skip_locked})
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE id IN (SELECT id FROM due) AND stage IN ('delayed', 'requeued')
-"""
+JOB_PROMOTE_DUE_SQL: Final = compose(
+    "WITH due AS MATERIALIZED ({due_ids})\n{promote}",
+    due_ids=DUE_IDS,
+    promote=compose(PROMOTE, due="SELECT id FROM due"),
+)
 
 
 # -- partitions -------------------------------------------------------------------
@@ -119,28 +119,32 @@ WHERE id IN (SELECT id FROM due) AND stage IN ('delayed', 'requeued')
 # since, and its "stage = 'enqueued'", checked again on the row's newest
 # version, claims nothing; a sequence never comes back, so no later job can
 # be claimed before its turn.
-PARTITION_CLAIM_SQL: Final = f"""
-WITH lease AS ({ACQUIRE}),
+PARTITION_CLAIM_SQL: Final = compose(
+    """
+WITH lease AS ({acquire}),
 head AS (
-    {CLAIM_HEAD} AND EXISTS (SELECT 1 FROM lease)
-    RETURNING {CLAIM_RETURNING}
+    {claim_head} AND EXISTS (SELECT 1 FROM lease)
+    RETURNING {returning}
 )
 SELECT lease.epoch, head.* FROM lease LEFT JOIN head ON true
-"""
+""",
+    acquire=ACQUIRE,
+    claim_head=CLAIM_HEAD,
+    returning=CLAIM_RETURNING,
+)
 
 # A head's success in one statement: the fence locks the partition's row
 # (FOR UPDATE, held to the end of the statement), and the batch completion
 # runs only if (owner, epoch) still hold it; its one-time filter keeps the
 # function from running otherwise.
-PARTITION_COMPLETE_SQL: Final = """
-WITH fence AS MATERIALIZED (
-    SELECT 1 FROM later_partition
-    WHERE namespace = %s AND topic = %s AND partition = %s AND owner = %s AND epoch = %s
-    FOR UPDATE
-)
+PARTITION_COMPLETE_SQL: Final = compose(
+    """
+WITH fence AS MATERIALIZED (SELECT 1 FROM later_partition WHERE {held} FOR UPDATE)
 SELECT c.done_ids FROM later_complete_many(%s, %s, %s, %s) c
 WHERE EXISTS (SELECT 1 FROM fence)
-"""
+""",
+    held=HELD,
+)
 
 # The whole database's size on disk.
 DATABASE_SIZE_SQL: Final = "SELECT pg_database_size(current_database())"

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from later_django.db.sql import compose
+from later_django.db.sql.leases import LeaseTable, fence, release_sql, renew_sql, take_sql
+
 # Registers a topic, or updates the retention of one registered with the
 # same partition count. A different count matches no row: the caller then
 # reads the stored count and refuses, with nothing changed.
@@ -83,50 +86,46 @@ WHERE namespace = %s AND topic = %s AND part = %s AND log_offset < (
 )
 """
 
-# A member takes a partition's lease for its group when nobody holds it (no
-# row, or the lease expired) or when it holds it itself (a restarted member
-# takes over from its earlier life at once). Every take is a new epoch, so
-# the earlier holder's commits and renewals are refused from now on. The
-# topic must have the partition. Another live holder: no row.
-LOG_CONSUMER_ACQUIRE_SQL: Final = """
-INSERT INTO later_log_consumer
-    (namespace, topic, consumer_group, part, member, epoch, expires_ms, committed_offset)
-SELECT namespace, name, %s, %s, %s, 1, {now} + %s, 0 FROM later_log_topic
-WHERE namespace = %s AND name = %s AND partitions > %s
-ON CONFLICT (namespace, topic, consumer_group, part) DO UPDATE SET
-    epoch = later_log_consumer.epoch + 1,
-    member = excluded.member,
-    expires_ms = excluded.expires_ms
-WHERE later_log_consumer.member = excluded.member OR later_log_consumer.expires_ms < {now}
-RETURNING epoch, committed_offset
-"""
-
-# The fence of every write under a lease: the row is still at the holder's
-# epoch (no newer holder took it), whether or not its time ran out.
-LEASE_FENCE: Final = (
-    "namespace = %s AND topic = %s AND consumer_group = %s AND part = %s AND epoch = %s"
+# A group member's hold on a partition of the log. Every take is a new
+# epoch: a member that takes a partition it holds (a restarted process under
+# the same name) takes over from its earlier life at once, whose commits and
+# renewals are refused from then on.
+CONSUMER_LEASE: Final = LeaseTable(
+    "later_log_consumer",
+    ("namespace", "topic", "consumer_group", "part"),
+    "member",
+    "expires_ms",
+    take_is_new_tenure=True,
 )
 
-LOG_CONSUMER_RENEW_SQL: Final = f"""
-UPDATE later_log_consumer SET expires_ms = {{now}} + %s WHERE {LEASE_FENCE}
-"""
+# Taken by sql/leases.py's rule; the topic must have the partition. Another
+# live holder: no row.
+LOG_CONSUMER_ACQUIRE_SQL: Final = take_sql(
+    CONSUMER_LEASE,
+    source="""(namespace, topic, consumer_group, part, member, epoch, expires_ms, committed_offset)
+SELECT namespace, name, %s, %s, %s, 1, {now} + %s, 0 FROM later_log_topic
+WHERE namespace = %s AND name = %s AND partitions > %s""",
+    returning=", committed_offset",
+)
+
+LOG_CONSUMER_RENEW_SQL: Final = renew_sql(CONSUMER_LEASE)
 
 # Stores the next offset to read, and renews the lease (a commit proves the
 # holder is alive). Refused, changing nothing, when the fence fails, when the
 # offset is behind the committed one or past the partition's end.
-LOG_CONSUMER_COMMIT_SQL: Final = f"""
-UPDATE later_log_consumer SET committed_offset = %s, expires_ms = {{now}} + %s
-WHERE {LEASE_FENCE} AND committed_offset <= %s AND %s <= COALESCE((
+LOG_CONSUMER_COMMIT_SQL: Final = compose(
+    """
+UPDATE later_log_consumer SET committed_offset = %s, expires_ms = {now} + %s
+WHERE {fence} AND committed_offset <= %s AND %s <= COALESCE((
     SELECT next_offset FROM later_log_partition p
     WHERE p.namespace = later_log_consumer.namespace AND p.topic = later_log_consumer.topic
         AND p.part = later_log_consumer.part), 0)
-"""
+""",
+    fence=fence(CONSUMER_LEASE),
+)
 
-# Released leases expire at once; the row stays, so epochs keep growing and
-# the committed offset is kept for the next holder.
-LOG_CONSUMER_RELEASE_SQL: Final = f"""
-UPDATE later_log_consumer SET expires_ms = 0 WHERE {LEASE_FENCE}
-"""
+# The committed offset stays for the next holder.
+LOG_CONSUMER_RELEASE_SQL: Final = release_sql(CONSUMER_LEASE)
 
 # A partition's lease as stored, and the partition's end: read only to say
 # why a commit was refused.

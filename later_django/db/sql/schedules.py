@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql.jobs import INSERT_COLUMNS
+from later_django.db.sql import compose
+from later_django.db.sql.jobs import TO_CANCELLED, job_insert
+from later_django.db.sql.partitions import LANE_COLUMNS
 
 SCHEDULE_COLUMNS: Final = (
     "namespace, identifier, cron, zone, type_name, payload, priority, retry_policy, "
@@ -18,23 +20,27 @@ SCHEDULE_COLUMNS: Final = (
 # happened. The conflicting row is locked until commit, so two callers
 # registering one identifier at once take turns, and the second sees the
 # first's schedule.
-SCHEDULE_SAVE_SQL: Final = f"""
-INSERT INTO later_schedule ({SCHEDULE_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, {{now}}, {{now}})
+SCHEDULE_SAVE_SQL: Final = compose(
+    """
+INSERT INTO later_schedule ({columns})
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 1, {now}, {now})
 ON CONFLICT (namespace, identifier) DO UPDATE SET
     type_name = excluded.type_name, payload = excluded.payload,
     sequential = excluded.sequential,
     priority = excluded.priority, retry_policy = excluded.retry_policy,
-    next_run_ms = CASE WHEN {{same}} THEN later_schedule.next_run_ms
+    next_run_ms = CASE WHEN {same} THEN later_schedule.next_run_ms
         ELSE excluded.next_run_ms END,
-    last_job_id = CASE WHEN {{same}} THEN later_schedule.last_job_id
+    last_job_id = CASE WHEN {same} THEN later_schedule.last_job_id
         ELSE excluded.last_job_id END,
-    last_run_ms = CASE WHEN {{same}} THEN later_schedule.last_run_ms
+    last_run_ms = CASE WHEN {same} THEN later_schedule.last_run_ms
         ELSE excluded.last_run_ms END,
     cron = excluded.cron, zone = excluded.zone,
-    version = later_schedule.version + 1, changed_ms = {{now}}
+    version = later_schedule.version + 1, changed_ms = {now}
 RETURNING last_job_id
-""".replace("{same}", "later_schedule.cron = excluded.cron AND later_schedule.zone = excluded.zone")
+""",
+    columns=SCHEDULE_COLUMNS,
+    same="later_schedule.cron = excluded.cron AND later_schedule.zone = excluded.zone",
+)
 
 SCHEDULE_REMOVE_SQL: Final = """
 DELETE FROM later_schedule WHERE namespace = %s AND identifier = %s
@@ -67,32 +73,21 @@ WHERE id IN (
 
 # One occurrence, due at its exact fire time even when that is already past
 # (the plain insert would move it to now): ready when due, else delayed.
-_OCCURRENCE_SQL: Final = f"""
-INSERT INTO later_job ({INSERT_COLUMNS}, recurring{{lane_columns}})
-SELECT %s, %s, %s, %s, t.stage, %s, 0, %s, NULL, t.now, t.run_at, t.now,
-    t.stage || '@' || t.now || ';', %s{{lane_values}}
-FROM (
-    SELECT r.now, r.run_at,
-        CASE WHEN r.run_at > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
-    FROM (SELECT {{now}} AS now, CAST(%s AS BIGINT) AS run_at) r
-) t
-RETURNING stage
-"""
+JOB_INSERT_OCCURRENCE_SQL: Final = job_insert(extra_columns=", recurring", exact_time=True)
 # An occurrence of a sequential schedule: in its partition of the reserved
 # topic, at the sequence its partition's counter gave it.
-JOB_INSERT_OCCURRENCE_SQL: Final = _OCCURRENCE_SQL.replace("{lane_columns}", "").replace(
-    "{lane_values}", ""
+JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL: Final = job_insert(
+    extra_columns=", recurring" + LANE_COLUMNS, exact_time=True
 )
-JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL: Final = _OCCURRENCE_SQL.replace(
-    "{lane_columns}", ", topic, partition, sequence"
-).replace("{lane_values}", ", %s, %s, %s")
 
 # Occurrences enqueued ahead, not due yet: cancelled when their schedule
 # changes its cron or is removed. One already due but not promoted yet is
 # left to run, like one already ready.
-JOB_CANCEL_OCCURRENCES_SQL: Final = """
-UPDATE later_job SET stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'
+JOB_CANCEL_OCCURRENCES_SQL: Final = compose(
+    """
+UPDATE later_job SET {to_cancelled}
 WHERE namespace = %s AND stage = 'delayed' AND recurring = %s AND run_at_ms > {now}
 RETURNING id
-"""
+""",
+    to_cancelled=TO_CANCELLED,
+)

@@ -6,8 +6,15 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql import TABLES
-from later_django.db.sql.jobs import CLAIM_RETURNING, INSERT_COLUMNS
+from later_django.db.sql import TABLES, compose
+from later_django.db.sql.jobs import (
+    CLAIM_RETURNING,
+    INSERT_COLUMNS,
+    LEASE_DROPPED,
+    RELEASE,
+    TO_RUNNING,
+    TO_SUCCESS,
+)
 
 # -- clock fragment (see __init__.py) -------------------------------------------
 # julianday('now') has millisecond precision and one value per statement
@@ -21,46 +28,47 @@ JOB_INSERT_MANY_ROW: Final = (
     "(%s, %s, %s, %s, 'enqueued', %s, 0, %s, NULL, {now}, {now}, {now}, "
     "'enqueued@' || {now} || ';')"
 )
-JOB_INSERT_MANY_SQL: Final = f"INSERT INTO later_job ({INSERT_COLUMNS}) VALUES {{values}}"
-
-CLAIM_SET: Final = """
-    stage = 'running', attempts = attempts + 1, changed_ms = {stamp}, started_ms = {stamp},
-    lease_owner = %s, lease_expires_ms = {now} + %s,
-    history = history || 'running@' || {stamp} || ';'
-"""
+JOB_INSERT_MANY_SQL: Final = compose(
+    "INSERT INTO later_job ({columns}) VALUES {values}", columns=INSERT_COLUMNS
+)
 
 # A write statement takes SQLite's write lock before it reads, so the
 # sub-select and the update see the same rows; no other claim interleaves.
-JOB_CLAIM_SQL: Final = f"""
-UPDATE later_job SET {CLAIM_SET}
+JOB_CLAIM_SQL: Final = compose(
+    """
+UPDATE later_job SET {to_running}
 WHERE id IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
     ORDER BY priority DESC, id
     LIMIT %s)
-RETURNING {CLAIM_RETURNING}
-"""
+RETURNING {returning}
+""",
+    to_running=TO_RUNNING,
+    returning=CLAIM_RETURNING,
+)
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone
 # would make SQLite scan the whole table.
-JOB_COMPLETE_MANY_SQL: Final = """
-UPDATE later_job SET stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, lease_owner = NULL, lease_expires_ms = NULL,
-    history = history || 'success@' || {stamp} || ';'
+JOB_COMPLETE_MANY_SQL: Final = compose(
+    """
+UPDATE later_job SET {to_success}, {lease_dropped}
 WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
 RETURNING id
-"""
+""",
+    to_success=TO_SUCCESS,
+    lease_dropped=LEASE_DROPPED,
+)
 
 # Waiting continuations of parents that succeeded. A statement of its own,
 # after the parents' completion: it sees every child committed before it
 # runs, including one whose transaction was still open when the parents'
 # completion began.
-JOB_RELEASE_CHILDREN_OF_SQL: Final = """
-UPDATE later_job SET stage = 'enqueued', changed_ms = {stamp}, run_at_ms = {now},
-    history = history || 'enqueued@' || {stamp} || ';'
-WHERE parent_id IN ({ids}) AND stage = 'waiting'
-"""
+JOB_RELEASE_CHILDREN_OF_SQL: Final = compose(
+    "UPDATE later_job SET {release} WHERE parent_id IN ({ids}) AND stage = 'waiting'",
+    release=RELEASE,
+)
 
 # -- counters and wake-ups --------------------------------------------------------
 # Bumped by every commit of another connection to this file; costs no I/O.
@@ -71,9 +79,9 @@ INSTALLED_OBJECTS_SQL: Final = (
     "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'later_job'"
 )
 
-TABLES_FOUND_SQL: Final = (
-    "SELECT name FROM sqlite_master WHERE type = 'table' "
-    f"AND name IN ({', '.join(['%s'] * len(TABLES))})"
+TABLES_FOUND_SQL: Final = compose(
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})",
+    names=", ".join(["%s"] * len(TABLES)),
 )
 
 JOURNAL_MODE_SQL: Final = "PRAGMA journal_mode"

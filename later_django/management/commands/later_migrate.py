@@ -65,7 +65,7 @@ class Command(BaseCommand):
             raise CommandError(f"{message.msg} {message.hint}")
         with transaction.atomic(using=alias), connection.cursor() as cursor:
             for name, count in sorted(topics.items()):
-                if dialect.topic_register(
+                if dialect.partitions.topic_register(
                     cursor, namespace=conf.namespace, name=name, partitions=count
                 ):
                     actions.append(f"registered topic {name} with {count} partitions")

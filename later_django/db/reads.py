@@ -1,9 +1,11 @@
-"""Operations of the dashboard: its figures, its lists of jobs and its
-actions on jobs (docs/dashboard.md). The database's size differs per vendor."""
+"""The read models: exact counts per stage (``later_stage_count``, kept by
+triggers in the same transaction as every change of a job), the
+dashboard's figures and lists of jobs (docs/dashboard.md), and lookups.
+Both vendors run the same statements; the operator's actions on jobs are
+the job engine's (db/jobs.py)."""
 
 from __future__ import annotations
 
-import abc
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
@@ -21,9 +23,11 @@ from later_django.db.rows import (
     StatReading,
     StatRow,
 )
+from later_django.db.sql import counters as counters_sql
 from later_django.db.sql import dashboard as dashboard_sql
 from later_django.db.sql.dashboard import ListOrder
-from later_django.db.statements import Statements
+from later_django.db.statements import Operations
+from later_django.states import Stage
 
 # The last character of the id alphabet (lowercase Crockford base32): a
 # prefix padded with it to an id's length is the largest id it starts.
@@ -33,8 +37,22 @@ ID_LENGTH = 26
 INT_BOUND = 1 << 63
 
 
-class DashboardOperations(Statements):
-    """The dashboard's reads and writes."""
+class ReadModels(Operations):
+    """Counts, figures, lists and lookups; the figures' own upkeep."""
+
+    # -- counts -------------------------------------------------------------------------
+    def stage_counts(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:
+        """The number of jobs of ``namespace`` per stage, every stage present."""
+        cursor.execute(self._sql(counters_sql.STAGE_COUNTS_SQL), [namespace])
+        counts = {stage.value: 0 for stage in Stage}
+        for stage, n in cursor.fetchall():
+            counts[stage] = int(n)
+        return counts
+
+    def plain_ready(self, cursor: CursorWrapper, *, namespace: str) -> int:
+        """Plain jobs of ``namespace`` ready to run now."""
+        cursor.execute(self._sql(counters_sql.PLAIN_READY_SQL), [namespace])
+        return int(cursor.fetchone()[0])
 
     # -- figures ------------------------------------------------------------------------
     def stat_insert(
@@ -115,11 +133,6 @@ class DashboardOperations(Statements):
         cursor.execute(self._sql(dashboard_sql.LOG_CONSUMERS_SQL), [namespace])
         return [LogConsumerRow(*row) for row in cursor.fetchall()]
 
-    @abc.abstractmethod
-    def database_size(self, cursor: CursorWrapper) -> int:
-        """The whole database's size on disk in bytes, later's tables and the
-        application's alike."""
-
     # -- jobs -----------------------------------------------------------------------------
     def job_detail(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobDetail | None:
         """The job ``job_id`` of ``namespace`` without its payload, or None."""
@@ -190,23 +203,6 @@ class DashboardOperations(Statements):
         rows = rows[: query.page_size]
         after = _key(rows[-1], order) if more else None
         return JobPage([_summary(row) for row in rows], after, scanned_out=False)
-
-    # -- actions -------------------------------------------------------------------------
-    def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
-        """Make the failed plain job ``job_id`` ready again, and its
-        continuations that failed because it did wait for it again; return
-        how many continuations, or None if the job was not a failed plain job.
-        Run in one transaction."""
-        cursor.execute(self._sql(dashboard_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
-        if cursor.rowcount != 1:
-            return None
-        cursor.execute(self._sql(dashboard_sql.JOB_REVIVE_DESCENDANTS_SQL), [job_id])
-        return int(cursor.rowcount)
-
-    def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
-        """Make a delayed or requeued job due now; return whether it was one."""
-        cursor.execute(self._sql(dashboard_sql.JOB_RUN_NOW_SQL), [job_id, namespace])
-        return bool(cursor.rowcount == 1)
 
 
 def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:

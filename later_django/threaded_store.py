@@ -1,11 +1,12 @@
-"""The async facade over the dialect: the only way worker code reaches the database.
+"""ThreadedStore: how worker code runs the dialect's stores from asyncio.
 
-Each call hops to a thread of a pool the caller names (Django connections are
-per thread), heals a connection broken by a database restart, and turns
-"database is locked" and serialization failures into LaterBusy.
+One of the worker's two roads to the database. Each call hops to a thread
+of a pool the caller names (Django connections are per thread), heals a
+connection broken by a database restart, and turns "database is locked" and
+serialization failures into LaterBusy. Every write but two takes it.
 
-The statements every job goes through (claim, completion) take a shorter
-road: later_django.db.sessions.
+The two statements every job goes through, its claim and its completion,
+take the other road, without a thread hop: db/sessions.py's WorkerSessions.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Store:
+class ThreadedStore:
     """Runs dialect operations on the LATER database from asyncio code."""
 
     def __init__(self, alias: str) -> None:
