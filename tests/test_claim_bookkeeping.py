@@ -19,6 +19,7 @@ from later_django.threaded_store import ThreadedStore
 from later_django.worker.claimer import Claimer
 from later_django.worker.lease_book import LeaseBook
 from later_django.worker.notifier import Wakeup
+from tests.conformance.helpers import claim
 from tests.helpers import (
     LaterDb,
     await_stage,
@@ -29,7 +30,6 @@ from tests.helpers import (
     set_later,
 )
 from tests.jobapp.jobs import Gate, Noop
-from tests.test_dialect_conformance import claim
 
 OWNER = "server-a"
 

@@ -17,10 +17,10 @@ from later_django.db import dialect_for
 from later_django.db.rows import ClaimRequest
 from later_django.exceptions import UnknownTopic
 from later_django.partitions.hashing import partition_for_key
+from tests.conformance.helpers import claim, complete
 from tests.helpers import LaterDb, await_until, in_thread, read_records, serve, set_later
 from tests.jobapp.jobs import Noop, Ordered, OrderedSync, SlowTick
 from tests.order_check import checked_pairs, order_violations, ordered_runs, stored_runs
-from tests.test_dialect_conformance import claim, complete
 
 TOPICS = {"ordered": 8}
 

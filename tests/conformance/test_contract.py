@@ -1,0 +1,309 @@
+"""The storage contract on both databases: every Dialect operation production code calls.
+
+COVERED names the operations of each store of a dialect ("dialect": its
+own). The modules of this package test them, one module a store
+(test_jobs.py, test_schedules.py, test_partitions.py, test_log.py,
+test_reads.py, test_cluster.py; test_dialect.py the dialect's own). Each
+test calls the operations themselves on the test database (the
+``later_db`` fixture runs it once on SQLite and once on PostgreSQL) and
+asserts what they change and return: stages and their counters, the fence
+of every write made for a claim, and times read from the database's clock,
+never earlier than a row's previous change. A test branches or skips only
+on a capability flag of the dialect, never on its vendor.
+
+A new operation gets its tests in its store's module: the first tests here
+fail until COVERED names it, a test of this package calls it through its
+store, and production code calls it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+import later_django
+from later_django.db.base import Dialect
+from later_django.db.cluster import Cluster
+from later_django.db.jobs import JobEngine
+from later_django.db.partitions import PartitionStore
+from later_django.db.postgresql import PostgresDialect
+from later_django.db.reads import ReadModels
+from later_django.db.retained_log import LogStore
+from later_django.db.schedules import ScheduleStore
+from later_django.db.sqlite import SqliteDialect
+
+# later's SQL on the two databases: Django's version changes nothing here, so
+# it runs in the first tox env only (tox.ini), which keeps CI within its time.
+pytestmark = pytest.mark.one_env
+
+# The operations of the contract, per store of a dialect ("dialect": its
+# own). Production code calls each of them, and a test of this package
+# calls each through its store.
+COVERED: dict[str, frozenset[str]] = {
+    "dialect": frozenset(
+        {
+            "installed_objects",
+            "database_exists",
+            "missing_tables",
+            "missing_table_error",
+            "journal_wal",
+            "vacuum",
+            "change_counter",
+            "clock_now",
+            "database_size",
+        }
+    ),
+    "jobs": frozenset(
+        {
+            # enqueue
+            "job_insert_one",
+            "job_insert_many",
+            "job_insert_continuation",
+            "job_settle_child",
+            "job_cancel",
+            # the worker's hot path (the asyncio pair: supports_async_connection)
+            "job_claim",
+            "job_complete_many",
+            "ajob_claim",
+            "ajob_complete_many",
+            # the worker's other writes, under the fence of a claim
+            "job_renew",
+            "job_unclaim",
+            "job_claimed_since",
+            "job_stage_after",
+            "job_retry",
+            "job_fail",
+            "job_fail_descendants",
+            # maintenance
+            "job_promote_due",
+            "job_stuck",
+            "job_orphans",
+            "job_resolve_orphan",
+            "job_prune",
+            "job_next_due_in",
+            "counter_compact",
+            # tracing
+            "job_set_trace",
+            "job_trace_context",
+            # wake-ups
+            "job_ready_exists",
+            # an operator's actions
+            "job_retry_failed",
+            "job_run_now",
+            # the Django Tasks backend's results
+            "task_result_save",
+        }
+    ),
+    "cluster": frozenset(
+        {
+            "server_heartbeat",
+            "server_remove",
+            "server_prune",
+            "maintenance_claim",
+            "lease_acquire",
+            "lease_release",
+        }
+    ),
+    "schedules": frozenset(
+        {
+            "schedule_save",
+            "schedule_remove",
+            "schedule_list",
+            "schedule_due",
+            "schedule_advance",
+            "job_insert_occurrence",
+            "job_cancel_occurrences",
+        }
+    ),
+    "partitions": frozenset(
+        {
+            "topic_partitions",
+            "topic_register",
+            "partition_next_sequence",
+            "job_insert_partitioned",
+            "partition_heads",
+            "partition_claim",
+            "partition_fence",
+            "partition_complete",
+            "partition_renew",
+            "partition_release",
+            "topic_servers",
+            "partition_force_fail_head",
+            "job_place",
+            "partition_truncate_history",
+            "partition_stats",
+        }
+    ),
+    "log": frozenset(
+        {
+            "log_topic_register",
+            "log_topic_get",
+            "log_topic_retained",
+            "log_partition_advance",
+            "log_record_insert",
+            "log_record_read",
+            "log_record_prune",
+            "log_consumer_acquire",
+            "log_consumer_renew",
+            "log_consumer_commit",
+            "log_consumer_release",
+            "log_consumer_state",
+            "log_lag",
+        }
+    ),
+    "reads": frozenset(
+        {
+            "stage_counts",
+            "plain_ready",
+            "stat_insert",
+            "stats_since",
+            "sample_take",
+            "samples_since",
+            "dashboard_prune",
+            "lane_counts",
+            "live_servers",
+            "running_jobs",
+            "log_consumers",
+            "job_detail",
+            "job_children",
+            "job_page",
+        }
+    ),
+}
+DIALECTS = (SqliteDialect(), PostgresDialect())
+# The classes that make up a store, on every vendor.
+STORE_BASES: dict[str, type] = {
+    "dialect": Dialect,
+    "jobs": JobEngine,
+    "cluster": Cluster,
+    "schedules": ScheduleStore,
+    "partitions": PartitionStore,
+    "log": LogStore,
+    "reads": ReadModels,
+}
+# What only a vendor can answer: every vendor implements these.
+VENDOR_OPERATIONS = {
+    "dialect": frozenset(
+        {
+            "installed_objects",
+            "database_exists",
+            "missing_tables",
+            "missing_table_error",
+            "journal_wal",
+            "database_size",
+        }
+    ),
+    "jobs": frozenset(
+        {"job_insert_one", "job_insert_many", "job_claim", "job_complete_many", "counter_compact"}
+    ),
+}
+
+
+def store_classes(store: str) -> set[type]:
+    """The store's base class and every vendor's class of it."""
+    return {STORE_BASES[store]} | {
+        type(d if store == "dialect" else getattr(d, store)) for d in DIALECTS
+    }
+
+
+PACKAGE = Path(later_django.__file__).parent
+
+
+def _public_operations(cls: type) -> set[str]:
+    return {
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and inspect.isfunction(getattr(cls, name))
+    }
+
+
+# -- the contract itself (no database) --------------------------------------------------
+
+
+def test_conformance_covers_every_public_operation():
+    """Every public method of each store, on every vendor, is in COVERED
+    under that store, and this suite (every module of this package) calls
+    each of them through it."""
+    source = "\n".join(path.read_text() for path in sorted(Path(__file__).parent.glob("*.py")))
+    for store, names in COVERED.items():
+        public = set().union(*map(_public_operations, store_classes(store)))
+        assert public == names, store
+        via = "." if store == "dialect" else f".{store}."
+        assert [name for name in sorted(names) if f"{via}{name}(" not in source] == [], store
+
+
+def test_conformance_every_operation_has_a_production_caller():
+    """No operation is kept for tests alone: code under later_django calls
+    each one through its store (a store calling its own operation does not
+    count; one store given another counts)."""
+    code = "\n".join(
+        path.read_text() for path in PACKAGE.rglob("*.py") if "migrations" not in path.parts
+    )
+    for store, names in COVERED.items():
+        via = r"(?<!self)\." if store == "dialect" else rf"\._?{store}\."
+        uncalled = [name for name in sorted(names) if not re.search(rf"{via}{name}\(", code)]
+        assert uncalled == [], store
+
+
+def test_store_vendor_operations_are_abstract():
+    """A store's base cannot be used as it is where only a vendor can
+    answer; every other store is one class for both vendors."""
+    for store, base in STORE_BASES.items():
+        abstract = getattr(base, "__abstractmethods__", frozenset())
+        assert abstract == VENDOR_OPERATIONS.get(store, frozenset()), store
+    with pytest.raises(TypeError):
+        Dialect()  # type: ignore[abstract]
+
+
+def test_stores_reach_each_other_only_through_what_they_are_given():
+    """No store reaches past its interface: no "type: ignore" between
+    stores, and no vendor check outside the vendors' own modules."""
+    db = PACKAGE / "db"
+    for path in db.rglob("*.py"):
+        text = path.read_text()
+        assert "ignore[attr-defined]" not in text, path
+        if path.name not in {"postgresql.py", "sqlite.py", "__init__.py"}:
+            assert not re.search(r"isinstance\([^)]*(Postgres|Sqlite)", text), path
+            assert ".vendor ==" not in text, path
+
+
+def test_dialect_capability_flags_match_their_operations():
+    """A vendor implements a gated operation exactly when it declares its
+    flag: a dialect that breaks this cannot even be defined."""
+    for dialect in DIALECTS:
+        cls, jobs = type(dialect), type(dialect.jobs)
+        assert (cls.change_counter is not Dialect.change_counter) == cls.supports_change_counter
+        assert (cls.vacuum is not Dialect.vacuum) == cls.needs_vacuum
+        async_pair = {
+            name
+            for name in ("ajob_claim", "ajob_complete_many")
+            if getattr(jobs, name) is not getattr(JobEngine, name)
+        }
+        assert (async_pair == {"ajob_claim", "ajob_complete_many"}) == cls.supports_async_connection
+        assert async_pair in (set(), {"ajob_claim", "ajob_complete_many"})
+
+    with pytest.raises(TypeError, match="change_counter"):
+
+        class NoCounter(SqliteDialect):
+            supports_change_counter: ClassVar[bool] = False
+
+    with pytest.raises(TypeError, match="ajob_claim, ajob_complete_many"):
+
+        class NoAsync(SqliteDialect):
+            supports_async_connection: ClassVar[bool] = True
+
+
+def test_dialect_operations_take_grouped_arguments_and_return_no_bare_tuples():
+    """Past three values an operation takes a params object (db.rows), and
+    it never answers with a bare tuple."""
+    for store, names in COVERED.items():
+        for name, cls in ((n, c) for n in sorted(names) for c in store_classes(store)):
+            signature = inspect.signature(getattr(cls, name))
+            params = list(signature.parameters)[2:]  # self, then the cursor or connection
+            assert len(params) <= 3, (cls.__name__, name, params)
+            returns = str(inspect.get_annotations(getattr(cls, name))["return"])
+            assert not re.search(r"(?<![A-Za-z])tuple\[", returns), (cls.__name__, name, returns)

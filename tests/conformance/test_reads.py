@@ -1,0 +1,179 @@
+"""The read models (``dialect.reads``): what the dashboard reads, its figures,
+lists and lookups.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from later_django.db.rows import (
+    Heartbeat,
+    JobQuery,
+    LogCommit,
+    LogConsumerKey,
+    LogFence,
+    LogLeaseRequest,
+    StatRow,
+)
+from tests.conformance.helpers import (
+    DAY_MS,
+    HOUR_MS,
+    LEASE_MS,
+    NS,
+    OWNER,
+    claim_one,
+    cursor_of,
+    db_now,
+    insert,
+    insert_child,
+    log_append,
+    log_topic,
+)
+
+# later's SQL on the two databases: Django's version changes nothing here, so
+# it runs in the first tox env only (tox.ini), which keeps CI within its time.
+pytestmark = pytest.mark.one_env
+
+
+def stat(started: int = 1, waits: str = '{"5":1}') -> StatRow:
+    return StatRow(started, started, 0, 0, waits, 3, 3, "{}", 0, 0)
+
+
+# -- the dashboard's figures ------------------------------------------------------------
+
+
+def test_stat_rows_are_read_by_window_and_pruned_by_age(later_db, dialect):
+    with cursor_of(later_db) as c:
+        dialect.reads.stat_insert(c, namespace=NS, server_id="s1", row=stat(2))
+        dialect.reads.stat_insert(c, namespace="other", server_id="s9", row=stat(7))
+        dialect.reads.stat_insert(c, namespace=NS, server_id="s2", row=stat(3))
+        c.execute("UPDATE later_dashboard_stat SET at_ms = at_ms - 120000 WHERE server_id = 's2'")
+        readings = dialect.reads.stats_since(c, namespace=NS, window_ms=60_000)
+        assert [r.stat for r in readings] == [stat(2)]
+        assert db_now(later_db) - 5_000 <= readings[0].at_ms <= db_now(later_db)
+        assert len(dialect.reads.stats_since(c, namespace=NS, window_ms=180_000)) == 2
+        assert (
+            dialect.reads.dashboard_prune(
+                c, namespace=NS, stats_for_ms=60_000, samples_for_ms=DAY_MS
+            )
+            == 1
+        )
+        assert [
+            r.stat.started for r in dialect.reads.stats_since(c, namespace=NS, window_ms=DAY_MS)
+        ] == [2]
+        assert len(dialect.reads.stats_since(c, namespace="other", window_ms=DAY_MS)) == 1
+
+
+def test_samples_are_taken_from_the_counters_once_a_millisecond_and_thinned(later_db, dialect):
+    """A sample is the counters' backlog by kind; a second one in the same
+    millisecond is dropped; reads give one point per step, each the largest."""
+    insert(later_db)
+    insert(later_db)
+    insert(later_db, delay_ms=HOUR_MS)
+    with cursor_of(later_db) as c:
+        assert dialect.reads.sample_take(c, namespace=NS) == 1
+        (sample,) = dialect.reads.samples_since(c, namespace=NS, window_ms=60_000, step_ms=60_000)
+        assert (sample.ready, sample.scheduled, sample.running, sample.waiting) == (2, 1, 0, 0)
+        assert sample.partitioned == 0
+        c.execute("UPDATE later_queue_sample SET at_ms = at_ms - 1000, ready = 9")
+        assert dialect.reads.sample_take(c, namespace=NS) == 1
+        points = dialect.reads.samples_since(c, namespace=NS, window_ms=60_000, step_ms=3_600_000)
+        assert len(points) <= 2 and max(p.ready for p in points) == 9
+        c.execute("UPDATE later_queue_sample SET at_ms = at_ms - %s", [8 * DAY_MS])
+        assert (
+            dialect.reads.dashboard_prune(
+                c, namespace=NS, stats_for_ms=60_000, samples_for_ms=7 * DAY_MS
+            )
+            == 2
+        )
+        assert (
+            dialect.reads.samples_since(c, namespace=NS, window_ms=9 * DAY_MS, step_ms=60_000) == []
+        )
+
+
+def test_lane_counts_split_the_counters_by_lane(later_db, dialect):
+    insert(later_db)
+    with cursor_of(later_db) as c:
+        counts = dialect.reads.lane_counts(c, namespace=NS)
+    assert [(n.lane, n.stage, n.n) for n in counts if n.n] == [("", "enqueued", 1)]
+
+
+# -- the dashboard's lists and lookups --------------------------------------------------
+
+
+def test_live_servers_and_their_running_jobs(later_db, dialect):
+    job_id = insert(later_db)
+    claim_one(later_db, job_id)
+    with cursor_of(later_db) as c:
+        beat = Heartbeat(server_id=OWNER, namespace=NS, hostname="h", pid=5, workers=3)
+        dialect.cluster.server_heartbeat(c, beat)
+        dialect.cluster.server_heartbeat(
+            c, Heartbeat(server_id="old", namespace=NS, hostname="h", pid=6, workers=1)
+        )
+        c.execute("UPDATE later_server SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'old'")
+        (server,) = dialect.reads.live_servers(c, namespace=NS, within_ms=15_000)
+        (running,) = dialect.reads.running_jobs(c, namespace=NS, limit=10)
+    assert (server.id, server.pid, server.workers, server.topics) == (OWNER, 5, 3, False)
+    assert (running.id, running.owner, running.topic) == (job_id, OWNER, None)
+
+
+def test_job_detail_and_children_never_read_the_payload(later_db, dialect):
+    parent = insert(later_db, payload=b"secret")
+    children = [insert_child(later_db, parent)[0] for _ in range(3)]
+    with cursor_of(later_db) as c:
+        detail = dialect.reads.job_detail(c, namespace=NS, job_id=parent)
+        assert dialect.reads.job_detail(c, namespace="other", job_id=parent) is None
+        listed = dialect.reads.job_children(c, job_id=parent, limit=2)
+    assert detail is not None and detail.id == parent and detail.stage == "enqueued"
+    assert b"secret" not in repr(detail).encode()
+    assert [j.id for j in listed] == sorted(children)[:2]
+
+
+def test_job_page_reads_a_stage_in_order_page_by_page_with_filters(later_db, dialect):
+    """Pages of a list join up, in the list's order; a filter the index
+    cannot serve looks at a bounded stretch and says where it stopped."""
+    ids = [insert(later_db, priority=i % 2, type_name=f"t{i % 3}") for i in range(7)]
+    expected = sorted(ids, key=lambda j: (-(ids.index(j) % 2), j))
+    seen, after = [], None
+    with cursor_of(later_db) as c:
+        while True:
+            query = JobQuery(namespace=NS, stage="enqueued", after=after, page_size=3)
+            page = dialect.reads.job_page(c, query)
+            seen += [j.id for j in page.jobs]
+            if page.after is None:
+                break
+            after = page.after
+        assert seen == expected
+        narrow = JobQuery(namespace=NS, stage="enqueued", type_name="t0", scan_limit=2, page_size=5)
+        first = dialect.reads.job_page(c, narrow)
+        assert first.scanned_out and first.after is not None
+        assert all(j.type_name == "t0" for j in first.jobs)
+        with pytest.raises(ValueError, match="does not belong to this list"):
+            dialect.reads.job_page(c, JobQuery(namespace=NS, stage="enqueued", after=("x",)))
+
+
+def test_log_consumers_show_each_groups_place_and_the_partitions_end(later_db, dialect):
+    log_topic(later_db, dialect)
+    log_append(later_db, dialect, [b"a", b"b", b"c"])
+    key = LogConsumerKey(namespace=NS, topic="events", group="billing", partition=0)
+    with cursor_of(later_db) as c:
+        assert dialect.reads.log_consumers(c, namespace=NS) == []
+        acquired = dialect.log.log_consumer_acquire(
+            c, LogLeaseRequest(key=key, member="m1", ttl_ms=LEASE_MS)
+        )
+        assert acquired is not None
+        fence = LogFence(key=key, epoch=acquired.epoch)
+        assert dialect.log.log_consumer_commit(
+            c, LogCommit(fence=fence, next_offset=1, ttl_ms=LEASE_MS)
+        )
+        (row,) = dialect.reads.log_consumers(c, namespace=NS)
+        assert dialect.reads.log_consumers(c, namespace="other") == []
+    assert (row.topic, row.group, row.partition, row.member, row.epoch) == (
+        "events",
+        "billing",
+        0,
+        "m1",
+        acquired.epoch,
+    )
+    assert (row.committed_offset, row.next_offset) == (1, 3)
+    assert row.expires_ms > db_now(later_db)
