@@ -552,8 +552,8 @@ def test_server_shutdown_ends_outcome_stores_and_never_reconnects(
     server, left = asyncio.run(main())
     assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
     assert left == []
-    for path in (server.claimer.path, server.completer.path):
-        session = path.postgres or path.sqlite
+    for sessions in (server.claimer.sessions, server.completer.sessions):
+        session = sessions.postgres or sessions.sqlite
         assert session is not None and session.closed
 
 
