@@ -79,7 +79,7 @@ class JobBuilder:
             namespace=self.namespace,
             type_name=handler.name,
             payload=data,
-            priority=options.priority,
+            priority=handler.priority if options.priority is None else options.priority,
             retry_policy=retry_policy,
             parent_id=options.parent_id,
             run_at_ms=options.run_at_ms,

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from django.utils.module_loading import import_string
 
 from later_django import enqueue as api
 from later_django.conf import conf
 from later_django.ids import JobId
+from later_django.options import EnqueueKeywords
 from later_django.partitions import api as partitions
 from later_django.recurring import api as recurring
 from later_django.types import RecurringSchedule
@@ -31,47 +32,59 @@ class JobContext:
     attempt: int
     app: Any = None
 
-    def enqueue(self, payload: object, *, priority: int = 0) -> JobId:
-        return api.enqueue(payload, priority=priority)
+    def enqueue(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return api.enqueue(payload, **options)
 
-    def enqueue_in(self, payload: object, *, priority: int = 0) -> JobId:
-        return api.enqueue_in(payload, priority=priority)
+    def enqueue_in(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return api.enqueue_in(payload, **options)
 
-    def enqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
-        return api.enqueue_many(payloads, priority=priority)
+    def enqueue_many(
+        self, payloads: list[object], **options: Unpack[EnqueueKeywords]
+    ) -> list[JobId]:
+        return api.enqueue_many(payloads, **options)
 
-    def enqueue_delayed(self, payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
+    def enqueue_delayed(
+        self, payload: object, delay: dt.timedelta, *, priority: int | None = None
+    ) -> JobId:
         return api.enqueue_delayed(payload, delay, priority=priority)
 
-    def enqueue_delayed_at(self, payload: object, when: dt.datetime, *, priority: int = 0) -> JobId:
+    def enqueue_delayed_at(
+        self, payload: object, when: dt.datetime, *, priority: int | None = None
+    ) -> JobId:
         return api.enqueue_delayed_at(payload, when, priority=priority)
 
-    def enqueue_continue(self, parent: str, payload: object, *, priority: int = 0) -> JobId:
+    def enqueue_continue(
+        self, parent: str, payload: object, *, priority: int | None = None
+    ) -> JobId:
         return api.enqueue_continue(parent, payload, priority=priority)
 
     def cancel(self, job_id: str) -> bool:
         return api.cancel(job_id)
 
-    async def aenqueue(self, payload: object, *, priority: int = 0) -> JobId:
-        return await api.aenqueue(payload, priority=priority)
+    async def aenqueue(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return await api.aenqueue(payload, **options)
 
-    async def aenqueue_in(self, payload: object, *, priority: int = 0) -> JobId:
-        return await api.aenqueue_in(payload, priority=priority)
+    async def aenqueue_in(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return await api.aenqueue_in(payload, **options)
 
-    async def aenqueue_many(self, payloads: list[object], *, priority: int = 0) -> list[JobId]:
-        return await api.aenqueue_many(payloads, priority=priority)
+    async def aenqueue_many(
+        self, payloads: list[object], **options: Unpack[EnqueueKeywords]
+    ) -> list[JobId]:
+        return await api.aenqueue_many(payloads, **options)
 
     async def aenqueue_delayed(
-        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+        self, payload: object, delay: dt.timedelta, *, priority: int | None = None
     ) -> JobId:
         return await api.aenqueue_delayed(payload, delay, priority=priority)
 
     async def aenqueue_delayed_at(
-        self, payload: object, when: dt.datetime, *, priority: int = 0
+        self, payload: object, when: dt.datetime, *, priority: int | None = None
     ) -> JobId:
         return await api.aenqueue_delayed_at(payload, when, priority=priority)
 
-    async def aenqueue_continue(self, parent: str, payload: object, *, priority: int = 0) -> JobId:
+    async def aenqueue_continue(
+        self, parent: str, payload: object, *, priority: int | None = None
+    ) -> JobId:
         return await api.aenqueue_continue(parent, payload, priority=priority)
 
     async def acancel(self, job_id: str) -> bool:
@@ -97,14 +110,14 @@ class JobContext:
         )
 
     def enqueue_recurring_continue(
-        self, parent: str, payload: object, *, priority: int = 0
+        self, parent: str, payload: object, *, priority: int | None = None
     ) -> JobId:
         """Chain ``payload`` to ``parent`` (usually ``self.job_id``), an
         occurrence of a sequential recurring job or a job chained to one."""
         return partitions.enqueue_recurring_continue(parent, payload, priority=priority)
 
     async def aenqueue_recurring_continue(
-        self, parent: str, payload: object, *, priority: int = 0
+        self, parent: str, payload: object, *, priority: int | None = None
     ) -> JobId:
         return await partitions.aenqueue_recurring_continue(parent, payload, priority=priority)
 
@@ -127,37 +140,41 @@ class JobContext:
     async def alist_recurring(self) -> list[RecurringSchedule]:
         return await recurring.alist_recurring()
 
-    def enqueue_to_partition(self, payload: object, *, priority: int = 0) -> JobId:
-        return partitions.enqueue_to_partition(payload, priority=priority)
+    def enqueue_to_partition(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return partitions.enqueue_to_partition(payload, **options)
 
     def enqueue_to_partition_delayed(
-        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+        self, payload: object, delay: dt.timedelta, *, priority: int | None = None
     ) -> JobId:
         return partitions.enqueue_to_partition_delayed(payload, delay, priority=priority)
 
     def enqueue_continue_to_partition(
-        self, parent: str, payload: object, *, priority: int = 0
+        self, parent: str, payload: object, *, priority: int | None = None
     ) -> JobId:
         return partitions.enqueue_continue_to_partition(parent, payload, priority=priority)
 
-    def enqueue_to_partition_in(self, payload: object, *, priority: int = 0) -> JobId:
-        return partitions.enqueue_to_partition_in(payload, priority=priority)
+    def enqueue_to_partition_in(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
+        return partitions.enqueue_to_partition_in(payload, **options)
 
-    async def aenqueue_to_partition(self, payload: object, *, priority: int = 0) -> JobId:
-        return await partitions.aenqueue_to_partition(payload, priority=priority)
+    async def aenqueue_to_partition(
+        self, payload: object, **options: Unpack[EnqueueKeywords]
+    ) -> JobId:
+        return await partitions.aenqueue_to_partition(payload, **options)
 
     async def aenqueue_to_partition_delayed(
-        self, payload: object, delay: dt.timedelta, *, priority: int = 0
+        self, payload: object, delay: dt.timedelta, *, priority: int | None = None
     ) -> JobId:
         return await partitions.aenqueue_to_partition_delayed(payload, delay, priority=priority)
 
     async def aenqueue_continue_to_partition(
-        self, parent: str, payload: object, *, priority: int = 0
+        self, parent: str, payload: object, *, priority: int | None = None
     ) -> JobId:
         return await partitions.aenqueue_continue_to_partition(parent, payload, priority=priority)
 
-    async def aenqueue_to_partition_in(self, payload: object, *, priority: int = 0) -> JobId:
-        return await partitions.aenqueue_to_partition_in(payload, priority=priority)
+    async def aenqueue_to_partition_in(
+        self, payload: object, **options: Unpack[EnqueueKeywords]
+    ) -> JobId:
+        return await partitions.aenqueue_to_partition_in(payload, **options)
 
 
 def build_app() -> Any:

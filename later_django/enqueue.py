@@ -23,20 +23,44 @@ from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import JobId, as_job_id, new_job_ids
-from later_django.options import PLAIN, UNSET, EnqueueOptions
+from later_django.options import AFTER_IS_PARENT, AT_IS_WHEN, EnqueueOptions, keyword_options
 from later_django.states import Stage
 from later_django.types import NewJob
 
 logger = logging.getLogger(__name__)
 
 
-def enqueue(payload: object, *, priority: int = 0) -> JobId:
-    """Enqueue ``payload`` to run as soon as a worker is free."""
-    plain = type(priority) is int and priority == 0
-    return enqueue_with(payload, PLAIN if plain else EnqueueOptions(priority=priority))
+def enqueue(
+    payload: object,
+    *,
+    priority: int | None = None,
+    delay: dt.timedelta | None = None,
+    at: dt.datetime | None = None,
+    after: str | None = None,
+) -> JobId:
+    """Enqueue ``payload``; return its id.
+
+    With no keyword the job runs as soon as a worker is free. ``priority``
+    (-100..100, higher first; default: the type's ``@job(priority=...)``,
+    else 0); ``delay`` (a timedelta, counted from the database's now) or
+    ``at`` (an aware datetime): due then; ``after`` (a job id): a
+    continuation, due once that job succeeds, failed with ``parent failed``
+    if it fails or is cancelled (JobNotFound, nothing written, when it does
+    not exist). Keywords that conflict (``delay`` and ``at``; either with
+    ``after``) raise TypeError naming both, and nothing is written.
+    """
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    return enqueue_with(payload, options)
 
 
-def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
+def enqueue_in(
+    payload: object,
+    *,
+    priority: int | None = None,
+    delay: dt.timedelta | None = None,
+    at: dt.datetime | None = None,
+    after: str | None = None,
+) -> JobId:
     """Enqueue like :func:`enqueue`, but only inside ``transaction.atomic()``.
 
     Raises TransactionRequired when no atomic block is open on the LATER
@@ -48,10 +72,18 @@ def enqueue_in(payload: object, *, priority: int = 0) -> JobId:
             f"enqueue_in() needs an open transaction.atomic(using={alias!r}) block; "
             "use enqueue() to write outside a transaction"
         )
-    return enqueue_with(payload, EnqueueOptions(priority=priority))
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    return enqueue_with(payload, options)
 
 
-async def aenqueue_in(payload: object, *, priority: int = 0) -> JobId:
+async def aenqueue_in(
+    payload: object,
+    *,
+    priority: int | None = None,
+    delay: dt.timedelta | None = None,
+    at: dt.datetime | None = None,
+    after: str | None = None,
+) -> JobId:
     """Enqueue like :func:`enqueue_in`, from async code.
 
     Async code cannot open ``transaction.atomic()``, so this raises
@@ -60,11 +92,12 @@ async def aenqueue_in(payload: object, *, priority: int = 0) -> JobId:
     ``async_to_sync`` called inside one. Otherwise call ``enqueue_in`` in a
     sync function run with ``sync_to_async``, or use ``aenqueue``.
     """
-    return await _aenqueue_in(payload, priority)
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    return await _aenqueue_in(payload, options)
 
 
 @sync_to_async
-def _aenqueue_in(payload: object, priority: int) -> JobId:
+def _aenqueue_in(payload: object, options: EnqueueOptions) -> JobId:
     alias = conf.database
     if not connections[alias].in_atomic_block:
         raise TransactionRequired(
@@ -74,38 +107,50 @@ def _aenqueue_in(payload: object, priority: int) -> JobId:
             "sync_to_async(), or use aenqueue() when the job need not commit with "
             "other writes"
         )
-    return enqueue_with(payload, EnqueueOptions(priority=priority))
+    return enqueue_with(payload, options)
 
 
-def enqueue_many(payloads: Iterable[object], *, priority: int = 0) -> list[JobId]:
-    """Enqueue every payload, all or none; one round trip per batch of rows.
+def enqueue_many(
+    payloads: Iterable[object],
+    *,
+    priority: int | None = None,
+    delay: dt.timedelta | None = None,
+    at: dt.datetime | None = None,
+    after: str | None = None,
+) -> list[JobId]:
+    """Enqueue every payload, all or none, with :func:`enqueue`'s keywords.
 
     Returns the ids in the order of ``payloads``. A bad payload raises the
     error ``enqueue`` would, its message prefixed with ``payloads[<index>]: ``,
-    and nothing is written.
+    and nothing is written. Ready jobs take one round trip per batch of
+    rows; delayed jobs and continuations one per job, in one transaction.
     """
-    return enqueue_many_with(payloads, EnqueueOptions(priority=priority))
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    return enqueue_many_with(payloads, options)
 
 
-def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int = 0) -> JobId:
-    """Enqueue ``payload`` to run at or after ``delay`` from now (the
-    database's now, whatever this host's clock says)."""
+# The reference's calls, kept as wrappers of enqueue's keywords. Their
+# arguments are required: enqueue_delayed(p, None) is a bad delay.
+def enqueue_delayed(payload: object, delay: dt.timedelta, *, priority: int | None = None) -> JobId:
+    """``enqueue(payload, delay=delay)``: due ``delay`` from the database's now."""
     return enqueue_with(payload, EnqueueOptions(priority=priority, delay=delay))
 
 
-def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int = 0) -> JobId:
-    """Enqueue ``payload`` to run at or after ``when`` (an aware datetime)."""
-    return enqueue_with(payload, EnqueueOptions(priority=priority, when=when))
+def enqueue_delayed_at(payload: object, when: dt.datetime, *, priority: int | None = None) -> JobId:
+    """``enqueue(payload, at=when)``: due at ``when`` (an aware datetime)."""
+    return enqueue_with(payload, EnqueueOptions(priority=priority, at=when, names=AT_IS_WHEN))
 
 
-def enqueue_continue(parent: str, payload: object, *, priority: int = 0) -> JobId:
-    """Enqueue ``payload`` to run once job ``parent`` succeeds.
+def enqueue_continue(parent: str, payload: object, *, priority: int | None = None) -> JobId:
+    """``enqueue(payload, after=parent)``: due once job ``parent`` succeeds.
 
     If the parent already succeeded the job is ready at once; if it failed or
     was cancelled the job is stored as failed with reason ``parent failed``.
     Raises JobNotFound, writing nothing, when ``parent`` does not exist.
     """
-    return enqueue_with(payload, EnqueueOptions(priority=priority, parent=parent))
+    return enqueue_with(
+        payload, EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT)
+    )
 
 
 def enqueue_with(payload: object, options: EnqueueOptions) -> JobId:
@@ -147,19 +192,14 @@ def _record_trace(alias: str, job_ids: Sequence[str], context: str) -> None:
 def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> list[JobId]:
     """Enqueue a job of every payload as ``options`` say, all or none.
 
-    The one path of every bulk enqueue (see :func:`enqueue_many`). Bulk rows
-    are ready at once: options with a delay, a time or a parent raise
-    ValueError.
+    The one path of every bulk enqueue (see :func:`enqueue_many`).
     """
-    if options.delay is not UNSET or options.when is not UNSET or options.parent is not UNSET:
-        raise ValueError(
-            "enqueue_many stores jobs that are ready at once; enqueue delayed jobs and "
-            "continuations one by one"
-        )
     payloads = list(payloads)
     if not payloads:
         return []
     ids = new_job_ids(len(payloads))
+    if options.timed:
+        return _enqueue_timed_many(payloads, options, ids)
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
     # below, which rolls back to where it began: nothing is written, and an
@@ -184,6 +224,18 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     if built is not None:
         tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
     return ids
+
+
+def _enqueue_timed_many(
+    payloads: list[object], options: EnqueueOptions, ids: list[JobId]
+) -> list[JobId]:
+    """Delayed jobs and continuations in bulk: each its own insert (its stage
+    follows the clock or its parent), all in one transaction. Every row is
+    built before the first is written."""
+    jobs = list(JobBuilder().build_many(payloads, options, ids))
+    alias = conf.database
+    with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):
+        return [insert_built(job) for job in jobs]
 
 
 def _wake_on_commit(alias: str, count: int = 1) -> None:

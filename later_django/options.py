@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Final, Literal, TypedDict
 
 from later_django.clock import from_datetime, now_ms
 from later_django.ids import as_job_id
@@ -36,24 +37,30 @@ Unset = Literal[_Unset.UNSET]
 class EnqueueOptions:
     """How to enqueue a payload: its priority, and when or after what it runs.
 
-    The fields take the enqueue API's arguments as the caller passed them,
-    under the same names, so an error names the argument to fix: ``priority``
-    (-100..100), ``delay`` (a timedelta >= 0, counted from the database's
-    now), ``when`` (an aware datetime) and ``parent`` (a job id; the job runs
-    once that job succeeds). At most one of the last three may be given;
-    left out, each is UNSET (None is a bad value, refused like any other).
-    Making the object validates them and fills the derived fields the
-    builder reads.
+    The fields are the enqueue keywords, under the same names, so an error
+    names the keyword to fix: ``priority`` (-100..100; None: the type's
+    ``@job(priority=...)``, else 0), ``delay`` (a timedelta >= 0, counted
+    from the database's now), ``at`` (an aware datetime) and ``after`` (a
+    job id; the job runs once that job succeeds). At most one of the last
+    three may be given (TypeError naming both otherwise); left out, each is
+    UNSET. Here None is a bad value, refused like any other: the keyword API
+    maps its None defaults to UNSET (``keyword_options``), while
+    ``enqueue_delayed(p, None)`` must raise. Making the object validates the
+    fields and fills the derived ones the builder reads.
 
     Raises TypeError or ValueError with the message the public enqueue calls
-    document. Options of later features (queue, unique key, topic, result
-    flags) are fields here, checked in ``__post_init__`` the same way.
+    document. Options of later features (queue, unique key, timeout) are
+    fields here, checked in ``__post_init__`` the same way.
     """
 
-    priority: int = 0
+    priority: int | None = None
     delay: dt.timedelta | Unset = UNSET
-    when: dt.datetime | Unset = UNSET
-    parent: str | Unset = UNSET
+    at: dt.datetime | Unset = UNSET
+    after: str | Unset = UNSET
+    # What the call that made these options names a keyword, where it names
+    # it otherwise (enqueue_continue's ``parent`` is ``after``): errors say
+    # the caller's name.
+    names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     # Derived, in the units of a NewJob: set once by __post_init__.
     delay_ms: int = field(default=0, init=False, repr=False, compare=False)
     run_at_ms: int | None = field(default=None, init=False, repr=False, compare=False)
@@ -63,29 +70,65 @@ class EnqueueOptions:
         # Timing, then parent, then priority: the order in which the enqueue
         # calls have always checked their arguments, so a call with two bad
         # arguments keeps raising the same error.
-        delay, when = self.delay, self.when
+        delay, at = self.delay, self.at
+        name = self.names.get
         if delay is not UNSET:
-            if when is not UNSET:
-                raise ValueError("pass delay or when, not both")
+            if at is not UNSET:
+                raise TypeError("delay and at both say when the job runs: pass one of them")
             delay_ms = _delay_ms(delay)
             # Bounded by this host's clock: the database's cannot be read
             # here, and a skew of minutes does not matter nine millennia out.
             _check_latest(now_ms() + delay_ms)
             object.__setattr__(self, "delay_ms", delay_ms)
-        elif when is not UNSET:
-            run_at_ms = _check_latest(from_datetime(when, argument="when"))
+        elif at is not UNSET:
+            run_at_ms = _check_latest(from_datetime(at, argument=name("at", "at")))
             object.__setattr__(self, "run_at_ms", run_at_ms)
-        if self.parent is not UNSET:
-            if delay is not UNSET or when is not UNSET:
-                raise ValueError(
-                    "a continuation becomes due when its parent succeeds; pass no delay "
-                    "or when with a parent"
+        if self.after is not UNSET:
+            if delay is not UNSET or at is not UNSET:
+                timing = "delay" if delay is not UNSET else "at"
+                raise TypeError(
+                    f"after and {timing} both say when the job runs: a continuation is due "
+                    f"when its parent succeeds; pass no {timing} with after"
                 )
-            object.__setattr__(self, "parent_id", as_job_id(self.parent, argument="parent"))
-        _check_priority(self.priority)
+            parent_id = as_job_id(self.after, argument=name("after", "after"))
+            object.__setattr__(self, "parent_id", parent_id)
+        if self.priority is not None:
+            check_priority(self.priority)
+
+    @property
+    def timed(self) -> bool:
+        """Is the job delayed, due at a time or a continuation?"""
+        return self.delay is not UNSET or self.at is not UNSET or self.after is not UNSET
 
 
-def _check_priority(priority: object) -> None:
+class EnqueueKeywords(TypedDict, total=False):
+    """The enqueue keywords, for calls that pass them on (JobContext)."""
+
+    priority: int | None
+    delay: dt.timedelta | None
+    at: dt.datetime | None
+    after: str | None
+
+
+def keyword_options(
+    *,
+    priority: int | None,
+    delay: dt.timedelta | None,
+    at: dt.datetime | None,
+    after: str | None,
+) -> EnqueueOptions:
+    """The options of the enqueue keywords, where None means "not given"."""
+    if priority is None and delay is None and at is None and after is None:
+        return PLAIN
+    return EnqueueOptions(
+        priority=priority,
+        delay=UNSET if delay is None else delay,
+        at=UNSET if at is None else at,
+        after=UNSET if after is None else after,
+    )
+
+
+def check_priority(priority: object) -> None:
     if not isinstance(priority, int) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
@@ -111,6 +154,10 @@ def _check_latest(run_at_ms: int) -> int:
         )
     return run_at_ms
 
+
+# The reference's calls name two keywords their own way.
+AT_IS_WHEN: Final = {"at": "when"}
+AFTER_IS_PARENT: Final = {"after": "parent"}
 
 # The options of a plain enqueue, made once: the hot path pays for no object.
 PLAIN = EnqueueOptions()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
+from later_django.options import check_priority
 from later_django.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,6 +29,8 @@ class Handler:
     retry: RetrySpec = None
     # Sequential partition mode: the topic its jobs go to (docs/partitions.md).
     topic: str | None = None
+    # The priority of its jobs when an enqueue gives none.
+    priority: int = 0
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -49,7 +52,11 @@ def default_name(payload_type: type[Any]) -> str:
 def job(func: F, /) -> F: ...
 @overload
 def job(
-    *, name: str | None = ..., retry: RetrySpec = ..., topic: str | None = ...
+    *,
+    name: str | None = ...,
+    retry: RetrySpec = ...,
+    topic: str | None = ...,
+    priority: int = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -60,6 +67,7 @@ def job(
     name: str | None = None,
     retry: RetrySpec = None,
     topic: str | None = None,
+    priority: int = 0,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -69,6 +77,7 @@ def job(
     ``topic`` puts the type's jobs in sequential partition mode: the payload
     type then needs a ``partition_key()`` method, and its jobs are enqueued
     with ``enqueue_to_partition`` and friends (docs/partitions.md).
+    ``priority`` is its jobs' priority when an enqueue gives none.
     """
 
     def register(func: F) -> F:
@@ -80,6 +89,10 @@ def job(
             )
         if topic is not None:
             _check_topic(func, payload_type, topic)
+        try:
+            check_priority(priority)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"@job(priority=...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
             name=name or default_name(payload_type),
             payload_type=payload_type,
@@ -87,6 +100,7 @@ def job(
             is_async=inspect.iscoroutinefunction(func),
             retry=retry,
             topic=topic,
+            priority=priority,
         )
         _register(handler)
         return func

@@ -60,9 +60,9 @@ def test_builder_build_takes_the_options_and_the_given_id():
         2000,
         None,
     )
-    at = builder.build(Noop(), EnqueueOptions(when=when))
+    at = builder.build(Noop(), EnqueueOptions(at=when))
     assert (at.run_at_ms, at.delay_ms) == (int(when.timestamp() * 1000), 0)
-    child = builder.build(Noop(), EnqueueOptions(priority=9, parent=parent.upper()))
+    child = builder.build(Noop(), EnqueueOptions(priority=9, after=parent.upper()))
     assert (child.parent_id, child.priority) == (parent, 9)
 
 

@@ -350,14 +350,16 @@ def test_fuzz_priorities(later_db, priority):
     before = state(later_db)
     job_id, exc = attempt(lambda: later.enqueue(FuzzPayload(1), priority=priority))
     note(f"priority={priority!r} -> {exc!r}")
-    if not isinstance(priority, int) or isinstance(priority, bool):
+    if priority is None:  # not given: the type's priority (FuzzPayload's @job gives none)
+        assert exc is None, exc
+    elif not isinstance(priority, int) or isinstance(priority, bool):
         raises_as(exc, TypeError)
     elif not -100 <= priority <= 100:
         raises_as(exc, ValueError)
     if exc is None:
         assert_written(later_db, job_id, {"enqueued"}, before)
         stored = later_db.scalar("SELECT priority FROM later_job WHERE id = %s", [job_id])
-        assert stored == priority
+        assert stored == (0 if priority is None else priority)
     else:
         assert_unchanged(later_db, before, exc)
 

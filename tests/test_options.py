@@ -25,10 +25,10 @@ WHEN_MS = 1893553445678
 
 
 def test_options_default_to_a_plain_job():
-    """No argument: priority 0, due at once, no parent."""
+    """No argument: the type's priority, due at once, no parent."""
     options = EnqueueOptions()
-    assert (options.priority, options.delay, options.when, options.parent) == (
-        0,
+    assert (options.priority, options.delay, options.at, options.after) == (
+        None,
         UNSET,
         UNSET,
         UNSET,
@@ -49,10 +49,10 @@ def test_options_fill_the_derived_fields_in_a_newjobs_units():
     parent = new_job_id()
     assert EnqueueOptions(delay=DELAY).delay_ms == 90_000
     assert EnqueueOptions(delay=dt.timedelta(milliseconds=1.9)).delay_ms == 1
-    assert EnqueueOptions(when=WHEN).run_at_ms == WHEN_MS
+    assert EnqueueOptions(at=WHEN).run_at_ms == WHEN_MS
     east = WHEN.astimezone(dt.timezone(dt.timedelta(hours=5)))
-    assert EnqueueOptions(when=east).run_at_ms == WHEN_MS
-    assert EnqueueOptions(parent=parent.upper()).parent_id == parent
+    assert EnqueueOptions(at=east).run_at_ms == WHEN_MS
+    assert EnqueueOptions(after=parent.upper()).parent_id == parent
     assert EnqueueOptions(priority=-100).priority == -100
     assert EnqueueOptions(priority=100).priority == 100
 
@@ -67,9 +67,7 @@ def test_options_priority_out_of_range_raises_value_error(priority):
     )
 
 
-@pytest.mark.parametrize(
-    ("priority", "type_name"), [(True, "bool"), (1.5, "float"), ("1", "str"), (None, "NoneType")]
-)
+@pytest.mark.parametrize(("priority", "type_name"), [(True, "bool"), (1.5, "float"), ("1", "str")])
 def test_options_priority_of_wrong_type_raises_type_error(priority, type_name):
     """A bool is refused too, though it is an int."""
     with pytest.raises(TypeError) as info:
@@ -87,19 +85,19 @@ def test_options_priority_of_wrong_type_raises_type_error(priority, type_name):
             ValueError,
             "delay=datetime.timedelta(days=-1, seconds=86399) is negative; use a timedelta >= 0",
         ),
-        ({"when": None}, TypeError, "when must be a datetime, got NoneType"),
-        ({"when": dt.date(2030, 1, 1)}, TypeError, "when must be a datetime, got date"),
+        ({"at": None}, TypeError, "at must be a datetime, got NoneType"),
+        ({"at": dt.date(2030, 1, 1)}, TypeError, "at must be a datetime, got date"),
         (
-            {"when": dt.datetime(2030, 1, 1)},
+            {"at": dt.datetime(2030, 1, 1)},
             ValueError,
-            "when=2030-01-01T00:00:00 is a naive datetime; pass an aware one "
+            "at=2030-01-01T00:00:00 is a naive datetime; pass an aware one "
             "(e.g. django.utils.timezone.now() + timedelta(...))",
         ),
-        ({"parent": None}, TypeError, "parent must be a job id string, got NoneType"),
+        ({"after": None}, TypeError, "after must be a job id string, got NoneType"),
         (
-            {"parent": "nope"},
+            {"after": "nope"},
             ValueError,
-            "parent='nope' is not a job id: expected 26 characters of Crockford "
+            "after='nope' is not a job id: expected 26 characters of Crockford "
             "base32, as returned by enqueue()",
         ),
     ],
@@ -107,11 +105,11 @@ def test_options_priority_of_wrong_type_raises_type_error(priority, type_name):
         "delay-none",
         "delay-int",
         "delay-negative",
-        "when-none",
-        "when-date",
-        "when-naive",
-        "parent-none",
-        "parent-malformed",
+        "at-none",
+        "at-date",
+        "at-naive",
+        "after-none",
+        "after-malformed",
     ],
 )
 def test_options_bad_argument_raises_naming_it(kwargs, error, message):
@@ -124,8 +122,8 @@ def test_options_bad_argument_raises_naming_it(kwargs, error, message):
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"delay": dt.timedelta.max}, {"when": dt.datetime.max.replace(tzinfo=dt.UTC)}],
-    ids=["delay", "when"],
+    [{"delay": dt.timedelta.max}, {"at": dt.datetime.max.replace(tzinfo=dt.UTC)}],
+    ids=["delay", "at"],
 )
 def test_options_due_beyond_the_last_datetime_raises_value_error(kwargs):
     """A job due after 9999-12-30 could never be read back as a datetime."""
@@ -136,32 +134,46 @@ def test_options_due_beyond_the_last_datetime_raises_value_error(kwargs):
 def test_options_due_at_the_last_datetime_is_accepted():
     """The bound itself is allowed."""
     last = dt.datetime.fromtimestamp(LATEST_RUN_AT_MS / 1000, tz=dt.UTC)
-    assert EnqueueOptions(when=last).run_at_ms == LATEST_RUN_AT_MS
+    assert EnqueueOptions(at=last).run_at_ms == LATEST_RUN_AT_MS
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "names"),
     [
-        {"delay": DELAY, "when": WHEN},
-        {"delay": DELAY, "parent": "0" * 26},
-        {"when": WHEN, "parent": "0" * 26},
+        ({"delay": DELAY, "at": WHEN}, ("delay", "at")),
+        ({"delay": DELAY, "after": "0" * 26}, ("after", "delay")),
+        ({"at": WHEN, "after": "0" * 26}, ("after", "at")),
     ],
-    ids=["delay-and-when", "delay-and-parent", "when-and-parent"],
+    ids=["delay-and-at", "delay-and-after", "at-and-after"],
 )
-def test_options_refuse_two_ways_of_becoming_due(kwargs):
-    """A job is due after a delay, at a time or after its parent: one of them."""
-    with pytest.raises(ValueError):
+def test_options_refuse_two_ways_of_becoming_due_naming_both(kwargs, names):
+    """A job is due after a delay, at a time or after its parent: one of
+    them. Two conflicting keywords are a TypeError that names both."""
+    with pytest.raises(TypeError) as info:
         EnqueueOptions(**kwargs)
+    assert str(info.value).startswith(f"{names[0]} and {names[1]} both say when the job runs")
+
+
+def test_keyword_options_map_none_to_not_given_and_plain_to_the_shared_object():
+    """The keyword API's None means "not given"; no keyword at all is the
+    one shared plain options object (a plain enqueue builds none)."""
+    from later_django.options import PLAIN, keyword_options
+
+    assert keyword_options(priority=None, delay=None, at=None, after=None) is PLAIN
+    options = keyword_options(priority=None, delay=DELAY, at=None, after=None)
+    assert options == EnqueueOptions(delay=DELAY)
+    with pytest.raises(TypeError, match="^delay and at both"):
+        keyword_options(priority=None, delay=DELAY, at=WHEN, after=None)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
         ({"delay": -DELAY, "priority": 500}, ValueError, "delay="),
-        ({"when": dt.datetime(2030, 1, 1), "priority": 500}, ValueError, "when="),
-        ({"parent": "nope", "priority": True}, ValueError, "parent="),
+        ({"at": dt.datetime(2030, 1, 1), "priority": 500}, ValueError, "at="),
+        ({"after": "nope", "priority": True}, ValueError, "after="),
     ],
-    ids=["delay", "when", "parent"],
+    ids=["delay", "at", "after"],
 )
 def test_options_check_timing_and_parent_before_priority(kwargs, error, message):
     """Two bad arguments raise the error the enqueue calls always raised first."""
@@ -195,6 +207,37 @@ ctx = later.JobContext(job_id=new_job_id(), attempt=1)
 CALLS = [
     # (name, call, expected path, expected options)
     ("enqueue", lambda p: later.enqueue(p), "one", EnqueueOptions()),
+    (
+        "enqueue/delay",
+        lambda p: later.enqueue(p, delay=DELAY, priority=2),
+        "one",
+        EnqueueOptions(priority=2, delay=DELAY),
+    ),
+    ("enqueue/at", lambda p: later.enqueue(p, at=WHEN), "one", EnqueueOptions(at=WHEN)),
+    (
+        "enqueue/after",
+        lambda p: later.enqueue(p, after=PARENT),
+        "one",
+        EnqueueOptions(after=PARENT),
+    ),
+    (
+        "enqueue_many/delay",
+        lambda p: later.enqueue_many([p], delay=DELAY),
+        "many",
+        EnqueueOptions(delay=DELAY),
+    ),
+    (
+        "ctx.enqueue/after",
+        lambda p: ctx.enqueue(p, after=PARENT, priority=1),
+        "one",
+        EnqueueOptions(priority=1, after=PARENT),
+    ),
+    (
+        "ctx.aenqueue/at",
+        lambda p: asyncio.run(ctx.aenqueue(p, at=WHEN)),
+        "one",
+        EnqueueOptions(at=WHEN),
+    ),
     ("enqueue/priority", lambda p: later.enqueue(p, priority=3), "one", EnqueueOptions(priority=3)),
     (
         "enqueue_many",
@@ -212,13 +255,13 @@ CALLS = [
         "enqueue_delayed_at",
         lambda p: later.enqueue_delayed_at(p, WHEN),
         "one",
-        EnqueueOptions(when=WHEN),
+        EnqueueOptions(at=WHEN),
     ),
     (
         "enqueue_continue",
         lambda p: later.enqueue_continue(PARENT, p, priority=5),
         "one",
-        EnqueueOptions(priority=5, parent=PARENT),
+        EnqueueOptions(priority=5, after=PARENT),
     ),
     (
         "aenqueue",
@@ -230,7 +273,7 @@ CALLS = [
         "aenqueue_delayed_at",
         lambda p: asyncio.run(later.aenqueue_delayed_at(p, WHEN, priority=2)),
         "one",
-        EnqueueOptions(priority=2, when=WHEN),
+        EnqueueOptions(priority=2, at=WHEN),
     ),
     ("ctx.enqueue", lambda p: ctx.enqueue(p, priority=7), "one", EnqueueOptions(priority=7)),
     ("ctx.enqueue_many", lambda p: ctx.enqueue_many([p]), "many", EnqueueOptions()),
@@ -244,19 +287,19 @@ CALLS = [
         "ctx.enqueue_delayed_at",
         lambda p: ctx.enqueue_delayed_at(p, WHEN, priority=-1),
         "one",
-        EnqueueOptions(priority=-1, when=WHEN),
+        EnqueueOptions(priority=-1, at=WHEN),
     ),
     (
         "ctx.enqueue_continue",
         lambda p: ctx.enqueue_continue(PARENT, p),
         "one",
-        EnqueueOptions(parent=PARENT),
+        EnqueueOptions(after=PARENT),
     ),
     (
         "ctx.aenqueue_continue",
         lambda p: asyncio.run(ctx.aenqueue_continue(PARENT, p, priority=9)),
         "one",
-        EnqueueOptions(priority=9, parent=PARENT),
+        EnqueueOptions(priority=9, after=PARENT),
     ),
     (
         "ctx.aenqueue_many",
@@ -285,14 +328,3 @@ def test_enqueue_calls_make_one_options_object_and_take_the_one_path(
         expected.run_at_ms,
         expected.parent_id,
     )
-
-
-def test_enqueue_many_with_refuses_options_of_a_job_not_ready_at_once():
-    """Bulk rows are written ready: a delay, a time or a parent would be lost."""
-    for options in (
-        EnqueueOptions(delay=DELAY),
-        EnqueueOptions(when=WHEN),
-        EnqueueOptions(parent=PARENT),
-    ):
-        with pytest.raises(ValueError, match="ready at once"):
-            enqueue_module.enqueue_many_with([Noop()], options)

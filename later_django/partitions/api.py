@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from typing import Any
+from typing import Any, Unpack
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -24,7 +24,12 @@ from later_django.db.rows import HeadFailure, PartitionSlot
 from later_django.enqueue import settle_on_commit, tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
 from later_django.ids import JobId, as_job_id
-from later_django.options import EnqueueOptions
+from later_django.options import (
+    AFTER_IS_PARENT,
+    EnqueueKeywords,
+    EnqueueOptions,
+    keyword_options,
+)
 from later_django.partitions.hashing import partition_for_key
 from later_django.partitions.reserved import RECURRING_TOPIC, recurring_partitions
 from later_django.states import Stage
@@ -33,34 +38,35 @@ from later_django.types import NewJob, PartitionLane, PartitionStats
 FORCE_FAILED = "force-failed: the partition head was failed by force_fail_partition_head"
 
 
-def enqueue_to_partition(payload: object, *, priority: int = 0) -> JobId:
+def enqueue_to_partition(payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
     """Enqueue ``payload`` at the end of its partition: it runs once every
     earlier job of the partition has finished, one at a time, in order.
 
-    The payload's type names its topic (``@job(topic=...)``) and its
-    ``partition_key()`` picks the partition. Raises TypeError for a type
-    without a topic, UnknownTopic for a topic missing from LATER["TOPICS"];
-    nothing is written then."""
-    return _enqueue(payload, EnqueueOptions(priority=priority))
+    Takes enqueue()'s keywords: a delayed head (``delay``, ``at``) or one
+    waiting for a parent (``after``: any job, in any partition or none)
+    blocks the jobs after it until it is due and has run. The payload's type
+    names its topic (``@job(topic=...)``) and its ``partition_key()`` picks
+    the partition. Raises TypeError for a type without a topic, UnknownTopic
+    for a topic missing from LATER["TOPICS"]; nothing is written then."""
+    return _enqueue(payload, keyword_options(**_all(options)))
 
 
 def enqueue_to_partition_delayed(
-    payload: object, delay: dt.timedelta, *, priority: int = 0
+    payload: object, delay: dt.timedelta, *, priority: int | None = None
 ) -> JobId:
-    """Enqueue into the partition, due ``delay`` from now; as the head of its
-    partition it blocks the jobs after it until it is due and has run."""
+    """``enqueue_to_partition(payload, delay=delay)``."""
     return _enqueue(payload, EnqueueOptions(priority=priority, delay=delay))
 
 
-def enqueue_continue_to_partition(parent: str, payload: object, *, priority: int = 0) -> JobId:
-    """Enqueue into the partition a job that waits for ``parent`` (any job,
-    in any partition or none) to succeed; as the head of its partition it
-    blocks the jobs after it until then. A parent that fails or is cancelled
-    fails it with ``parent failed``."""
-    return _enqueue(payload, EnqueueOptions(priority=priority, parent=parent))
+def enqueue_continue_to_partition(
+    parent: str, payload: object, *, priority: int | None = None
+) -> JobId:
+    """``enqueue_to_partition(payload, after=parent)``. A parent that fails or
+    is cancelled fails it with ``parent failed``."""
+    return _enqueue(payload, EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT))
 
 
-def enqueue_to_partition_in(payload: object, *, priority: int = 0) -> JobId:
+def enqueue_to_partition_in(payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
     """Enqueue like :func:`enqueue_to_partition`, but only inside
     ``transaction.atomic()`` on the LATER database (else TransactionRequired)."""
     alias = conf.database
@@ -69,7 +75,12 @@ def enqueue_to_partition_in(payload: object, *, priority: int = 0) -> JobId:
             f"enqueue_to_partition_in() needs an open transaction.atomic(using={alias!r}) "
             "block; use enqueue_to_partition() to write outside a transaction"
         )
-    return _enqueue(payload, EnqueueOptions(priority=priority))
+    return _enqueue(payload, keyword_options(**_all(options)))
+
+
+def _all(options: EnqueueKeywords) -> dict[str, Any]:
+    """Every keyword, None where not given."""
+    return {name: options.get(name) for name in EnqueueKeywords.__annotations__}
 
 
 def lane_of(payload: object) -> PartitionLane:
@@ -115,12 +126,14 @@ def _enqueue(payload: object, options: EnqueueOptions) -> JobId:
     return insert_into(lane, JobBuilder(partitioned=True).build(payload, options))
 
 
-def enqueue_recurring_continue(parent: str, payload: object, *, priority: int = 0) -> JobId:
+def enqueue_recurring_continue(
+    parent: str, payload: object, *, priority: int | None = None
+) -> JobId:
     """Chain ``payload`` to ``parent``, an occurrence of a sequential
     recurring job (or a job chained to one): it runs once the parent
     succeeded, in the parent's partition of the reserved topic, so the
     schedule's next occurrence waits for it too."""
-    options = EnqueueOptions(priority=priority, parent=parent)  # checks the id first
+    options = EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT)
     job = JobBuilder().build(payload, options)
     alias = conf.database
     assert options.parent_id is not None
@@ -241,9 +254,7 @@ atruncate_partition_history = sync_to_async(truncate_partition_history)
 apartition_stats = sync_to_async(partition_stats)
 
 
-async def aenqueue_to_partition_in(payload: object, *, priority: int = 0) -> JobId:
+async def aenqueue_to_partition_in(payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
     """Enqueue like :func:`enqueue_to_partition_in`, from async code: only
     when the sync thread its database work runs in holds an atomic block."""
-    return await sync_to_async(functools.partial(enqueue_to_partition_in, priority=priority))(
-        payload
-    )
+    return await sync_to_async(functools.partial(enqueue_to_partition_in, **options))(payload)

@@ -79,7 +79,7 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
             args=compat.normalize_json(list(args)), kwargs=compat.normalize_json(dict(kwargs))
         )
         if task.run_after is not None:
-            options = EnqueueOptions(priority=task.priority, when=task.run_after)
+            options = EnqueueOptions(priority=task.priority, at=task.run_after)
         else:
             options = EnqueueOptions(priority=task.priority)
         job = JobBuilder().build(call, options)._replace(type_name=task.module_path)

@@ -188,6 +188,16 @@ def run_order(ctx: JobContext, payload: Order) -> None:
     _record("order", ctx, str(payload.id))
 
 
+@dataclass
+class Urgent:
+    n: int = 0
+
+
+@job(priority=7)
+def run_urgent(ctx: JobContext, payload: Urgent) -> None:
+    _record("urgent", ctx, str(payload.n))
+
+
 def _current_span() -> str:
     """The current OpenTelemetry span as "<trace id>/<span id>" (hex)."""
     from opentelemetry import trace
