@@ -394,6 +394,25 @@ def test_force_fail_of_every_matching_job_needs_a_topic(topics: LaterDb, operato
 
 
 # -- every job matching a filter ------------------------------------------------------
+def test_every_matching_job_of_the_recent_list_is_refused(
+    later_db: LaterDb, operator: Client
+) -> None:
+    """The recent list's filter holds every job in every stage: an action on
+    all of them is refused, and its page offers none (ticked jobs only)."""
+    jobs = later.enqueue_many(Noop(n=i) for i in range(3))
+    for fields in ({}, {"stage": "recent"}, {"type": NOOP}):
+        response = operator.post(
+            ACTIONS, {"action": "cancel", "all_matching": "1", "confirm": "1", **fields}
+        )
+        assert response.status_code == 400, fields
+        assert b"needs a stage" in response.content
+    assert [later_db.stage_of(j) for j in jobs] == ["enqueued"] * 3
+    page = operator.get(f"{BASE}jobs/").content.decode()
+    assert 'id="later-actions"' in page and 'value="cancel"' in page
+    assert 'id="later-bulk"' not in page
+    assert 'id="later-bulk"' in operator.get(f"{BASE}jobs/?stage=enqueued").content.decode()
+
+
 def test_bulk_cancel_confirms_first_then_cancels_exactly_the_matching_jobs(
     later_db: LaterDb, operator: Client
 ) -> None:

@@ -82,7 +82,15 @@ def test_job_detail_opens_from_the_jobs_list(later_db, live_server, operator):
     page.goto(f"{live_server.url}{DASHBOARD}")
     page.get_by_role("link", name="Jobs", exact=True).click()
     expect(page).to_have_url(f"{live_server.url}{DASHBOARD}jobs/")
-    expect(job_rows(page)).to_have_count(2)  # the continuation waits: not in "enqueued"
+    # The recent list: every job, the waiting continuation too, newest first.
+    expect(page.locator(".later-stages a").first).to_contain_text("recent")
+    expect(page.locator(".later-stages [aria-current=page]")).to_contain_text("recent")
+    expect(job_rows(page)).to_have_count(3)
+    assert job_rows(page).evaluate_all("rows => rows.map(r => r.dataset.jobId)") == [
+        child,
+        parent,
+        other,
+    ]
     expect(job_row(page, other)).to_contain_text(NOOP)
     job_row(page, parent).locator("a.later-id").click()
 
@@ -154,7 +162,7 @@ def test_bulk_cancel_of_a_filtered_list(later_db, live_server, operator):
     delayed_noop = later.enqueue_delayed(Noop(n=9), HOUR)  # another stage: not in the filter
     page = operator
 
-    page.goto(f"{live_server.url}{DASHBOARD}jobs/")
+    page.goto(f"{live_server.url}{DASHBOARD}jobs/?stage=enqueued")
     expect(job_rows(page)).to_have_count(6)
     page.locator('#later-filter input[name="type"]').fill(NOOP)
     page.locator("#later-filter button[type=submit]").click()

@@ -25,6 +25,7 @@ from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
 from django.db import connections, transaction
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 import later_django as later
 from later_django.dashboard import reads
@@ -230,6 +231,71 @@ def test_the_json_list_pages_with_its_next_cursor(later_db: LaterDb, viewer: Cli
     # The page's Next link carries the same cursor and the filter.
     content = html.unescape(viewer.get(f"{BASE}jobs/?stage=enqueued").content.decode())
     assert f'href="?stage=enqueued&after={first["next"]}"' in content
+
+
+# -- the recent list -------------------------------------------------------------------
+def test_the_recent_list_holds_every_job_newest_first_and_is_the_default(
+    later_db: LaterDb, viewer: Client, settings: Any
+) -> None:
+    """With no stage, the list is "recent": every job of every stage (a
+    topic's too) in descending id order, which is creation order, a page at
+    a time; it is first in the stage menu, and a type filter applies to it."""
+    set_later(settings, TOPICS=TOPICS)
+    jobs = seed_every_stage(later_db)
+    partitioned = [later.enqueue_to_partition(Ordered(f"key-{i}", 0)) for i in range(3)]
+    every = sorted([*(j for ids in jobs.values() for j in ids), *partitioned], reverse=True)
+    created = dict(later_db.rows("SELECT id, created_ms FROM later_job"))
+    assert [created[j] for j in every] == sorted(created.values(), reverse=True)
+
+    recent = JobQuery(namespace="default", stage="recent", page_size=4)
+    found = pages(recent)
+    assert len(found) == math.ceil(len(every) / 4)
+    assert [j.id for p in found for j in p.jobs] == every
+    assert not any(p.scanned_out for p in found)
+    noops = [j for j in every if j not in jobs["failed"] and j not in partitioned]
+    by_type = JobQuery(
+        namespace="default", stage="recent", type_name=NOOP, page_size=3, scan_limit=5
+    )
+    assert [j.id for p in pages(by_type) for j in p.jobs] == noops
+
+    for url in (f"{BASE}api/jobs", f"{BASE}api/jobs?stage=recent"):
+        page = _json(viewer, url)
+        assert [j["id"] for j in page["jobs"]] == every, url
+    content = viewer.get(f"{BASE}jobs/").content.decode()
+    assert re.findall(r'<tr data-job-id="([0-9a-z]{26})">', content) == every
+    menu = re.search(r'<nav class="later-stages".*?</nav>', content, re.S)
+    assert menu is not None
+    entries = re.findall(r'<a href="\?([^"]*)"( aria-current="page")?>(\w+) ', menu.group(0))
+    assert [name for _, _, name in entries] == ["recent", *STAGES]
+    assert entries[0][:2] == ("stage=recent", ' aria-current="page"')
+    assert f'data-stage-count="recent">{len(every)}<' in content
+
+
+def test_the_recent_list_reads_the_primary_key_in_its_order(later_db: LaterDb) -> None:
+    """A page of the recent list, the first or one after a cursor, walks the
+    primary key backwards from where it starts: no sort, no other index,
+    however many jobs there are."""
+    ids = later.enqueue_many(Noop(n=i) for i in range(3000))
+    connection = connections[later_db.alias]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    explain = "EXPLAIN QUERY PLAN " if later_db.vendor == "sqlite" else "EXPLAIN "
+    for after in (None, (str(ids[1500]),)):
+        with CaptureQueriesContext(connection) as captured:
+            page = reads.job_page(JobQuery(namespace="default", stage="recent", after=after))
+        assert len(page.jobs) == 50 and page.after is not None
+        [statement] = [q["sql"] for q in captured.captured_queries]
+        with connection.cursor() as cursor:
+            cursor.execute(explain + statement)
+            plan = "\n".join(
+                str(row[-1]) if later_db.vendor == "sqlite" else row[0] for row in cursor.fetchall()
+            )
+        if later_db.vendor == "sqlite":
+            assert "USING INDEX sqlite_autoindex_later_job_1" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan
+        else:
+            assert "Index Scan Backward using later_job_pkey" in plan, plan
+            assert "Sort" not in plan, plan
 
 
 # -- filters the index cannot serve --------------------------------------------------------

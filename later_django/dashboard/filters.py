@@ -10,11 +10,15 @@ from urllib.parse import urlencode
 from later_django.conf import conf
 from later_django.dashboard import cursors
 from later_django.db.rows import JobQuery
+from later_django.db.rows.dashboard import RECENT
 from later_django.ids import ID_ALPHABET, ULID_LENGTH
 from later_django.states import Stage
 
 FIELDS = ("stage", "type", "topic", "partition", "q")
 STAGES = [stage.value for stage in Stage]
+# The lists the stage menu offers, in its order: every job newest first,
+# then one list per stage.
+LISTS = [RECENT, *STAGES]
 
 
 def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQuery:
@@ -22,9 +26,11 @@ def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQue
     prefix = (params.get("q") or "").strip().lower() or None
     topic = params.get("topic") or None
     if stage is None and prefix is None and topic is None:
-        stage = Stage.ENQUEUED.value  # a topic without a stage: its unfinished jobs
-    if stage is not None and stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(STAGES)}")
+        # No filter: every job, newest first. (A topic without a stage: its
+        # unfinished jobs; an id search: its jobs of every stage.)
+        stage = RECENT
+    if stage is not None and stage not in LISTS:
+        raise ValueError(f"unknown stage {stage!r}: use one of {', '.join(LISTS)}")
     if prefix is not None and (len(prefix) > ULID_LENGTH or not set(prefix) <= ID_ALPHABET):
         raise ValueError(
             f"{prefix!r} is not the start of a job id: ids are up to 26 characters of "

@@ -28,6 +28,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from later_django import registry
 from later_django.dashboard import actions, filters, reads
+from later_django.db.rows.dashboard import RECENT
 from later_django.ids import ULID_LENGTH
 from later_django.partitions.reserved import registered_topics
 
@@ -125,7 +126,9 @@ class Dashboard:
             page = reads.job_page(query)
         except ValueError as exc:  # a cursor that does not fit the list
             return HttpResponseBadRequest(str(exc))
-        counts = reads.counts()
+        stage_counts = reads.counts()
+        # Every job is in the recent list.
+        counts = {RECENT: sum(stage_counts.values()), **stage_counts}
         return self._render(
             request,
             "jobs.html",
@@ -141,13 +144,18 @@ class Dashboard:
             filter_fields=filters.fields_of(query),
             stage_links=[
                 (stage, filters.query_string(query, stage=stage, q=None), counts.get(stage, 0))
-                for stage in filters.STAGES
+                for stage in filters.LISTS
             ],
             types=registry.registered_names(),
             topic_names=sorted(registered_topics()),
             page_size=query.page_size,
             scan_limit=query.scan_limit,
-            actions=_actions_for(query.stage, partition_job=query.topic is not None),
+            actions=_actions_for(
+                None if query.stage == RECENT else query.stage,
+                partition_job=query.topic is not None,
+            ),
+            # The recent list's filter holds every job: no action on all of them.
+            bulk=query.stage != RECENT,
         )
 
     def job(self, request: HttpRequest, job_id: str) -> HttpResponse:
@@ -199,6 +207,10 @@ class Dashboard:
                 query = filters.query_from(request.POST, with_cursor=False)
             except ValueError as exc:
                 return HttpResponseBadRequest(str(exc))
+            if query.stage == RECENT:
+                return HttpResponseBadRequest(
+                    "acting on every matching job needs a stage: pick one in the list's menu"
+                )
             if action == "force_fail" and query.topic is None:
                 return HttpResponseBadRequest(
                     "force-failing every matching job needs a topic filter: the heads "

@@ -23,6 +23,7 @@ from later_django.db.rows import (
     StatReading,
     StatRow,
 )
+from later_django.db.rows.dashboard import RECENT
 from later_django.db.sql import counters as counters_sql
 from later_django.db.sql import dashboard as dashboard_sql
 from later_django.db.sql.dashboard import ListOrder
@@ -160,7 +161,8 @@ class ReadModels(Operations):
         # searches the attention index by stage and reads it in order,
         # instead of planning on the IN list and sorting the whole index.
         # (Only one of the two takes parameters.)
-        base = f"FROM later_job WHERE namespace = %s{where} AND {order.where}"
+        predicate = f" AND {order.where}" if order.where else ""
+        base = f"FROM later_job WHERE namespace = %s{where}{predicate}"
         by = ", ".join(f"{col} DESC" if desc else col for col, desc in order.keys)
         keys = ", ".join(f"{col} AS k{i}" for i, (col, _) in enumerate(order.keys))
         checks = _filters(query, order)
@@ -211,6 +213,8 @@ def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
         end = query.id_prefix.ljust(ID_LENGTH, ID_LAST)
         return dashboard_sql.BY_ID, "", [query.id_prefix, end]
     stage = query.stage
+    if stage == RECENT:
+        return dashboard_sql.RECENT, "", []
     if query.topic is not None and stage not in ("success", "failed", "cancelled"):
         if query.partition is None:
             return dashboard_sql.PARTITION, " AND topic = %s", [query.topic]
@@ -239,7 +243,7 @@ def _checked_stage(stage: str | None) -> str:
 def _filters(query: JobQuery, order: ListOrder) -> list[tuple[str, Any]]:
     """The (column, value) terms of ``query`` its index does not serve."""
     checks: list[tuple[str, Any]] = []
-    if query.stage is not None and order in (
+    if query.stage not in (None, RECENT) and order in (
         dashboard_sql.PARTITION,
         dashboard_sql.DUE,
         dashboard_sql.FINISHED,

@@ -9,13 +9,17 @@ from typing import Any
 
 from .servers import StatRow
 
+# JobQuery.stage of the list of every job, in every stage, newest first.
+RECENT = "recent"
+
 # -- parameters ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobQuery:
-    """One page of the dashboard's job list: jobs of ``stage`` (or every
-    stage for an id search), optionally of one type, topic and partition,
+    """One page of the dashboard's job list: jobs of ``stage`` (``RECENT``:
+    every stage, newest first; None: every stage of an id search, or a
+    topic's unfinished jobs), optionally of one type, topic and partition,
     after the keyset cursor ``after``."""
 
     namespace: str

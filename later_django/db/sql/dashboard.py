@@ -19,13 +19,18 @@ from later_django.db.sql.partitions import UNFINISHED
 
 @dataclass(frozen=True, slots=True)
 class ListOrder:
-    """An index a list reads: its predicate and its key, in list order
-    ((column, descending), ...). The last column is unique within it."""
+    """An index a list reads: its predicate ("" for an index of every job)
+    and its key, in list order ((column, descending), ...). The last column
+    is unique within it."""
 
     where: str
     keys: tuple[tuple[str, bool], ...]
 
 
+# Every job, newest first: ids are ULIDs, so id order is creation order, and
+# the primary key serves the list. No index of its own: plain jobs pay
+# nothing for it.
+RECENT: Final = ListOrder("", (("id", True),))
 # Plain jobs ready to run, in the order workers take them.
 READY: Final = ListOrder(
     "stage = 'enqueued' AND topic IS NULL", (("priority", True), ("id", False))
