@@ -198,6 +198,48 @@ def _dark_background(page: Page) -> bool:
     return (0.2126 * red + 0.7152 * green + 0.0722 * blue) < 128
 
 
+# The color of an element's text, and of the first background behind it that
+# is not transparent (its own, or an ancestor's), as [r, g, b].
+COLORS_JS = """el => {
+    const rgb = c => c.match(/[\\d.]+/g).slice(0, 4).map(Number);
+    let node = el, bg = rgb(getComputedStyle(node).backgroundColor);
+    while ((bg.length === 4 && bg[3] === 0) && node.parentElement) {
+        node = node.parentElement;
+        bg = rgb(getComputedStyle(node).backgroundColor);
+    }
+    return [rgb(getComputedStyle(el).color).slice(0, 3), bg.slice(0, 3)];
+}"""
+
+
+def _contrast(first: list[float], second: list[float]) -> float:
+    """WCAG's contrast ratio of two sRGB colors (1 to 21)."""
+
+    def luminance(rgb: list[float]) -> float:
+        linear = [
+            c / 255 / 12.92 if c <= 10.31 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb
+        ]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+    light, dark = sorted((luminance(first), luminance(second)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_the_job_id_in_the_job_header_is_readable_in_both_themes(later_db, live_server, operator):
+    """The job's id in its panel's header contrasts with what is behind it by
+    at least WCAG's 4.5:1 for text, in the light and the dark theme."""
+    job_id = later.enqueue(Noop(n=1))
+    page = operator
+    for theme in ("light", "dark"):
+        use_theme(page, theme)
+        page.goto(f"{live_server.url}{DASHBOARD}jobs/{job_id}/")
+        header_id = page.locator(".later-panel h2 code")
+        expect(header_id).to_have_text(job_id)
+        assert _dark_background(page) is (theme == "dark")
+        text, background = header_id.evaluate(COLORS_JS)
+        ratio = _contrast(text, background)
+        assert ratio >= 4.5, (theme, text, background, round(ratio, 2))
+
+
 def test_overview_follows_a_worker_then_every_page_in_both_themes(
     later_db, live_server, workers, tmp_path, settings, operator
 ):
