@@ -14,10 +14,14 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
 from django.core.management import call_command
+from django.db import connections, transaction
 from django.test import Client
 
 import later_django as later
+from later_django.db import dialect_for
+from later_django.db.rows import Heartbeat, PartitionClaimRequest
 from later_django.testing import drain
+from later_django.types import PartitionLane
 from tests.helpers import LaterDb, set_later
 from tests.jobapp.jobs import Gate, Noop, NoRetry, Order, Ordered
 
@@ -193,3 +197,49 @@ def test_the_topics_page_lists_every_partition_of_a_registered_topic(
     assert len(empty) == 6
     assert all(p["head_sequence"] is None and p["head_stage"] is None for p in empty)
     assert all(p["head_age_ms"] is None and p["owner"] is None for p in empty)
+
+
+# A server id as later_worker makes them (host-pid-suffix), with a long host name.
+SERVER_ID = "worker-7.eu-west-3.compute.internal-48213-a1b2c3"
+
+
+def live_server_owning(later_db: LaterDb, server_id: str, topic: str, partition: int) -> None:
+    """Record ``server_id`` as a live server holding ``topic``'s ``partition``."""
+    dialect = dialect_for(later_db.alias)
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as cursor:
+        dialect.cluster.server_heartbeat(
+            cursor,
+            Heartbeat(
+                server_id=server_id, namespace="default", hostname="worker-7", pid=48213,
+                workers=4, topics=True,
+            ),
+        )  # fmt: skip
+        claim = dialect.partitions.partition_claim(
+            cursor,
+            PartitionClaimRequest(
+                lane=PartitionLane("default", topic, partition),
+                owner=server_id,
+                partition_lease_ms=60_000,
+                job_lease_ms=60_000,
+                server_ttl_ms=60_000,
+            ),
+        )
+    assert claim is not None
+
+
+def test_servers_and_partition_owners_show_their_full_ids(
+    later_db: LaterDb, operator: Client, settings: Any
+) -> None:
+    """The overview's servers and the topics page's partition owners and
+    consumer-group members are shown by their whole id, never a tail of it."""
+    set_later(settings, TOPICS={"ordered": 2})
+    call_command("later_migrate", verbosity=0)
+    live_server_owning(later_db, SERVER_ID, "ordered", 1)
+
+    overview = operator.get(BASE).content.decode()
+    cells = re.findall(r'<td class="later-server-id">([^<]*)</td>', overview)
+    assert cells == [SERVER_ID]
+    topics = operator.get(f"{BASE}topics/").content.decode()
+    row = topics.split('data-partition="1"', 1)[1].split("</tr>")[0]
+    assert f'<td class="later-server-id">{SERVER_ID}</td>' in row
+    assert [s["id"] for s in _json(operator, f"{BASE}api/overview")["servers"]] == [SERVER_ID]

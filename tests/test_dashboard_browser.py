@@ -15,13 +15,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.cache import cache
+from django.core.management import call_command
 from playwright.sync_api import Page, expect
 
 import later_django as later
 from later_django.partitions.api import partition_of
 from tests.browser import admin_login, create_staff, force_login, screenshot, use_theme
-from tests.helpers import history_stages, read_records
+from tests.helpers import history_stages, read_records, set_later
 from tests.jobapp.jobs import AsyncHold, Gate, Noop, NoRetry, Ordered
+from tests.test_dashboard import SERVER_ID, live_server_owning
 
 # A real browser and real processes: Django's version changes nothing (tox.ini).
 pytestmark = pytest.mark.one_env
@@ -238,6 +240,22 @@ def test_the_job_id_in_the_job_header_is_readable_in_both_themes(later_db, live_
         text, background = header_id.evaluate(COLORS_JS)
         ratio = _contrast(text, background)
         assert ratio >= 4.5, (theme, text, background, round(ratio, 2))
+
+
+def test_servers_and_owners_are_shown_by_their_full_ids(later_db, live_server, settings, operator):
+    """The overview's servers, as its script redraws them every second, and
+    the topics page's partition owners show the whole server id."""
+    set_later(settings, TOPICS={"ordered": 2})
+    call_command("later_migrate", verbosity=0)
+    live_server_owning(later_db, SERVER_ID, "ordered", 1)
+    page = operator
+
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    expect(page.locator("body")).to_have_attribute("data-refreshed", re.compile(r"[1-9]"))
+    expect(page.locator("#later-servers tbody td").first).to_have_text(SERVER_ID)
+    page.goto(f"{live_server.url}{DASHBOARD}topics/")
+    owner = page.locator('[data-topic="ordered"] tr[data-partition="1"] .later-server-id')
+    expect(owner).to_have_text(SERVER_ID)
 
 
 def test_overview_follows_a_worker_then_every_page_in_both_themes(

@@ -108,8 +108,8 @@
     for (const s of servers) {
       const row = tbody.insertRow();
       const id = row.insertCell();
-      id.textContent = s.id.slice(-8);
-      id.title = s.id;
+      id.className = "later-server-id";
+      id.textContent = s.id;
       for (const value of [s.hostname, s.pid, s.workers, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
         row.insertCell().textContent = String(value);
       }
