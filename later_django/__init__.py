@@ -28,6 +28,7 @@ from later_django.exceptions import (
     NotMigrated,
     NotRegistered,
     PayloadTooLarge,
+    Snooze,
     TransactionRequired,
     UnknownTopic,
 )
@@ -82,6 +83,7 @@ __all__ = [
     "PayloadTooLarge",
     "RecurringSchedule",
     "RetryPolicy",
+    "Snooze",
     "Stage",
     "StageChange",
     "TransactionRequired",

@@ -2,8 +2,31 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
+
+
+class Snooze(Exception):
+    """Raise from a handler to run the job again after ``delay``.
+
+    The job goes back to ``delayed``, due ``delay`` after the database's
+    now, and this attempt does not count: its retry policy and
+    ``ctx.attempt`` are as if it never ran. Its waiting continuations keep
+    waiting."""
+
+    def __init__(self, delay: dt.timedelta) -> None:
+        if not isinstance(delay, dt.timedelta):
+            raise TypeError(f"Snooze(delay) takes a datetime.timedelta, got {type(delay).__name__}")
+        if delay < dt.timedelta(0):
+            raise ValueError(f"Snooze(delay={delay!r}) is negative; use a timedelta >= 0")
+        super().__init__(delay)
+        self.delay = delay
+
+    @property
+    def delay_ms(self) -> int:
+        return int(self.delay.total_seconds() * 1000)
 
 
 class LaterError(Exception):

@@ -30,9 +30,19 @@ from later_django.types import PartitionLocal, PartitionStats
 # Named queues do not exist yet: every job is in this one.
 QUEUE = "default"
 # The stage a stored outcome moves its job to.
-OUTCOME_STAGE = {"succeeded": "success", "retry": "requeued", "failed": "failed"}
+OUTCOME_STAGE = {
+    "succeeded": "success",
+    "retry": "requeued",
+    "failed": "failed",
+    "snoozed": "delayed",
+}
 # What an attempt's end counts as in later_worker_commands_total.
-COMMAND_OUTCOME = {"succeeded": "succeeded", "retry": "failed", "failed": "failed"}
+COMMAND_OUTCOME = {
+    "succeeded": "succeeded",
+    "retry": "failed",
+    "failed": "failed",
+    "snoozed": "snoozed",
+}
 # From a millisecond's dispatch to a long batch job.
 DURATION_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

@@ -26,6 +26,7 @@ from tests.jobapp.jobs import (
     NoRetry,
     NoteThenFail,
     RetryAtOnce,
+    Snoozy,
     WriteNote,
 )
 from tests.jobapp.models import Note
@@ -148,6 +149,21 @@ def test_drain_reports_each_attempt_in_order(later_db):
         (second, "tests.jobapp.jobs.WriteNote", 1, "succeeded", None),
     ]
     assert _notes(later_db.alias) == ["a", "b"]
+
+
+def test_drain_runs_a_snoozed_job_again_once_due_without_counting_the_snooze(later_db):
+    """A snooze due at once runs again in the same drain, at the same
+    attempt; one due later is left delayed."""
+    now = later.enqueue(Snoozy(times=1, delay_ms=0))
+    later_on = later.enqueue(Snoozy(times=1, delay_ms=3_600_000))
+
+    runs = drain()
+
+    assert sorted((r.job_id, r.attempt, r.outcome) for r in runs) == sorted(
+        [(now, 1, "snoozed"), (later_on, 1, "snoozed"), (now, 1, "succeeded")]
+    )
+    assert later_db.stage_of(now) == "success"
+    assert later_db.stage_of(later_on) == "delayed"
 
 
 def test_drain_failure_without_retries_fails_the_job_and_its_continuation(later_db):

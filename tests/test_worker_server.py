@@ -9,6 +9,7 @@ worker thread that closes its connection afterwards.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from datetime import timedelta
 from typing import Any
@@ -39,12 +40,14 @@ from tests.helpers import (
 from tests.jobapp.jobs import (
     AsyncHold,
     AsyncNoop,
+    AsyncSnoozy,
     CallablePolicy,
     DefaultPolicy,
     Flaky,
     Noop,
     NoRetry,
     Sleep,
+    Snoozy,
 )
 
 FAST_RETRY = RetryPolicy.fixed(1, timedelta(milliseconds=50))
@@ -82,6 +85,38 @@ def test_server_flaky_job_succeeds_on_second_attempt(later_db, record):
         assert [r.attempt for r in read_records(record, "flaky", job_id)] == [1, 2]
 
     serve(body)
+
+
+@pytest.mark.parametrize("snoozy", [Snoozy, AsyncSnoozy], ids=["sync", "async"])
+def test_server_snoozed_job_runs_again_after_its_delay_with_its_attempt_unchanged(
+    later_db, record, snoozy
+):
+    """Snooze puts the job back to delayed, due after its delay; the
+    attempt is not counted (its no-retry policy would fail it otherwise)."""
+
+    async def body(server: Server) -> None:
+        job_id = await in_thread(later.enqueue, snoozy(times=2, delay_ms=300))
+        info = await await_stage(job_id, "success")
+        runs = read_records(record, "snoozy", job_id)
+        assert [run.attempt for run in runs] == [1, 1, 1]
+        assert info.attempts == 1
+        assert job_stages(info) == [
+            "enqueued", "running", "delayed", "enqueued", "running", "delayed",
+            "enqueued", "running", "success",
+        ]  # fmt: skip
+        # Each run starts no sooner than the delay after the one before it
+        # (a millisecond of rounding between the two clocks allowed).
+        gaps = [b.start - a.start for a, b in itertools.pairwise(runs)]
+        assert min(gaps) >= 0.299, gaps
+
+    serve(body)
+
+
+def test_snooze_refuses_what_is_not_a_delay():
+    with pytest.raises(TypeError, match="Snooze\\(delay\\) takes a datetime.timedelta, got int"):
+        later.Snooze(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="is negative"):
+        later.Snooze(timedelta(seconds=-1))
 
 
 def test_server_no_retry_policy_fails_after_one_attempt(later_db, record):

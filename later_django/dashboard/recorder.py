@@ -48,7 +48,7 @@ class Recorder:
             self.succeeded += 1
         elif outcome == "retry":
             self.retried += 1
-        else:
+        elif outcome == "failed":
             self.failed += 1
         (self.partition if partitioned else self.regular).add(waited_ms)
 

@@ -199,6 +199,16 @@ class JobEngine(Operations, abc.ABC):
         )
         return bool(cursor.rowcount == 1)
 
+    def job_snooze(self, cursor: CursorWrapper, fence: OwnerFence, delay_ms: int) -> bool:
+        """Move ``fence``'s claim back to delayed, due ``delay_ms`` after the
+        database's now, the claim not counted as an attempt; return whether
+        the fence held."""
+        cursor.execute(
+            self._sql(jobs_sql.JOB_SNOOZE_SQL),
+            [delay_ms, fence.job_id, fence.owner, fence.attempts],
+        )
+        return bool(cursor.rowcount == 1)
+
     def job_fail(self, cursor: CursorWrapper, fence: Fence, failure: FailureWrite) -> bool:
         """Fail the fenced claim and its waiting descendants; return whether
         the fence held. Run in one transaction."""

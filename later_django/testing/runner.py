@@ -50,14 +50,15 @@ class JobRun:
 
     ``outcome`` is what was stored: ``succeeded``; ``retry`` (the job is
     requeued for its policy's next attempt); ``failed`` (no retry left, or
-    a payload that no longer decodes). ``error`` is the text stored as the
+    a payload that no longer decodes); ``snoozed`` (the handler raised
+    Snooze: the job is delayed again, the attempt not counted). ``error`` is the text stored as the
     job's last error: ``Type: message``, then the traceback.
     """
 
     job_id: JobId
     type_name: str
     attempt: int
-    outcome: Literal["succeeded", "retry", "failed"]
+    outcome: Literal["succeeded", "retry", "failed", "snoozed"]
     error: str | None = None
 
 

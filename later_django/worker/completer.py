@@ -47,7 +47,12 @@ FINISH_RETRY_MAX = 5.0  # cap, in seconds, of the backoff between finish attempt
 DISCARDED = "its outcome was discarded: another server had taken the job over"
 CANCEL_GRACE = 2.0  # seconds stores still running after an abandon get before cancellation
 # The stage each outcome leaves its job in.
-OUTCOME_STAGES = {"succeeded": "success", "retry": "requeued", "failed": "failed"}
+OUTCOME_STAGES = {
+    "succeeded": "success",
+    "retry": "requeued",
+    "failed": "failed",
+    "snoozed": "delayed",
+}
 
 
 class Completer:
@@ -185,7 +190,7 @@ class Completer:
         if not stored and unsure:
             stored = await self._stored_before(job, outcome)
         self._stored(job, outcome, stored, ran)
-        if stored and outcome.kind == "retry" and outcome.delay_ms is not None:
+        if stored and outcome.kind in ("retry", "snoozed") and outcome.delay_ms is not None:
             self.maintenance.promote_after(outcome.delay_ms)
 
     async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> bool:
@@ -283,6 +288,14 @@ class Completer:
                 extra=extra,
                 exc_info=outcome.exc,
             )
+        elif outcome.kind == "snoozed":
+            logger.info(
+                "job %s (%s) snoozed for %d ms",
+                job.id,
+                job.type_name,
+                outcome.delay_ms or 0,
+                extra=extra,
+            )
         elif outcome.kind == "retry":
             logger.warning(
                 "job %s (%s) attempt %d failed, retrying: %s",
@@ -346,11 +359,13 @@ def store_failure(
     owner: str,
     retention_ms: int,
 ) -> bool:
-    """Store a retry or a terminal failure of ``owner``'s claim of ``job``,
-    fenced by the claim; return whether the fence held. Run in one
+    """Store a retry, a snooze or a terminal failure of ``owner``'s claim of
+    ``job``, fenced by the claim; return whether the fence held. Run in one
     transaction. The worker's completer and later_django.testing's drain()
-    both store failures through this."""
+    both store them through this."""
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
+    if outcome.kind == "snoozed":
+        return dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
     if outcome.kind == "retry":
         retry = RetryWrite(
             delay_ms=outcome.delay_ms or 0,

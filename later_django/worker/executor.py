@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from later_django import codec, registry
 from later_django.context import JobContext
+from later_django.exceptions import Snooze
 from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
 from later_django.threaded_store import call_sync
@@ -31,9 +32,9 @@ MAX_ERROR_CHARS = 8000
 class Outcome:
     """What to store for a finished attempt."""
 
-    kind: Literal["succeeded", "retry", "failed"]
+    kind: Literal["succeeded", "retry", "failed", "snoozed"]
     error: str | None = None
-    # How long a retry waits, from the database's now when it is stored.
+    # How long a retry or a snooze waits, from the database's now when it is stored.
     delay_ms: int | None = None
     # A policy resolved by a callable after the first failure, to store.
     resolved_policy: str | None = None
@@ -117,7 +118,11 @@ def outcome_of_error(
     payload: object,
     exc: BaseException,
 ) -> Outcome:
-    """A handler that raised ``exc``: a retry or a failure, by the job's policy."""
+    """A handler that raised ``exc``: a retry or a failure, by the job's
+    policy; Snooze: the job runs again after its delay, the attempt not
+    counted."""
+    if isinstance(exc, Snooze):
+        return Outcome(kind="snoozed", delay_ms=exc.delay_ms)
     policy, resolved = _policy(job, handler, ctx, payload)
     return _after_failure(job, describe(exc), policy, resolved, exc)
 

@@ -78,6 +78,7 @@ COVERED: dict[str, frozenset[str]] = {
             "job_retry",
             "job_fail",
             "job_fail_descendants",
+            "job_snooze",
             # maintenance
             "job_promote_due",
             "job_stuck",

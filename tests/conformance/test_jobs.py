@@ -357,6 +357,32 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     assert_counts(later_db)
 
 
+def test_job_snooze_delays_a_claim_uncounted_under_its_fence(later_db, dialect):
+    """A snooze is fenced like a retry: only the claim's owner and attempt
+    move the job back to delayed, due after the delay by the database's
+    clock, the claim not counted as an attempt."""
+    job_id = insert(later_db)
+    job = claim_one(later_db, job_id)
+    before = db_now(later_db)
+    with cursor_of(later_db) as c:
+        assert dialect.jobs.job_snooze(c, owned(job, owner="server-b"), HOUR_MS) is False
+        assert stages(later_db, job_id) == ["running"]
+        assert dialect.jobs.job_snooze(c, owned(job), HOUR_MS) is True
+        assert dialect.jobs.job_snooze(c, owned(job), HOUR_MS) is False
+    after = db_now(later_db)
+    row = job_row(later_db, job_id)
+    assert (row["stage"], row["attempts"], row["uncounted"]) == ("delayed", 1, 1)
+    assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
+    assert before + HOUR_MS <= row["run_at_ms"] <= after + HOUR_MS
+    assert row["history"].split(";")[-2].startswith("delayed@")
+    age(later_db, "run_at_ms", job_id, HOUR_MS + 1)
+    with cursor_of(later_db) as c:
+        assert dialect.jobs.job_promote_due(c, namespace=NS, limit=10) == 1
+    again = claim_one(later_db, job_id)
+    assert (again.attempts, again.attempt) == (2, 1)
+    assert_counts(later_db)
+
+
 def test_job_claimed_since_lists_an_owners_recent_running_plain_claims(later_db, dialect):
     """What a claim abandoned mid-statement may have taken: the running
     plain jobs of one owner claimed within the window, by the database's

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from later_django import JobContext, RetryPolicy, job
+from later_django import JobContext, RetryPolicy, Snooze, job
 
 
 def _record(kind: str, ctx: JobContext, tag: str = "") -> None:
@@ -186,6 +186,44 @@ class Order:
 @job
 def run_order(ctx: JobContext, payload: Order) -> None:
     _record("order", ctx, str(payload.id))
+
+
+@dataclass
+class Snoozy:
+    """Snoozes ``times`` times for ``delay_ms``, then succeeds."""
+
+    times: int = 1
+    delay_ms: int = 50
+
+
+@dataclass
+class AsyncSnoozy:
+    times: int = 1
+    delay_ms: int = 50
+
+
+# How often each job snoozed (the attempt does not tell: snoozes are not
+# counted). In-process servers only.
+snoozed: dict[str, int] = {}
+
+
+def _snooze_or_finish(kind: str, ctx: JobContext, times: int, delay_ms: int) -> None:
+    _record(kind, ctx)
+    done = snoozed.get(ctx.job_id, 0)
+    if done < times:
+        snoozed[ctx.job_id] = done + 1
+        raise Snooze(timedelta(milliseconds=delay_ms))
+
+
+# No retries: a snooze counted as a failed attempt would fail the job.
+@job(retry=RetryPolicy.no_retries())
+def run_snoozy(ctx: JobContext, payload: Snoozy) -> None:
+    _snooze_or_finish("snoozy", ctx, payload.times, payload.delay_ms)
+
+
+@job(retry=RetryPolicy.no_retries())
+async def run_async_snoozy(ctx: JobContext, payload: AsyncSnoozy) -> None:
+    _snooze_or_finish("snoozy", ctx, payload.times, payload.delay_ms)
 
 
 @dataclass

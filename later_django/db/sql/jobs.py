@@ -176,6 +176,19 @@ WHERE id = %s AND {fence}
 JOB_RETRY_OWNED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=OWNER_FENCE)
 JOB_RETRY_EXPIRED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=EXPIRED_FENCE)
 
+# A job its handler snoozed: delayed again, the claim not counted as an
+# attempt (as an unclaim), under the claim's fence.
+JOB_SNOOZE_SQL: Final = compose(
+    """
+UPDATE later_job SET stage = 'delayed', changed_ms = {stamp}, run_at_ms = {now} + %s,
+    uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped},
+    history = history || 'delayed@' || {stamp} || ';'
+WHERE id = %s AND {fence}
+""",
+    lease_dropped=LEASE_DROPPED,
+    fence=OWNER_FENCE,
+)
+
 _JOB_FAIL: Final = compose(
     "UPDATE later_job SET {to_failed}, {lease_dropped} WHERE id = %s AND {fence}",
     to_failed=TO_FAILED,
