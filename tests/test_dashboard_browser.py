@@ -20,7 +20,14 @@ from playwright.sync_api import Page, expect
 
 import later_django as later
 from later_django.partitions.api import partition_of
-from tests.browser import admin_login, create_staff, force_login, screenshot, use_theme
+from tests.browser import (
+    VIEWPORT,
+    admin_login,
+    create_staff,
+    force_login,
+    screenshot,
+    use_theme,
+)
 from tests.helpers import history_stages, read_records, set_later
 from tests.jobapp.jobs import AsyncHold, Gate, Noop, NoRetry, Ordered
 from tests.test_dashboard import SERVER_ID, live_server_owning
@@ -256,6 +263,35 @@ def test_servers_and_owners_are_shown_by_their_full_ids(later_db, live_server, s
     page.goto(f"{live_server.url}{DASHBOARD}topics/")
     owner = page.locator('[data-topic="ordered"] tr[data-partition="1"] .later-server-id')
     expect(owner).to_have_text(SERVER_ID)
+
+
+def test_times_are_in_the_admin_time_zone_whatever_the_browser_zone(
+    later_db, live_server, browser, settings
+):
+    """A browser in Tokyo shows the admin's times as the server wrote them:
+    in the admin's zone (here Europe/Paris), named, and not turned into the
+    browser's own zone, which would leave the reader to guess."""
+    settings.TIME_ZONE = "Europe/Paris"
+    job_id = later.enqueue_delayed(Noop(n=1), HOUR)
+    # 2026-01-15 12:00:00.250 and 2026-07-15 12:00:00 UTC.
+    changed = later_db.execute(
+        "UPDATE later_job SET created_ms = %s, run_at_ms = %s WHERE id = %s",
+        [1_768_478_400_250, 1_784_116_800_000, job_id],
+    )
+    assert changed == 1
+    context = browser.new_context(viewport=VIEWPORT, timezone_id="Asia/Tokyo")
+    try:
+        page = context.new_page()
+        force_login(page, live_server.url, create_staff(settings, permissions=PERMISSIONS))
+        page.goto(f"{live_server.url}{DASHBOARD}jobs/{job_id}/")
+        assert page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone") == "Asia/Tokyo"
+        times = page.locator(".later-fields time")
+        expect(times.nth(0)).to_have_text("2026-01-15 13:00:00.250 CET")
+        expect(times.nth(1)).to_have_text("2026-07-15 14:00:00.000 CEST")
+        for text in page.locator("time").all_inner_texts():
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} CES?T", text), text
+    finally:
+        context.close()
 
 
 def test_overview_follows_a_worker_then_every_page_in_both_themes(

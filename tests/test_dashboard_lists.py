@@ -26,6 +26,7 @@ from django.core.cache import cache
 from django.db import connections, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 import later_django as later
 from later_django.dashboard import reads
@@ -544,3 +545,36 @@ def test_a_running_job_counts_its_time_so_far(later_db: LaterDb, viewer: Client)
     assert durations["total"] == job["now_ms"] - (now - 10_000)
     assert durations["processing"] == job["now_ms"] - (now - 4_000)
     assert durations["waiting"] == 6_000
+
+
+# -- times and their zone ---------------------------------------------------------------
+WINTER_MS = 1_768_478_400_250  # 2026-01-15 12:00:00.250 UTC
+SUMMER_MS = 1_784_116_800_000  # 2026-07-15 12:00:00.000 UTC
+
+
+def test_times_are_shown_in_the_admin_time_zone_and_name_it(
+    later_db: LaterDb, viewer: Client, settings: Any
+) -> None:
+    """Pages show every time in the admin's time zone (TIME_ZONE, or the zone
+    activated for the request) followed by that zone's abbreviation at that
+    time: the zone is never left for the reader to guess."""
+    job_id = later.enqueue_delayed(Noop(), HOUR)
+    _set(later_db, job_id, created_ms=WINTER_MS, run_at_ms=SUMMER_MS)
+
+    def shown(url: str) -> list[str]:
+        content = viewer.get(url).content.decode()
+        return re.findall(r"<time data-ms=\"\d+\">([^<]*)</time>", content)
+
+    job_page, list_page = f"{BASE}jobs/{job_id}/", f"{BASE}jobs/?stage=delayed"
+    assert shown(job_page)[:2] == ["2026-01-15 12:00:00.250 UTC", "2026-07-15 12:00:00.000 UTC"]
+    assert shown(list_page)[:2] == ["2026-01-15 12:00:00.250 UTC", "2026-07-15 12:00:00.000 UTC"]
+    settings.TIME_ZONE = "Europe/Paris"
+    assert shown(job_page)[:2] == ["2026-01-15 13:00:00.250 CET", "2026-07-15 14:00:00.000 CEST"]
+    assert shown(list_page)[:2] == ["2026-01-15 13:00:00.250 CET", "2026-07-15 14:00:00.000 CEST"]
+    with timezone.override("America/New_York"):
+        assert shown(job_page)[:2] == [
+            "2026-01-15 07:00:00.250 EST",
+            "2026-07-15 08:00:00.000 EDT",
+        ]
+    every = shown(job_page)
+    assert every and all(re.fullmatch(r"[\d-]{10} [\d:]{8}\.\d{3} CES?T", t) for t in every)

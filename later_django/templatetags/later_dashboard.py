@@ -5,17 +5,21 @@ from __future__ import annotations
 import datetime as dt
 
 from django import template
+from django.utils import timezone
 
 register = template.Library()
 
 
 @register.filter
 def ms_datetime(ms: int | None) -> str:
-    """``2026-12-02 02:10:05.123 UTC``; the page's script shows it in local time."""
+    """``2026-12-02 02:10:05.123 UTC``: the time in the active time zone (the
+    admin's: TIME_ZONE, or the one a middleware activated), with that zone's
+    abbreviation at that time (``CET``, ``CEST``)."""
     if not isinstance(ms, int):
         return "—"
-    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d} UTC"
+    moment = timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+    millis = f"{moment.microsecond // 1000:03d}"
+    return moment.strftime(f"%Y-%m-%d %H:%M:%S.{millis} %Z")
 
 
 @register.filter

@@ -1,6 +1,7 @@
 // The later dashboard: live counts and figures from the JSON endpoints, the
-// queue-length graph, local times. No library: the page works without it,
-// this only keeps it current.
+// queue-length graph. No library: the page works without it, this only keeps
+// it current. Times stay as the server wrote them: in the admin's time zone,
+// which they name (not the browser's, which would differ from the admin's).
 (function () {
   "use strict";
   const REFRESH_MS = 1000;
@@ -23,15 +24,6 @@
       size /= 1024;
     }
     return size.toFixed(1) + " TiB";
-  }
-
-  function localTimes(root) {
-    for (const el of root.querySelectorAll("time[data-ms]")) {
-      const ms = Number(el.dataset.ms);
-      if (!ms) continue;
-      el.title = el.textContent;
-      el.textContent = new Date(ms).toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
-    }
   }
 
   function field(data, path) {
@@ -186,7 +178,6 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    localTimes(document);
     const overview = document.getElementById("later-overview");
     if (overview) startOverview(overview);
     startJobs();
