@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.cache import cache
@@ -292,6 +293,44 @@ def test_times_are_in_the_admin_time_zone_whatever_the_browser_zone(
             assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} CES?T", text), text
     finally:
         context.close()
+
+
+def test_the_queue_graph_has_a_time_axis_in_the_admin_time_zone(
+    later_db, live_server, settings, operator
+):
+    """The queue-length graph's x axis is labelled with round times of the
+    admin's zone (Asia/Kolkata: 05:30 ahead of UTC, so its hours are not
+    UTC's), each under the time it stands for, a date where the day
+    changes, and the zone named at its end."""
+    settings.TIME_ZONE = "Asia/Kolkata"
+    zone = ZoneInfo("Asia/Kolkata")
+    now = later_db.now_ms() // 60_000 * 60_000
+    for minutes in range(0, 20 * 60, 20):  # 20 h of samples, one every 20 min
+        later_db.execute(
+            "INSERT INTO later_queue_sample (namespace, at_ms, ready, scheduled, running, "
+            "waiting, partitioned) VALUES ('default', %s, %s, 0, 0, 0, 0)",
+            [now - minutes * 60_000, minutes],
+        )
+    page = operator
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    axis = page.locator("#later-queue-axis")
+    expect(axis.locator(".later-axis-zone")).to_have_text("IST")
+    ticks = axis.locator(".later-tick")
+    expect(ticks.first).to_be_attached()
+    shown = ticks.evaluate_all(
+        "ts => ts.map(t => [Number(t.dataset.ms), t.textContent, t.getBoundingClientRect().x])"
+    )
+    assert 4 <= len(shown) <= 8, shown
+    days = []
+    for at_ms, text, _ in shown:
+        local = datetime.fromtimestamp(at_ms / 1000, zone)
+        assert (local.minute, local.second, local.hour % 3) == (0, 0, 0), (local, text)
+        assert now - 20 * 3_600_000 <= at_ms <= now, (at_ms, text)
+        day = local.strftime("%m-%d")
+        expected = local.strftime("%H:%M") if day in days else f"{day} {local:%H:%M}"
+        days.append(day)
+        assert text == expected, (local, text)
+    assert [x for _, _, x in shown] == sorted(x for _, _, x in shown)
 
 
 def test_overview_follows_a_worker_then_every_page_in_both_themes(

@@ -31,6 +31,60 @@
   }
 
   const SVG = "http://www.w3.org/2000/svg";
+  const MINUTE = 60000;
+  const HOUR = 60 * MINUTE;
+  const DAY = 24 * HOUR;
+  // The time axis's steps, the smallest that gives at most AXIS_TICKS labels.
+  const AXIS_STEPS = [MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE,
+    HOUR, 2 * HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY];
+  const AXIS_TICKS = 8;
+
+  // The admin's time zone (the page names it, as the server wrote every
+  // time in it): wall-clock times there, from epoch milliseconds.
+  function zoneClock(zone) {
+    let parts;
+    try {
+      parts = new Intl.DateTimeFormat("en-US", {
+        timeZone: zone, hourCycle: "h23", year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", second: "2-digit",
+      });
+    } catch (error) {
+      return null;  // not a zone the browser knows (a fixed offset, say)
+    }
+    // How far the zone's wall clock is ahead of UTC at ``ms``.
+    function offset(ms) {
+      const p = Object.fromEntries(parts.formatToParts(ms).map((x) => [x.type, Number(x.value)]));
+      const wall = Date.UTC(p.year, p.month - 1, p.day, p.hour % 24, p.minute, p.second);
+      return wall - Math.floor(ms / 1000) * 1000;
+    }
+    return { offset };
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+
+  // Labels along the graph's x axis: round times of the admin's zone
+  // between t0 and t1, as {at: epoch ms, text}.
+  function timeTicks(t0, t1, clock) {
+    const span = t1 - t0;
+    const step = AXIS_STEPS.find((s) => span / s <= AXIS_TICKS) || AXIS_STEPS[AXIS_STEPS.length - 1];
+    const offset = clock ? clock.offset : () => 0;
+    const ticks = [];
+    let previousDay = null;
+    for (let wall = Math.ceil((t0 + offset(t0)) / step) * step; ; wall += step) {
+      const at = wall - offset(wall - offset(t0));
+      if (at > t1) break;
+      if (at < t0) continue;
+      const local = new Date(at + offset(at));
+      const day = pad(local.getUTCMonth() + 1) + "-" + pad(local.getUTCDate());
+      const time = pad(local.getUTCHours()) + ":" + pad(local.getUTCMinutes());
+      let text = time;
+      if (step >= DAY) text = day;
+      else if (span > 12 * HOUR && day !== previousDay) text = day + " " + time;
+      previousDay = day;
+      ticks.push({ at, text });
+    }
+    return ticks;
+  }
 
   function drawBars(svg, series) {
     svg.replaceChildren();
@@ -50,8 +104,9 @@
     });
   }
 
-  function drawQueue(svg, data) {
+  function drawQueue(svg, axis, data) {
     svg.replaceChildren();
+    axis.replaceChildren();
     const points = data.points;
     if (!points.length) {
       const text = document.createElementNS(SVG, "text");
@@ -80,6 +135,35 @@
     label.setAttribute("y", "12");
     label.textContent = "max " + max.toLocaleString();
     svg.appendChild(label);
+    const clock = zoneClock(axis.dataset.timeZone);
+    // A zone the browser cannot place: the axis is in UTC, and says so.
+    drawAxis(svg, axis, timeTicks(t0, t1, clock), x, clock ? axis.dataset.zoneLabel : "UTC");
+  }
+
+  // The time axis under the graph: a grid line in the graph and a label
+  // under it per tick (HTML, so the graph's stretching does not distort
+  // it), and the zone the times are in at the end.
+  function drawAxis(svg, axis, ticks, x, zoneLabel) {
+    for (const tick of ticks) {
+      const line = document.createElementNS(SVG, "line");
+      line.setAttribute("class", "later-grid");
+      line.setAttribute("x1", x(tick.at).toFixed(1));
+      line.setAttribute("x2", x(tick.at).toFixed(1));
+      line.setAttribute("y1", "0");
+      line.setAttribute("y2", "200");
+      svg.insertBefore(line, svg.firstChild);
+      if (x(tick.at) > 750) continue;  // its label would run into the zone's
+      const text = document.createElement("span");
+      text.className = "later-tick";
+      text.dataset.ms = String(tick.at);
+      text.style.left = (x(tick.at) / 8).toFixed(2) + "%";  // of the 800 wide view box
+      text.textContent = tick.text;
+      axis.appendChild(text);
+    }
+    const zone = document.createElement("span");
+    zone.className = "later-axis-zone";
+    zone.textContent = zoneLabel;
+    axis.appendChild(zone);
   }
 
   async function getJson(url) {
@@ -148,9 +232,10 @@
     }
     let range = "24h";
     const graph = document.getElementById("later-queue-graph");
+    const axis = document.getElementById("later-queue-axis");
     async function refreshSamples() {
       try {
-        drawQueue(graph, await getJson(root.dataset.samples + "?range=" + range));
+        drawQueue(graph, axis, await getJson(root.dataset.samples + "?range=" + range));
       } catch (error) {
         console.warn("later dashboard: samples failed", error);
       }
