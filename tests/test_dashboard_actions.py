@@ -32,6 +32,7 @@ ACTIONS = f"{BASE}actions/"
 HOUR = timedelta(hours=1)
 NOOP = "tests.jobapp.jobs.Noop"
 TOPICS = {"ordered": 4}
+STAGES = ("enqueued", "running", "failed", "success")
 RETRY_REFUSED = (
     "only a failed job can be retried: not a partition job, nor a continuation that failed "
     "because its parent did, which a retry of its parent revives"
@@ -198,6 +199,49 @@ def test_a_bulk_retry_of_the_failed_list_keeps_continuations_behind_their_parent
     runs = drain()
     assert [(r.job_id, r.outcome) for r in runs] == [(parent, "failed")]
     assert [later_db.stage_of(j) for j in (child, grandchild)] == ["failed"] * 2
+
+
+def test_a_retried_job_waits_from_its_retry_not_from_its_failure(
+    later_db: LaterDb, operator: Client, tmp_path: Path
+) -> None:
+    """A job that sat failed an hour before it was retried from the
+    dashboard and then succeeded: its page counts that hour as failed, and
+    its waiting time starts again at the retry."""
+    gate = tmp_path / "gate-open"
+    job_id = later.enqueue(Gate(str(gate)))
+    drain()
+    assert later_db.stage_of(job_id) == "failed"
+    # It failed an hour ago: every time it has, an hour earlier.
+    history = str(later_db.job_field(job_id, "history"))
+    earlier = "".join(
+        f"{stage}@{int(at) - 3_600_000};"
+        for stage, at in (entry.split("@") for entry in history.split(";") if entry)
+    )
+    later_db.execute(
+        "UPDATE later_job SET history = %s, created_ms = created_ms - 3600000, "
+        "run_at_ms = run_at_ms - 3600000, changed_ms = changed_ms - 3600000, "
+        "finished_ms = finished_ms - 3600000, expires_ms = expires_ms - 3600000 WHERE id = %s",
+        [earlier, job_id],
+    )
+    gate.touch()
+    assert act(operator, "retry", job_id) == "1 job retried."
+    drain()
+    assert later_db.stage_of(job_id) == "success"
+
+    job = operator.get(f"{BASE}api/jobs/{job_id}").json()
+    at = {stage: [h["at_ms"] for h in job["history"] if h["stage"] == stage] for stage in STAGES}
+    durations = job["durations_ms"]
+    sat_failed = at["enqueued"][1] - at["failed"][0]
+    assert sat_failed >= 3_600_000
+    assert durations["failed"] == sat_failed
+    # Before it ran first, and from the retry to its second run: never the hour.
+    assert durations["waiting"] == (at["running"][0] - at["enqueued"][0]) + (
+        at["running"][1] - at["enqueued"][1]
+    )
+    assert durations["waiting"] < 60_000
+    assert durations["total"] == sum(durations[k] for k in ("processing", "failed", "waiting"))
+    page = html.unescape(operator.get(f"{BASE}jobs/{job_id}/").content.decode())
+    assert re.search(r'data-duration="failed">60\.0 min<', page), "an hour, shown as failed"
 
 
 def test_retry_of_a_failed_partition_job_is_refused(topics: LaterDb, operator: Client) -> None:

@@ -485,7 +485,7 @@ def test_the_job_page_shows_durations_history_parent_and_continuations(
     children = [later.enqueue_continue(parent, Noop(n=100 + i)) for i in range(30)]
 
     job = _json(viewer, f"{BASE}api/jobs/{done}")
-    assert job["durations_ms"] == {"total": 5400, "processing": 900, "waiting": 4500}
+    assert job["durations_ms"] == {"total": 5400, "processing": 900, "failed": 0, "waiting": 4500}
     assert job["history"] == [
         {"stage": stage, "at_ms": at}
         for stage, at in (
@@ -520,6 +520,7 @@ def test_the_job_page_shows_durations_history_parent_and_continuations(
     )
     durations = child_job["durations_ms"]
     assert durations["total"] == durations["processing"] + durations["waiting"]
+    assert durations["failed"] == 0
     assert durations["processing"] == 0, "it has not run"
     assert durations["total"] == child_job["now_ms"] - child_job["created_ms"]
     child_page = viewer.get(f"{BASE}jobs/{child}/").content.decode()
@@ -545,6 +546,50 @@ def test_a_running_job_counts_its_time_so_far(later_db: LaterDb, viewer: Client)
     assert durations["total"] == job["now_ms"] - (now - 10_000)
     assert durations["processing"] == job["now_ms"] - (now - 4_000)
     assert durations["waiting"] == 6_000
+
+
+@pytest.mark.parametrize(
+    ("history", "finished_ms", "expected"),
+    [
+        # Failed for good: its failure ends it, and nothing sat failed.
+        ("enqueued@1000;running@3000;failed@3500;", 3500, (2500, 500, 0, 2000)),
+        # Retried by an operator 6 s after it failed, then succeeded: those
+        # 6 s are not waiting; the wait is 2 s before it ran, 0.3 s after the retry.
+        (
+            "enqueued@1000;running@3000;failed@3500;enqueued@9500;running@9800;success@10000;",
+            10_000,
+            (9000, 700, 6000, 2300),
+        ),
+        # Retried and not run yet (now is 10500): it has waited 1 s since the retry.
+        ("enqueued@1000;running@3000;failed@3500;enqueued@9500;", None, (9500, 500, 6000, 3000)),
+        # Failed twice, retried twice: each time failed is left out.
+        (
+            "enqueued@0;running@100;failed@200;enqueued@1200;running@1300;failed@1400;"
+            "enqueued@4400;running@4500;success@4600;",
+            4600,
+            (4600, 300, 4000, 300),
+        ),
+        # A continuation failed with its parent, revived by the parent's retry.
+        (
+            "waiting@1000;failed@2000;waiting@5000;enqueued@6000;running@6500;success@7000;",
+            7000,
+            (6000, 500, 3000, 2500),
+        ),
+        # A retry by the job's own policy (requeued) is waiting, not failure.
+        (
+            "enqueued@1000;running@3000;requeued@3500;enqueued@5000;running@6000;success@6400;",
+            6400,
+            (5400, 900, 0, 4500),
+        ),
+    ],
+)
+def test_durations_leave_out_the_time_a_job_sat_failed_before_a_retry(
+    history: str, finished_ms: int | None, expected: tuple[int, int, int, int]
+) -> None:
+    changes = reads.parse_history(history)
+    found = reads.durations(changes, changes[0][1], finished_ms, now_ms=10_500)
+    assert found == dict(zip(("total", "processing", "failed", "waiting"), expected, strict=True))
+    assert found["total"] == found["processing"] + found["failed"] + found["waiting"]
 
 
 # -- times and their zone ---------------------------------------------------------------

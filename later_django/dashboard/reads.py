@@ -237,16 +237,27 @@ def parse_history(text: str) -> list[tuple[str, int]]:
 def durations(
     history: list[tuple[str, int]], created_ms: int, finished_ms: int | None, now_ms: int
 ) -> dict[str, int]:
-    """Total time from creation to the finish (or now), the part spent
-    running handlers, and the rest, spent waiting."""
+    """Total time from creation to the finish (or now), split into the time
+    spent running handlers (processing), the time it sat failed until an
+    operator retried it (failed), and the rest, spent waiting to run: a
+    retried job's wait starts at the retry, not at its failure."""
     end = finished_ms if finished_ms is not None else now_ms
-    processing = 0
+    processing = failed = 0
     for (stage, at), following in zip(history, [*history[1:], None], strict=True):
+        until = following[1] if following else end
         if stage == Stage.RUNNING:
-            processing += (following[1] if following else end) - at
+            processing += until - at
+        elif stage == Stage.FAILED:
+            failed += until - at
     total = max(0, end - created_ms)
     processing = min(max(0, processing), total)
-    return {"total": total, "processing": processing, "waiting": total - processing}
+    failed = min(max(0, failed), total - processing)
+    return {
+        "total": total,
+        "processing": processing,
+        "failed": failed,
+        "waiting": total - processing - failed,
+    }
 
 
 SUMMARY_FIELDS = tuple(field.name for field in fields(JobSummary))
