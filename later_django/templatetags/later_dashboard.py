@@ -11,15 +11,16 @@ register = template.Library()
 
 
 @register.filter
-def ms_datetime(ms: int | None) -> str:
-    """``2026-12-02 02:10:05.123 UTC``: the time in the active time zone (the
-    admin's: TIME_ZONE, or the one a middleware activated), with that zone's
-    abbreviation at that time (``CET``, ``CEST``)."""
+def ms_datetime(ms: int | None, precision: str = "ms") -> str:
+    """``2026-12-02 02:10:05.123 UTC`` (``2026-12-02 02:10:05 UTC`` with the
+    precision "s"): the time in the active time zone (the admin's: TIME_ZONE,
+    or the one a middleware activated), with that zone's abbreviation at that
+    time (``CET``, ``CEST``)."""
     if not isinstance(ms, int):
         return "—"
     moment = timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
-    millis = f"{moment.microsecond // 1000:03d}"
-    return moment.strftime(f"%Y-%m-%d %H:%M:%S.{millis} %Z")
+    millis = f".{moment.microsecond // 1000:03d}" if precision == "ms" else ""
+    return moment.strftime(f"%Y-%m-%d %H:%M:%S{millis} %Z")
 
 
 @register.filter
