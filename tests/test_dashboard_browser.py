@@ -10,6 +10,7 @@ and the dark theme, are saved as artifacts (tests/artifacts/ or
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -381,6 +382,17 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
     counts = later.stage_counts()
     assert (counts["success"], counts["failed"], counts["running"]) == (12, 2, 2), counts
     cache.clear()  # the overview a second old: the counts now, at once
+    # The day before, one sample every 10 minutes (the leader takes one a
+    # minute): the graph, and its screenshot, have a shape and a time axis.
+    now = later_db.now_ms() // 60_000 * 60_000
+    for minutes in range(10, 24 * 60, 10):
+        ready = round(40 + 30 * math.sin(minutes / 180))
+        partitioned = round(12 + 8 * math.cos(minutes / 120))
+        later_db.execute(
+            "INSERT INTO later_queue_sample (namespace, at_ms, ready, scheduled, running, "
+            "waiting, partitioned) VALUES ('default', %s, %s, 5, 2, 0, %s)",
+            [now - minutes * 60_000, ready, partitioned],
+        )
 
     for theme in ("light", "dark"):
         use_theme(page, theme)
@@ -395,12 +407,13 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
         expect(page.locator('[data-field="throughput.succeeded"]')).to_have_text("12")
         expect(page.locator('[data-field="throughput.failed"]')).to_have_text("2")
         expect(page.locator("#later-queue-graph > *").first).to_be_attached()
+        expect(page.locator("#later-queue-axis .later-tick")).not_to_have_count(0)
         assert page.evaluate("document.documentElement.dataset.theme") == theme
         assert _dark_background(page) is (theme == "dark")
         screenshot(page, f"{prefix}-overview")
 
-        page.goto(f"{base}jobs/?stage=success")
-        expect(job_rows(page)).to_have_count(len(succeeded))
+        page.goto(f"{base}jobs/")  # the recent list: every job, newest first
+        expect(job_rows(page)).to_have_count(sum(counts.values()))
         screenshot(page, f"{prefix}-jobs")
 
         page.goto(f"{base}jobs/{failed[0]}/")
