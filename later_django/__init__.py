@@ -22,6 +22,7 @@ from later_django.enqueue import (
 from later_django.exceptions import (
     AlreadyRegistered,
     JobNotFound,
+    JobTimeout,
     LaterBusy,
     LaterError,
     LeaseLost,
@@ -83,6 +84,7 @@ __all__ = [
     "PayloadTooLarge",
     "RecurringSchedule",
     "RetryPolicy",
+    "JobTimeout",
     "Snooze",
     "Stage",
     "StageChange",

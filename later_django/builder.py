@@ -84,6 +84,7 @@ class JobBuilder:
             parent_id=options.parent_id,
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
+            timeout_ms=options.timeout_ms,
         )
 
     def build_many(

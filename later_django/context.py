@@ -4,7 +4,8 @@ LATER["CONTEXT"] factory's result it carries as ``app``."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from django.utils.module_loading import import_string
@@ -16,6 +17,8 @@ from later_django.options import EnqueueKeywords
 from later_django.partitions import api as partitions
 from later_django.recurring import api as recurring
 from later_django.types import RecurringSchedule
+
+_CANCEL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,6 +34,22 @@ class JobContext:
     job_id: JobId
     attempt: int
     app: Any = None
+    # Made on first use: most jobs never look, and an Event costs a lock.
+    _cancel: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set when the worker stopped waiting for this attempt (its timeout
+        passed): a sync handler, which cannot be stopped, should check it
+        between steps and return."""
+        event = self._cancel
+        if event is None:
+            with _CANCEL_LOCK:
+                event = self._cancel
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancel", event)
+        return event
 
     def enqueue(self, payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
         return api.enqueue(payload, **options)

@@ -37,6 +37,7 @@ def enqueue(
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
     after: str | None = None,
+    timeout: dt.timedelta | None = None,
 ) -> JobId:
     """Enqueue ``payload``; return its id.
 
@@ -46,10 +47,12 @@ def enqueue(
     ``at`` (an aware datetime): due then; ``after`` (a job id): a
     continuation, due once that job succeeds, failed with ``parent failed``
     if it fails or is cancelled (JobNotFound, nothing written, when it does
-    not exist). Keywords that conflict (``delay`` and ``at``; either with
-    ``after``) raise TypeError naming both, and nothing is written.
+    not exist); ``timeout`` (a timedelta): how long one attempt may run
+    (default: the type's ``@job(timeout=...)``, else no limit). Keywords that
+    conflict (``delay`` and ``at``; either with ``after``) raise TypeError
+    naming both, and nothing is written.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
     return enqueue_with(payload, options)
 
 
@@ -60,6 +63,7 @@ def enqueue_in(
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
     after: str | None = None,
+    timeout: dt.timedelta | None = None,
 ) -> JobId:
     """Enqueue like :func:`enqueue`, but only inside ``transaction.atomic()``.
 
@@ -72,7 +76,7 @@ def enqueue_in(
             f"enqueue_in() needs an open transaction.atomic(using={alias!r}) block; "
             "use enqueue() to write outside a transaction"
         )
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
     return enqueue_with(payload, options)
 
 
@@ -83,6 +87,7 @@ async def aenqueue_in(
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
     after: str | None = None,
+    timeout: dt.timedelta | None = None,
 ) -> JobId:
     """Enqueue like :func:`enqueue_in`, from async code.
 
@@ -92,7 +97,7 @@ async def aenqueue_in(
     ``async_to_sync`` called inside one. Otherwise call ``enqueue_in`` in a
     sync function run with ``sync_to_async``, or use ``aenqueue``.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
     return await _aenqueue_in(payload, options)
 
 
@@ -117,6 +122,7 @@ def enqueue_many(
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
     after: str | None = None,
+    timeout: dt.timedelta | None = None,
 ) -> list[JobId]:
     """Enqueue every payload, all or none, with :func:`enqueue`'s keywords.
 
@@ -125,7 +131,7 @@ def enqueue_many(
     and nothing is written. Ready jobs take one round trip per batch of
     rows; delayed jobs and continuations one per job, in one transaction.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after)
+    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
     return enqueue_many_with(payloads, options)
 
 
@@ -198,8 +204,8 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     if not payloads:
         return []
     ids = new_job_ids(len(payloads))
-    if options.timed:
-        return _enqueue_timed_many(payloads, options, ids)
+    if not options.bulk_ready:
+        return _enqueue_one_by_one(payloads, options, ids)
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
     # below, which rolls back to where it began: nothing is written, and an
@@ -226,12 +232,13 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     return ids
 
 
-def _enqueue_timed_many(
+def _enqueue_one_by_one(
     payloads: list[object], options: EnqueueOptions, ids: list[JobId]
 ) -> list[JobId]:
-    """Delayed jobs and continuations in bulk: each its own insert (its stage
-    follows the clock or its parent), all in one transaction. Every row is
-    built before the first is written."""
+    """Jobs a bulk insert does not store (delayed, continuations, with a
+    timeout): each its own insert (its stage follows the clock or its
+    parent), all in one transaction. Every row is built before the first is
+    written."""
     jobs = list(JobBuilder().build_many(payloads, options, ids))
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):

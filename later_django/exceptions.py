@@ -33,6 +33,12 @@ class LaterError(Exception):
     """A later_django operation failed."""
 
 
+class JobTimeout(LaterError):
+    """An attempt ran past its job's timeout: the worker stopped waiting for
+    it (an async handler is cancelled, a sync one abandoned with
+    ``ctx.cancel_requested`` set), and the attempt failed."""
+
+
 class TransactionRequired(LaterError):
     """This call must run inside transaction.atomic() on the LATER database."""
 

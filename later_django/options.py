@@ -57,6 +57,7 @@ class EnqueueOptions:
     delay: dt.timedelta | Unset = UNSET
     at: dt.datetime | Unset = UNSET
     after: str | Unset = UNSET
+    timeout: dt.timedelta | Unset = UNSET
     # What the call that made these options names a keyword, where it names
     # it otherwise (enqueue_continue's ``parent`` is ``after``): errors say
     # the caller's name.
@@ -65,6 +66,7 @@ class EnqueueOptions:
     delay_ms: int = field(default=0, init=False, repr=False, compare=False)
     run_at_ms: int | None = field(default=None, init=False, repr=False, compare=False)
     parent_id: str | None = field(default=None, init=False, repr=False, compare=False)
+    timeout_ms: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Timing, then parent, then priority: the order in which the enqueue
@@ -94,11 +96,19 @@ class EnqueueOptions:
             object.__setattr__(self, "parent_id", parent_id)
         if self.priority is not None:
             check_priority(self.priority)
+        if self.timeout is not UNSET:
+            object.__setattr__(self, "timeout_ms", timeout_ms(self.timeout, "timeout"))
 
     @property
-    def timed(self) -> bool:
-        """Is the job delayed, due at a time or a continuation?"""
-        return self.delay is not UNSET or self.at is not UNSET or self.after is not UNSET
+    def bulk_ready(self) -> bool:
+        """Are these a ready job's options that a bulk insert stores (no
+        delay, time, parent or timeout)?"""
+        return (
+            self.delay is UNSET
+            and self.at is UNSET
+            and self.after is UNSET
+            and self.timeout is UNSET
+        )
 
 
 class EnqueueKeywords(TypedDict, total=False):
@@ -108,6 +118,7 @@ class EnqueueKeywords(TypedDict, total=False):
     delay: dt.timedelta | None
     at: dt.datetime | None
     after: str | None
+    timeout: dt.timedelta | None
 
 
 def keyword_options(
@@ -116,15 +127,17 @@ def keyword_options(
     delay: dt.timedelta | None,
     at: dt.datetime | None,
     after: str | None,
+    timeout: dt.timedelta | None = None,
 ) -> EnqueueOptions:
     """The options of the enqueue keywords, where None means "not given"."""
-    if priority is None and delay is None and at is None and after is None:
+    if priority is None and delay is None and at is None and after is None and timeout is None:
         return PLAIN
     return EnqueueOptions(
         priority=priority,
         delay=UNSET if delay is None else delay,
         at=UNSET if at is None else at,
         after=UNSET if after is None else after,
+        timeout=UNSET if timeout is None else timeout,
     )
 
 
@@ -136,6 +149,16 @@ def check_priority(priority: object) -> None:
             f"priority={priority} is out of range; use {MIN_PRIORITY}..{MAX_PRIORITY} "
             "(higher runs first)"
         )
+
+
+def timeout_ms(timeout: object, argument: str) -> int:
+    """``timeout`` (a timedelta of at least a millisecond) in ms."""
+    if not isinstance(timeout, dt.timedelta):
+        raise TypeError(f"{argument} must be a datetime.timedelta, got {type(timeout).__name__}")
+    ms = int(timeout.total_seconds() * 1000)
+    if ms < 1:
+        raise ValueError(f"{argument}={timeout!r} is not positive; use a timedelta of 1 ms or more")
+    return ms
 
 
 def _delay_ms(delay: object) -> int:

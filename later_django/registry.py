@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import inspect
 import re
 import typing
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
-from later_django.options import check_priority
+from later_django.options import check_priority, timeout_ms
 from later_django.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +32,8 @@ class Handler:
     topic: str | None = None
     # The priority of its jobs when an enqueue gives none.
     priority: int = 0
+    # How long one attempt may run, in ms, when an enqueue gives no timeout.
+    timeout_ms: int | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -57,6 +60,7 @@ def job(
     retry: RetrySpec = ...,
     topic: str | None = ...,
     priority: int = ...,
+    timeout: dt.timedelta | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -68,6 +72,7 @@ def job(
     retry: RetrySpec = None,
     topic: str | None = None,
     priority: int = 0,
+    timeout: dt.timedelta | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -77,7 +82,8 @@ def job(
     ``topic`` puts the type's jobs in sequential partition mode: the payload
     type then needs a ``partition_key()`` method, and its jobs are enqueued
     with ``enqueue_to_partition`` and friends (docs/partitions.md).
-    ``priority`` is its jobs' priority when an enqueue gives none.
+    ``priority`` is its jobs' priority when an enqueue gives none, and
+    ``timeout`` how long one attempt may run when an enqueue gives none.
     """
 
     def register(func: F) -> F:
@@ -91,8 +97,9 @@ def job(
             _check_topic(func, payload_type, topic)
         try:
             check_priority(priority)
+            limit = None if timeout is None else timeout_ms(timeout, "timeout")
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"@job(priority=...) of {func.__qualname__}: {exc}") from None
+            raise type(exc)(f"@job(...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
             name=name or default_name(payload_type),
             payload_type=payload_type,
@@ -101,6 +108,7 @@ def job(
             retry=retry,
             topic=topic,
             priority=priority,
+            timeout_ms=limit,
         )
         _register(handler)
         return func

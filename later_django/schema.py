@@ -32,6 +32,29 @@ def missing_tables(alias: str) -> list[str]:
         return dialect.missing_tables(cursor)
 
 
+def unapplied_migrations(alias: str) -> list[str]:
+    """later_django's migrations not yet applied on the database ``alias``,
+    in the order later_migrate would apply them."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+    leaves = loader.graph.leaf_nodes("later_django")
+    return [
+        name
+        for app, name in loader.graph.forwards_plan(leaves[0])
+        if app == "later_django" and (app, name) not in loader.applied_migrations
+    ]
+
+
+def unapplied_migrations_message(alias: str, unapplied: Sequence[str]) -> str:
+    return (
+        f"LATER['DATABASE'] {describe(alias)} lacks later's migrations "
+        f"{', '.join(unapplied)}, which this release's workers need; run "
+        "`python manage.py later_migrate` before starting them (workers of the "
+        "previous release run on the migrated schema)"
+    )
+
+
 def describe(alias: str) -> str:
     """The alias and its database name, as messages show them."""
     return f"{alias!r} ({connections[alias].settings_dict.get('NAME')})"

@@ -27,6 +27,9 @@ class NewJob(NamedTuple):
     parent_id: str | None = None
     run_at_ms: int | None = None
     delay_ms: int = 0
+    # How long one attempt may run, when the enqueue said; None: the
+    # handler's own timeout, if it has one.
+    timeout_ms: int | None = None
 
 
 class PartitionLane(NamedTuple):
@@ -54,6 +57,8 @@ class ClaimedJob(NamedTuple):
     lane: PartitionLane | None = None
     # Claims that did not count as attempts (given back): see ``attempt``.
     uncounted: int = 0
+    # The timeout its enqueue gave it (None: the handler's, if any).
+    timeout_ms: int | None = None
 
     @property
     def attempt(self) -> int:

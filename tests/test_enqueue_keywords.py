@@ -86,7 +86,7 @@ def test_job_priority_is_the_default_an_enqueue_priority_overrides(later_db):
 
 
 def test_job_priority_out_of_range_is_refused_when_the_handler_registers():
-    with pytest.raises(ValueError, match=r"^@job\(priority=\.\.\.\) of .*priority=500"):
+    with pytest.raises(ValueError, match=r"^@job\(\.\.\.\) of .*priority=500"):
 
         @later.job(priority=500)
         def handler(ctx: later.JobContext, payload: Noop) -> None: ...
@@ -133,3 +133,32 @@ def test_job_context_passes_every_keyword_on(later_db):
     child = ctx.enqueue(Noop(n=2), after=ctx.job_id)
     assert (later_db.stage_of(delayed), priority_of(later_db, delayed)) == ("delayed", 4)
     assert later_db.stage_of(child) == "waiting"
+
+
+def test_a_timeout_given_at_enqueue_is_stored_and_none_is_null(later_db):
+    """The row keeps an enqueue's own timeout, in every way of enqueueing;
+    the handler's @job(timeout=) is read when the job runs, not stored."""
+    parent = later.enqueue(Noop(n=0))
+    second = dt.timedelta(seconds=1)
+    jobs = [
+        later.enqueue(Noop(n=1), timeout=second),
+        later.enqueue(Noop(n=2), timeout=second, after=parent),
+        *later.enqueue_many([Noop(n=3), Noop(n=4)], timeout=second),
+    ]
+    plain = later.enqueue(Noop(n=5))
+    stored = [
+        later_db.scalar("SELECT timeout_ms FROM later_job WHERE id = %s", [job_id])
+        for job_id in [*jobs, plain]
+    ]
+    assert stored == [1000, 1000, 1000, 1000, None]
+    with pytest.raises(ValueError, match="is not positive"):
+        later.enqueue(Noop(n=6), timeout=dt.timedelta(0))
+
+
+def test_job_timeout_must_be_a_positive_timedelta_when_the_handler_registers():
+    with pytest.raises(
+        TypeError, match=r"^@job\(\.\.\.\) of .*timeout must be a datetime.timedelta"
+    ):
+
+        @later.job(timeout=30)  # type: ignore[arg-type]
+        def handler(ctx: later.JobContext, payload: Noop) -> None: ...

@@ -14,7 +14,7 @@ from django.db import connections
 
 import later_django
 import later_django as later
-from later_django import objects
+from later_django import objects, schema
 from later_django.db import dialect_for
 from tests.helpers import set_later
 from tests.jobapp.jobs import Noop
@@ -176,6 +176,32 @@ def test_a_changed_recurring_sequential_partition_count_is_refused(later_db, set
     (error,) = e015(later_db)
     assert "RECURRING_SEQUENTIAL_PARTITIONS" in error.msg
     assert "= 4" in error.hint
+
+
+def test_a_worker_of_this_release_refuses_to_start_before_the_migrations_it_needs(later_db):
+    """A deploy that starts workers before later_migrate: the worker stops
+    with one line naming the migrations and the fix, instead of failing
+    every claim on a column that does not exist yet."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    from later_django.management.commands.later_worker import _check_tables
+
+    connection = connections[later_db.alias]
+    latest = MigrationExecutor(connection).loader.graph.leaf_nodes("later_django")
+    MigrationExecutor(connection).migrate([("later_django", "0012_job_uncounted")])
+    try:
+        assert schema.unapplied_migrations(later_db.alias) == ["0013_job_timeout"]
+        with pytest.raises(
+            CommandError, match=r"lacks later's migrations 0013_job_timeout.*later_migrate"
+        ):
+            _check_tables(later_db.alias)
+        # A plain enqueue of this release still works on the older schema.
+        job_id = later.enqueue(Noop(n=1))
+        assert later_db.stage_of(job_id) == "enqueued"
+    finally:
+        MigrationExecutor(connection).migrate(latest)
+    assert schema.unapplied_migrations(later_db.alias) == []
+    _check_tables(later_db.alias)
 
 
 def test_upgrading_to_partitions_keeps_every_count_and_installs_version_3(later_db, settings):

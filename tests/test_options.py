@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import importlib
+import re
 
 import pytest
 
@@ -129,6 +130,21 @@ def test_options_due_beyond_the_last_datetime_raises_value_error(kwargs):
     """A job due after 9999-12-30 could never be read back as a datetime."""
     with pytest.raises(ValueError, match=r"^the job would become due after 9999-12-30"):
         EnqueueOptions(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "message"),
+    [
+        (5, TypeError, "timeout must be a datetime.timedelta, got int"),
+        (dt.timedelta(0), ValueError, "timeout=datetime.timedelta(0) is not positive"),
+        (dt.timedelta(microseconds=999), ValueError, "is not positive"),
+    ],
+    ids=["int", "zero", "under-a-millisecond"],
+)
+def test_options_timeout_is_a_positive_timedelta(timeout, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        EnqueueOptions(timeout=timeout)
+    assert EnqueueOptions(timeout=dt.timedelta(seconds=1.5)).timeout_ms == 1500
 
 
 def test_options_due_at_the_last_datetime_is_accepted():

@@ -40,12 +40,14 @@ from tests.helpers import (
 from tests.jobapp.jobs import (
     AsyncHold,
     AsyncNoop,
+    AsyncOverrun,
     AsyncSnoozy,
     CallablePolicy,
     DefaultPolicy,
     Flaky,
     Noop,
     NoRetry,
+    Overrun,
     Sleep,
     Snoozy,
 )
@@ -108,6 +110,45 @@ def test_server_snoozed_job_runs_again_after_its_delay_with_its_attempt_unchange
         # (a millisecond of rounding between the two clocks allowed).
         gaps = [b.start - a.start for a, b in itertools.pairwise(runs)]
         assert min(gaps) >= 0.299, gaps
+
+    serve(body)
+
+
+@pytest.mark.parametrize("overrun", [Overrun, AsyncOverrun], ids=["sync", "async"])
+def test_server_attempt_past_its_timeout_fails_and_follows_the_retry_policy(
+    later_db, record, overrun
+):
+    """@job(timeout=300 ms): each attempt that runs longer is stopped (an
+    async handler cancelled, a sync one told through ctx.cancel_requested and
+    abandoned) and fails with JobTimeout; one retry, then failed."""
+
+    async def body(server: Server) -> None:
+        job_id = await in_thread(later.enqueue, overrun(seconds=5))
+        info = await await_stage(job_id, "failed", timeout=15)
+        assert info.attempts == 2
+        assert job_stages(info) == [
+            "enqueued", "running", "requeued", "enqueued", "running", "failed",
+        ]  # fmt: skip
+        assert info.last_error.startswith(
+            "JobTimeout: the attempt ran past the job's timeout of 0.3 s"
+        )
+        starts = read_records(record, "overrun-start", job_id)
+        assert [run.attempt for run in starts] == [1, 2]
+        told = await await_record(record, "overrun-told", job_id)
+        assert told.attempt in (1, 2)
+
+    serve(body, workers=2)
+
+
+def test_server_enqueue_timeout_overrides_the_handlers(later_db, record):
+    """enqueue(timeout=) wins over @job(timeout=): 5 s lets the 1 s handler finish."""
+
+    async def body(server: Server) -> None:
+        job_id = await in_thread(
+            later.enqueue, AsyncOverrun(seconds=1), timeout=timedelta(seconds=5)
+        )
+        info = await await_stage(job_id, "success", timeout=15)
+        assert info.attempts == 1
 
     serve(body)
 

@@ -68,9 +68,10 @@ class JobEngine(Operations, abc.ABC):
     ) -> str | None:
         """Insert ``job`` as a child of ``job.parent_id``; return its stage,
         or None when the parent does not exist in the namespace."""
+        columns, values = option_columns(job)
         cursor.execute(
-            self._sql(jobs_sql.JOB_INSERT_CONTINUATION_SQL),
-            continuation_params(job, retention_ms),
+            self._sql(jobs_sql.continuation_insert(extra_columns=columns)),
+            continuation_params(job, retention_ms, values),
         )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
@@ -341,6 +342,21 @@ def continuation_params(job: NewJob, retention_ms: int, extra: Sequence[Any] = (
     return [*own, *extra, retention_ms, job.parent_id, job.namespace]
 
 
-def insert_one_params(job: NewJob) -> list[Any]:
-    """The parameters of JOB_INSERT_SQL for ``job``."""
-    return [*job[:6], job.run_at_ms, job.delay_ms]
+def option_columns(job: NewJob) -> tuple[str, list[Any]]:
+    """The columns of the options ``job`` sets (", a, b") and their values.
+
+    An insert names only the option columns its job sets, so a job that sets
+    none is written as before the options existed: a web server of this
+    release still enqueues plain jobs before later_migrate added them."""
+    if job.timeout_ms is None:
+        return "", []
+    return ", timeout_ms", [job.timeout_ms]
+
+
+def insert_one(job: NewJob) -> tuple[str, list[Any]]:
+    """The insert of one ready or delayed ``job`` (a template) and its parameters."""
+    if job.timeout_ms is None:  # the common case, without a look at the options
+        return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
+    columns, values = option_columns(job)
+    template = jobs_sql.job_insert(extra_columns=columns)
+    return template, [*job[:6], *values, job.run_at_ms, job.delay_ms]

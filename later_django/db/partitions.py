@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.jobs import JobEngine, continuation_params
+from later_django.db.jobs import JobEngine, continuation_params, option_columns
 from later_django.db.rows import (
     HeadFailure,
     JobPlace,
@@ -21,6 +21,7 @@ from later_django.db.rows import (
     PartitionSlot,
     claimed_jobs,
 )
+from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import topics as topics_sql
 from later_django.db.statements import Operations, Statements
@@ -71,16 +72,18 @@ class PartitionStore(Operations):
         """Insert ``job`` at ``slot`` (a partition and a sequence taken from
         it): ready, delayed or (with a parent) a continuation. Return its
         stage, or None when its parent does not exist in the namespace."""
-        where: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence]
+        options, values = option_columns(job)
+        columns = partitions_sql.LANE_COLUMNS + options
+        extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
         if job.parent_id is None:
             cursor.execute(
-                self._sql(partitions_sql.JOB_INSERT_SQL),
-                [*job[:6], *where, job.run_at_ms, job.delay_ms],
+                self._sql(jobs_sql.job_insert(extra_columns=columns)),
+                [*job[:6], *extra, job.run_at_ms, job.delay_ms],
             )
         else:
             cursor.execute(
-                self._sql(partitions_sql.JOB_INSERT_CONTINUATION_SQL),
-                continuation_params(job, retention_ms, where),
+                self._sql(jobs_sql.continuation_insert(extra_columns=columns)),
+                continuation_params(job, retention_ms, extra),
             )
         row = cursor.fetchone()
         return None if row is None else str(row[0])

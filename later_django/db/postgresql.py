@@ -21,7 +21,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.conf import conf
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
-from later_django.db.jobs import JobEngine, insert_one_params
+from later_django.db.jobs import JobEngine, insert_one
 from later_django.db.partitions import PartitionStore
 from later_django.db.rows import (
     ClaimRequest,
@@ -31,7 +31,6 @@ from later_django.db.rows import (
     PartitionCompletion,
     claimed_jobs,
 )
-from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
@@ -66,10 +65,11 @@ class PostgresJobEngine(JobEngine):
         # Bound on the server and prepared, instead of SQL text formatted in
         # Python and planned anew for every job.
         _ready(db)
-        insert = self._sql(jobs_sql.JOB_INSERT_SQL)
+        template, params = insert_one(job)
+        insert = self._sql(template)
         started = time.monotonic()
         with db.wrap_database_errors:
-            stage = _execute_prepared(db.connection, insert, insert_one_params(job))
+            stage = _execute_prepared(db.connection, insert, params)
         _log_query(db, insert, started)
         return str(stage)
 

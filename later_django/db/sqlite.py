@@ -18,9 +18,8 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import JobEngine, claims_params, insert_one_params
+from later_django.db.jobs import JobEngine, claims_params, insert_one
 from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
-from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
 from later_django.types import ClaimedJob, NewJob
@@ -33,7 +32,8 @@ class SqliteJobEngine(JobEngine):
     # -- enqueue ---------------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         with db.cursor() as cursor:
-            cursor.execute(self._sql(jobs_sql.JOB_INSERT_SQL), insert_one_params(job))
+            template, params = insert_one(job)
+            cursor.execute(self._sql(template), params)
             return str(cursor.fetchone()[0])
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:

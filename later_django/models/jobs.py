@@ -51,6 +51,9 @@ class Job(models.Model):
     # while stopping their handler); NULL for none. The attempt a handler and
     # its retry policy see is attempts - uncounted.
     uncounted = models.IntegerField(null=True)
+    # How long one attempt may run, in ms, when the enqueue said
+    # (enqueue(..., timeout=)); NULL: the handler's @job(timeout=), if any.
+    timeout_ms = models.BigIntegerField(null=True)
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.

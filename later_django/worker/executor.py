@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from later_django import codec, registry
 from later_django.context import JobContext
-from later_django.exceptions import Snooze
+from later_django.exceptions import JobTimeout, Snooze
 from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
 from later_django.threaded_store import call_sync
@@ -78,20 +78,69 @@ class Executor:
         except codec.PayloadDecodeError as exc:
             return outcome_of_bad_payload(job, exc)
         ctx = JobContext(job_id=JobId(job.id), attempt=job.attempt, app=self.app)
+        limit_ms = job.timeout_ms or handler.timeout_ms
         try:
             if handler.is_async:
-                await handler.func(ctx, payload)
+                if limit_ms is None:
+                    await handler.func(ctx, payload)
+                else:
+                    await _run_async_within(limit_ms, handler, ctx, payload)
             else:
                 loop = asyncio.get_running_loop()
                 call: Any = call_sync
                 if self.traced:
                     call = functools.partial(contextvars.copy_context().run, call_sync)  # type: ignore[arg-type]
-                await loop.run_in_executor(self.handler_pool, call, handler.func, ctx, payload)
+                ran = loop.run_in_executor(self.handler_pool, call, handler.func, ctx, payload)
+                if limit_ms is None:
+                    await ran
+                else:
+                    await _wait_sync_within(limit_ms, ran, ctx)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             return outcome_of_error(job, handler, ctx, payload, exc)
         return SUCCEEDED
+
+
+async def _run_async_within(
+    limit_ms: int, handler: registry.Handler, ctx: JobContext, payload: object
+) -> None:
+    """Run an async handler; past ``limit_ms`` it is cancelled and JobTimeout
+    raised. A TimeoutError of the handler's own stays its own."""
+    try:
+        async with asyncio.timeout(limit_ms / 1000) as scope:
+            await handler.func(ctx, payload)
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        ctx.cancel_requested.set()
+        raise _timed_out(limit_ms) from None
+
+
+async def _wait_sync_within(limit_ms: int, ran: asyncio.Future[Any], ctx: JobContext) -> None:
+    """Wait for a sync handler's thread; past ``limit_ms`` stop waiting: its
+    thread cannot be stopped, so it is told (``ctx.cancel_requested``),
+    reported and abandoned, its outcome never stored, and JobTimeout raised."""
+    try:
+        await asyncio.wait_for(ran, limit_ms / 1000)
+    except TimeoutError:
+        if not ran.cancelled():
+            raise  # the handler's own TimeoutError
+        ctx.cancel_requested.set()
+        logger.warning(
+            "abandoned sync handler of job %s attempt %d: it ran past its timeout of "
+            "%d ms; it goes on in its thread (ctx.cancel_requested is set), its outcome "
+            "will be discarded, and its worker moves on",
+            ctx.job_id,
+            ctx.attempt,
+            limit_ms,
+            extra={"action": "handler_abandoned", "job_id": ctx.job_id},
+        )
+        raise _timed_out(limit_ms) from None
+
+
+def _timed_out(limit_ms: int) -> JobTimeout:
+    return JobTimeout(f"the attempt ran past the job's timeout of {limit_ms / 1000:g} s")
 
 
 # What a job's run that did not succeed means. The worker's executor and

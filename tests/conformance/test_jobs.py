@@ -357,6 +357,25 @@ def test_job_unclaim_gives_a_claim_back_as_if_never_made(later_db, dialect):
     assert_counts(later_db)
 
 
+def test_a_jobs_own_timeout_comes_back_with_its_claim(later_db, dialect):
+    """An enqueue's timeout is stored with the job, in every lane and as a
+    continuation, and each claim returns it (None: the handler decides)."""
+    timed, plain = insert(later_db, timeout_ms=1500), insert(later_db)
+    assert {job.id: job.timeout_ms for job in claim(later_db, limit=5)} == {
+        timed: 1500,
+        plain: None,
+    }
+    complete(later_db, [(timed, 1), (plain, 1)])
+    child = new_job(parent_id=timed, timeout_ms=700)
+    with cursor_of(later_db) as c:
+        assert dialect.jobs.job_insert_continuation(c, child, DAY_MS) == "enqueued"
+    assert [job.timeout_ms for job in claim(later_db)] == [700]
+    head, _ = insert_partitioned(later_db, timeout_ms=2500)
+    _, job = claim_head(later_db, "a")
+    assert job is not None and (job.id, job.timeout_ms) == (head, 2500)
+    assert_counts(later_db)
+
+
 def test_job_snooze_delays_a_claim_uncounted_under_its_fence(later_db, dialect):
     """A snooze is fenced like a retry: only the claim's owner and attempt
     move the job back to delayed, due after the delay by the database's

@@ -227,6 +227,35 @@ async def run_async_snoozy(ctx: JobContext, payload: AsyncSnoozy) -> None:
 
 
 @dataclass
+class Overrun:
+    """Sleeps ``seconds`` in a thread, watching ctx.cancel_requested."""
+
+    seconds: float = 2.0
+
+
+@job(timeout=timedelta(milliseconds=300), retry=RetryPolicy.fixed(1, timedelta(milliseconds=50)))
+def run_overrun(ctx: JobContext, payload: Overrun) -> None:
+    _record("overrun-start", ctx)
+    if ctx.cancel_requested.wait(payload.seconds):
+        _record("overrun-told", ctx)
+
+
+@dataclass
+class AsyncOverrun:
+    seconds: float = 2.0
+
+
+@job(timeout=timedelta(milliseconds=300), retry=RetryPolicy.fixed(1, timedelta(milliseconds=50)))
+async def run_async_overrun(ctx: JobContext, payload: AsyncOverrun) -> None:
+    _record("overrun-start", ctx)
+    try:
+        await asyncio.sleep(payload.seconds)
+    except asyncio.CancelledError:
+        _record("overrun-told", ctx)
+        raise
+
+
+@dataclass
 class Urgent:
     n: int = 0
 

@@ -117,5 +117,6 @@ class Orphan:
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
     """Claim rows as ClaimedJobs; a claim returns ClaimedJob's fields in order."""
     return [
-        ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], None, r[7] or 0) for r in rows
+        ClaimedJob(r[0], r[1], bytes(r[2]), r[3], r[4], r[5], r[6], None, r[7] or 0, r[8])
+        for r in rows
     ]

@@ -4,6 +4,7 @@ vendor (postgresql.py, sqlite.py)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from later_django.db.sql import compose
@@ -11,7 +12,7 @@ from later_django.states import PARENT_FAILED, PARENT_MISSING
 
 # What a claim returns, in ClaimedJob's order (db/rows/jobs.py claimed_jobs).
 CLAIM_RETURNING: Final = (
-    "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted"
+    "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted, timeout_ms"
 )
 
 INSERT_COLUMNS: Final = (
@@ -51,6 +52,7 @@ FROM (
 RETURNING stage"""
 
 
+@functools.cache
 def job_insert(*, extra_columns: str = "", exact_time: bool = False) -> str:
     """The insert of one job with ``extra_columns`` (", a, b", their values
     after the six of NewJob). Due at a given time or after a delay (the
@@ -98,6 +100,7 @@ RETURNING stage
 """
 
 
+@functools.cache
 def continuation_insert(*, extra_columns: str = "") -> str:
     """The insert of a continuation with ``extra_columns`` (their values
     after the five of the job's own, before the retention)."""
@@ -109,8 +112,6 @@ def continuation_insert(*, extra_columns: str = "") -> str:
         parent_failed=PARENT_FAILED,
     )
 
-
-JOB_INSERT_CONTINUATION_SQL: Final = continuation_insert()
 
 # A continuation's parent, read after the continuation committed. The share
 # lock (held for this one statement only) waits for a finish of the parent

@@ -12,8 +12,6 @@ from later_django.db.sql.jobs import (
     LEASE_DROPPED,
     TO_FAILED,
     TO_RUNNING,
-    continuation_insert,
-    job_insert,
 )
 from later_django.db.sql.leases import LeaseTable, release_sql, renew_sql, take_sql
 
@@ -39,8 +37,6 @@ JOB_PLACE_SQL: Final = "SELECT topic, partition FROM later_job WHERE id = %s AND
 
 # A partition job's own columns, after those of a plain job.
 LANE_COLUMNS: Final = ", topic, partition, sequence"
-JOB_INSERT_SQL: Final = job_insert(extra_columns=LANE_COLUMNS)
-JOB_INSERT_CONTINUATION_SQL: Final = continuation_insert(extra_columns=LANE_COLUMNS)
 
 # The head of a partition: its unfinished job of the lowest sequence.
 HEAD_OF: Final = compose(

@@ -162,7 +162,8 @@ def _serve_metrics(addr: str, port: int) -> tuple[Any, Any]:
 
 def _check_tables(alias: str) -> None:
     """Stop with one line, before anything connects, when later's tables
-    are missing or the database cannot be reached."""
+    are missing, its migrations are behind this release's, or the database
+    cannot be reached."""
     try:
         missing = schema.missing_tables(alias)
     except DatabaseError as exc:
@@ -172,6 +173,9 @@ def _check_tables(alias: str) -> None:
         ) from exc
     if missing:
         raise CommandError(schema.missing_tables_message(alias, missing))
+    unapplied = schema.unapplied_migrations(alias)
+    if unapplied:
+        raise CommandError(schema.unapplied_migrations_message(alias, unapplied))
 
 
 async def _serve(server: Server) -> int:
