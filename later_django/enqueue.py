@@ -333,22 +333,31 @@ def _settle_child(alias: str, job_id: str, wake: Callable[[], None]) -> None:
 
 
 def cancel(job_id: str) -> bool:
-    """Cancel a job that has not started; return whether it was cancelled.
+    """Cancel a job; return whether it was cancelled or asked to stop.
 
-    Jobs waiting on it as continuations are failed with ``parent failed``.
-    A running or finished job is left as it is and False is returned.
+    A job that has not started is cancelled at once, and the jobs waiting on
+    it as continuations fail with ``parent failed``. A running job is asked
+    to stop: the server running it finds the request within a second,
+    cancels its async handler or sets a sync one's ``ctx.cancel_requested``,
+    and the job ends ``cancelled`` (never retried), its waiting
+    continuations failed with ``parent cancelled``. A finished job is left
+    as it is and False is returned.
     """
     job_id = as_job_id(job_id)
     alias = conf.database
     retention = conf.millis("DASHBOARD_RETENTION")
+    dialect = dialect_for(alias)
     try:
         with (
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            return dialect_for(alias).jobs.job_cancel(
-                cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
-            )
+            namespace = conf.namespace
+            if dialect.jobs.job_cancel(
+                cursor, namespace=namespace, job_id=job_id, retention_ms=retention
+            ):
+                return True
+            return dialect.jobs.job_request_cancel(cursor, namespace=namespace, job_id=job_id)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

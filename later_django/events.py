@@ -67,7 +67,7 @@ class JobFinished(Event):
     job_id: str
     job_type: str
     attempt: int
-    outcome: Literal["succeeded", "retry", "failed", "snoozed"]
+    outcome: Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
     handler_seconds: float  # how long the handler ran
     since_created: float  # seconds from the job's creation to this outcome
     waited: float  # seconds from the job's due time to the handler's start

@@ -35,6 +35,7 @@ OUTCOME_STAGE = {
     "retry": "requeued",
     "failed": "failed",
     "snoozed": "delayed",
+    "cancelled": "cancelled",
 }
 # What an attempt's end counts as in later_worker_commands_total.
 COMMAND_OUTCOME = {
@@ -42,6 +43,7 @@ COMMAND_OUTCOME = {
     "retry": "failed",
     "failed": "failed",
     "snoozed": "snoozed",
+    "cancelled": "cancelled",
 }
 # From a millisecond's dispatch to a long batch job.
 DURATION_BUCKETS = (

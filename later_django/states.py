@@ -21,3 +21,5 @@ TERMINAL = frozenset({Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED})
 PARENT_FAILED = "parent failed"
 # A continuation whose parent was gone (pruned) when it was resolved.
 PARENT_MISSING = "parent missing"
+# A continuation whose parent was cancelled while it ran.
+PARENT_CANCELLED = "parent cancelled"

@@ -561,18 +561,25 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
     )
 
 
-def test_cancel_refuses_running_and_finished_jobs(later_db):
-    """cancel returns False and changes nothing for running, finished or unknown jobs."""
+def test_cancel_asks_a_running_job_to_stop_and_refuses_finished_ones(later_db):
+    """A running job is only marked (its server stops it, see
+    test_worker_server); finished or unknown jobs: False, nothing changes."""
     running = later.enqueue(Noop(), priority=100)
     _claim(later_db, running)
     done = later.enqueue(Noop(), priority=100)
     _complete(later_db, _claim(later_db, done, owner="worker-2"), owner="worker-2")
     counts = later.stage_counts()
-    assert later.cancel(running) is False
+    assert later.cancel(running) is True
+    asked = "SELECT cancel_requested_ms FROM later_job WHERE id = %s"
+    first = later_db.scalar(asked, [running])
+    assert first is not None
+    assert later.cancel(running) is True
+    assert later_db.scalar(asked, [running]) == first  # the first request's time is kept
     assert later.cancel(done) is False
     assert later.cancel(new_job_id()) is False
     assert later.stage_counts() == counts
     assert later_db.stage_of(running) == "running"
+    assert later_db.scalar(asked, [done]) is None
 
 
 def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):

@@ -190,9 +190,9 @@ def test_a_worker_of_this_release_refuses_to_start_before_the_migrations_it_need
     latest = MigrationExecutor(connection).loader.graph.leaf_nodes("later_django")
     MigrationExecutor(connection).migrate([("later_django", "0012_job_uncounted")])
     try:
-        assert schema.unapplied_migrations(later_db.alias) == ["0013_job_timeout"]
+        assert schema.unapplied_migrations(later_db.alias) == ["0013_job_control"]
         with pytest.raises(
-            CommandError, match=r"lacks later's migrations 0013_job_timeout.*later_migrate"
+            CommandError, match=r"lacks later's migrations 0013_job_control.*later_migrate"
         ):
             _check_tables(later_db.alias)
         # A plain enqueue of this release still works on the older schema.

@@ -42,6 +42,7 @@ from tests.jobapp.jobs import (
     AsyncNoop,
     AsyncOverrun,
     AsyncSnoozy,
+    AsyncStoppable,
     CallablePolicy,
     DefaultPolicy,
     Flaky,
@@ -50,6 +51,7 @@ from tests.jobapp.jobs import (
     Overrun,
     Sleep,
     Snoozy,
+    Stoppable,
 )
 
 FAST_RETRY = RetryPolicy.fixed(1, timedelta(milliseconds=50))
@@ -151,6 +153,28 @@ def test_server_enqueue_timeout_overrides_the_handlers(later_db, record):
         assert info.attempts == 1
 
     serve(body)
+
+
+@pytest.mark.parametrize("stoppable", [Stoppable, AsyncStoppable], ids=["sync", "async"])
+def test_server_cancel_of_a_running_job_stops_it_for_good(later_db, record, stoppable):
+    """cancel() of a running job: its server finds the request (a look at
+    the database, no notification), stops the handler (async cancelled,
+    sync told through ctx.cancel_requested), and the job ends cancelled,
+    never retried, its waiting continuation failed as "parent cancelled"."""
+
+    async def body(server: Server) -> None:
+        job_id = await in_thread(later.enqueue, stoppable(seconds=10))
+        child = await in_thread(later.enqueue_continue, job_id, Noop(n=1))
+        await await_record(record, "stoppable-start", job_id)
+        assert await in_thread(later.cancel, job_id) is True
+        info = await await_stage(job_id, "cancelled", timeout=8)
+        assert job_stages(info) == ["enqueued", "running", "cancelled"]
+        await await_record(record, "stoppable-told", job_id)
+        child_info = await await_stage(child, "failed")
+        assert child_info.last_error == "parent cancelled"
+        assert len(read_records(record, "stoppable-start", job_id)) == 1
+
+    serve(body, workers=2)
 
 
 def test_snooze_refuses_what_is_not_a_delay():
@@ -560,7 +584,7 @@ def test_maintenance_loop_survives_failing_step(later_db, record):
             return server.maintenance.ticks >= 3
 
         await await_until(ticked, 10, "three maintenance ticks")
-        task = server.service_task("maintenance")
+        task = server.services.task("maintenance")
         assert task is not None and not task.done()
 
     serve(body, workers=1, before_start=break_step)

@@ -46,6 +46,14 @@ class FakeMaintenance:
     interval: float = 0.3
 
 
+class FakeServices:
+    def task(self, name: str) -> asyncio.Task[None] | None:
+        return None
+
+    def restart(self, name: str) -> None:
+        raise AssertionError("no service to restart")
+
+
 class FakeServer:
     """A supervisor.Supervised with progress markers only: no tasks run."""
 
@@ -77,11 +85,9 @@ class FakeServer:
         self.checks.append(time.monotonic())  # check_once calls it first
         return []
 
-    def service_task(self, name: str) -> asyncio.Task[None] | None:
-        return None
-
-    def restart_service(self, name: str) -> None:
-        raise AssertionError("no service to restart")
+    @property
+    def services(self) -> FakeServices:
+        return FakeServices()
 
 
 def fake_server(idle_for: float) -> FakeServer:
@@ -312,8 +318,8 @@ def test_a_crashed_worker_takes_nothing_else_down_and_is_replaced(later_db, reco
 
         await await_until(ended, 10, "the worker to crash")
         assert repr(crashed.crash) == "RuntimeError('worker bug')"
-        assert server.service_task("renew") is not None
-        assert not server.service_task("renew").done(), "the services still run"
+        assert server.services.task("renew") is not None
+        assert not server.services.task("renew").done(), "the services still run"
         actions = supervisor.check_once(server)
         assert actions == [f"replaced exited worker {crashed.id} with {server.slots[-1].id}"]
         assert "worker 0 crashed: RuntimeError('worker bug'); replacing it" in caplog.text

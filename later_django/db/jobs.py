@@ -32,7 +32,7 @@ from later_django.db.rows import (
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
-from later_django.states import PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
+from later_django.states import PARENT_CANCELLED, PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 
 if TYPE_CHECKING:
@@ -100,6 +100,35 @@ class JobEngine(Operations, abc.ABC):
         if cursor.rowcount != 1:
             return False
         self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        return True
+
+    # -- cancelling a running job ----------------------------------------------------
+    def job_request_cancel(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
+        """Ask the running job ``job_id`` to stop; return whether it runs."""
+        cursor.execute(self._sql(jobs_sql.JOB_REQUEST_CANCEL_SQL), [job_id, namespace])
+        return bool(cursor.rowcount == 1)
+
+    def job_cancel_requested(
+        self, cursor: CursorWrapper, *, namespace: str, owner: str
+    ) -> list[Claim]:
+        """The claims ``owner`` runs whose cancel was requested."""
+        cursor.execute(self._sql(jobs_sql.JOB_CANCEL_REQUESTED_SQL), [namespace, owner])
+        return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
+
+    def job_cancel_running(self, cursor: CursorWrapper, fence: Fence, retention_ms: int) -> bool:
+        """End the fenced claim of a job whose cancel was requested as
+        cancelled, and fail its waiting descendants as "parent cancelled";
+        return whether it was (the fence held and a cancel was requested).
+        Run in one transaction."""
+        sql, by = self._fenced(
+            fence, jobs_sql.JOB_CANCEL_RUNNING_OWNED_SQL, jobs_sql.JOB_CANCEL_RUNNING_EXPIRED_SQL
+        )
+        cursor.execute(sql, [retention_ms, fence.job_id, by, fence.attempts])
+        if cursor.rowcount != 1:
+            return False
+        self.job_fail_descendants(
+            cursor, job_id=fence.job_id, retention_ms=retention_ms, error=PARENT_CANCELLED
+        )
         return True
 
     # -- tracing (LATER["TRACING"] only) ---------------------------------------------------
@@ -227,12 +256,10 @@ class JobEngine(Operations, abc.ABC):
         return self._sql(expired), fence.expired_for_ms
 
     def job_fail_descendants(
-        self, cursor: CursorWrapper, *, job_id: str, retention_ms: int
+        self, cursor: CursorWrapper, *, job_id: str, retention_ms: int, error: str = PARENT_FAILED
     ) -> None:
-        """Fail the waiting continuations of ``job_id``, and theirs."""
-        cursor.execute(
-            self._sql(jobs_sql.JOB_FAIL_DESCENDANTS_SQL), [job_id, retention_ms, PARENT_FAILED]
-        )
+        """Fail the waiting continuations of ``job_id``, and theirs, with ``error``."""
+        cursor.execute(self._sql(jobs_sql.JOB_FAIL_DESCENDANTS_SQL), [job_id, retention_ms, error])
 
     # -- maintenance -----------------------------------------------------------------------
     def job_next_due_in(self, cursor: CursorWrapper, *, namespace: str) -> int | None:
@@ -254,7 +281,14 @@ class JobEngine(Operations, abc.ABC):
         """Running jobs whose lease expired at least ``expired_for_ms`` ago."""
         cursor.execute(self._sql(jobs_sql.JOB_STUCK_SQL), [namespace, expired_for_ms, limit])
         return [
-            StuckJob(id=r[0], type_name=r[1], attempts=r[2], retry_policy=r[3], attempt=r[2] - r[4])
+            StuckJob(
+                id=r[0],
+                type_name=r[1],
+                attempts=r[2],
+                retry_policy=r[3],
+                attempt=r[2] - r[4],
+                cancel_requested=bool(r[5]),
+            )
             for r in cursor.fetchall()
         ]
 

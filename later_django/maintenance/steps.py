@@ -98,7 +98,9 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
             job_id=job.id, attempts=job.attempts, expired_for_ms=ctx.stuck_grace_ms
         )
         with transaction.atomic(using=ctx.alias):
-            if delay is None:
+            if job.cancel_requested:  # cancel() asked it to stop: never run again
+                done = dialect.jobs.job_cancel_running(cursor, fence, ctx.retention_ms)
+            elif delay is None:
                 failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
                 done = dialect.jobs.job_fail(cursor, fence, failure)
             else:
@@ -112,7 +114,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                 job.id,
                 job.type_name,
                 job.attempt,
-                "failed" if delay is None else "retrying",
+                "cancelled" if job.cancel_requested else "failed" if delay is None else "retrying",
                 extra={"action": "job_rescued", "job_id": job.id},
             )
     return rescued

@@ -54,6 +54,9 @@ class Job(models.Model):
     # How long one attempt may run, in ms, when the enqueue said
     # (enqueue(..., timeout=)); NULL: the handler's @job(timeout=), if any.
     timeout_ms = models.BigIntegerField(null=True)
+    # When cancel() asked the running job to stop (db clock); NULL: never.
+    # Its worker stops the handler and stores the job cancelled.
+    cancel_requested_ms = models.BigIntegerField(null=True)
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.

@@ -58,7 +58,7 @@ class JobRun:
     job_id: JobId
     type_name: str
     attempt: int
-    outcome: Literal["succeeded", "retry", "failed", "snoozed"]
+    outcome: Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
     error: str | None = None
 
 

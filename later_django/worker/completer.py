@@ -52,6 +52,7 @@ OUTCOME_STAGES = {
     "retry": "requeued",
     "failed": "failed",
     "snoozed": "delayed",
+    "cancelled": "cancelled",
 }
 
 
@@ -288,6 +289,14 @@ class Completer:
                 extra=extra,
                 exc_info=outcome.exc,
             )
+        elif outcome.kind == "cancelled":
+            logger.info(
+                "job %s (%s) cancelled on attempt %d",
+                job.id,
+                job.type_name,
+                job.attempt,
+                extra=extra,
+            )
         elif outcome.kind == "snoozed":
             logger.info(
                 "job %s (%s) snoozed for %d ms",
@@ -364,15 +373,20 @@ def store_failure(
     transaction. The worker's completer and later_django.testing's drain()
     both store them through this."""
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
+    if outcome.kind == "cancelled":
+        return dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
     if outcome.kind == "snoozed":
-        return dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
+        stored = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
+        # A cancel requested meanwhile wins: the job is not run again.
+        return stored or dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
     if outcome.kind == "retry":
         retry = RetryWrite(
             delay_ms=outcome.delay_ms or 0,
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        return dialect.jobs.job_retry(cursor, fence, retry)
+        stored = dialect.jobs.job_retry(cursor, fence, retry)
+        return stored or dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
     failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
     return dialect.jobs.job_fail(cursor, fence, failure)
 

@@ -32,7 +32,7 @@ MAX_ERROR_CHARS = 8000
 class Outcome:
     """What to store for a finished attempt."""
 
-    kind: Literal["succeeded", "retry", "failed", "snoozed"]
+    kind: Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
     error: str | None = None
     # How long a retry or a snooze waits, from the database's now when it is stored.
     delay_ms: int | None = None
@@ -43,6 +43,8 @@ class Outcome:
 
 
 SUCCEEDED = Outcome(kind="succeeded")
+# cancel() asked a running job to stop and its handler ended.
+CANCELLED = Outcome(kind="cancelled")
 
 
 def describe(exc: BaseException) -> str:
@@ -63,6 +65,14 @@ class Executor:
         # With tracing, a sync handler's thread runs in a copy of the
         # caller's context, so the job's span is current there too.
         self.traced = traced
+        # The context of each attempt running here, to tell it of a cancel.
+        self._running: dict[tuple[str, int], JobContext] = {}
+
+    def request_cancel(self, claim: tuple[str, int]) -> None:
+        """Set ``ctx.cancel_requested`` of the attempt ``claim`` runs here."""
+        ctx = self._running.get(claim)
+        if ctx is not None:
+            ctx.cancel_requested.set()
 
     @staticmethod
     def is_async(job: ClaimedJob) -> bool:
@@ -79,6 +89,8 @@ class Executor:
             return outcome_of_bad_payload(job, exc)
         ctx = JobContext(job_id=JobId(job.id), attempt=job.attempt, app=self.app)
         limit_ms = job.timeout_ms or handler.timeout_ms
+        claim = (job.id, job.attempts)
+        self._running[claim] = ctx
         try:
             if handler.is_async:
                 if limit_ms is None:
@@ -99,6 +111,8 @@ class Executor:
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             return outcome_of_error(job, handler, ctx, payload, exc)
+        finally:
+            del self._running[claim]
         return SUCCEEDED
 
 

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
+from later_django.conf import conf
 from later_django.threaded_store import ThreadedStore
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,9 @@ Claim = tuple[str, int]  # (job id, attempt)
 # lease could expire.
 LEASE_MARGIN_FRACTION = 0.1
 LEASE_MARGIN_MAX = 2.0  # seconds
+
+# Seconds between two looks for cancel() requests of the claims held.
+CANCEL_CHECK_INTERVAL = 1.0
 
 LOST = "its lease was lost (another server recovered it)"
 EXPIRED = "its lease could not be renewed in time"
@@ -52,6 +56,9 @@ class LeaseBook:
         # Called with each claim given up and why: the server stops its
         # handler, or drops it if it was not started yet.
         self.on_given_up: Callable[[Claim, str], None] = lambda claim, why: None
+        # Called with each claim held whose job cancel() asked to stop.
+        self.on_cancel_requested: Callable[[Claim], None] = lambda claim: None
+        self.namespace = conf.namespace
 
     def hold(self, claims: Iterable[Claim], sent: float) -> None:
         """Claims whose lease a statement sent at ``sent`` (loop time) set."""
@@ -130,6 +137,30 @@ class LeaseBook:
                 await self.renew()
             except Exception as exc:  # noqa: BLE001  next renewal retries
                 logger.error("could not renew leases: %s", exc, extra={"action": "renew_error"})
+
+    async def run_cancel_checks(self) -> None:
+        """Once a second while a claim is held, read which of them cancel()
+        asked to stop, and tell on_cancel_requested. A look at the database,
+        not a notification: a request cannot be lost on its way here."""
+        while True:
+            await asyncio.sleep(CANCEL_CHECK_INTERVAL)
+            if not self._until:
+                continue
+            try:
+                asked = await self.store.run(
+                    self.pool,
+                    lambda d, c: d.jobs.job_cancel_requested(
+                        c, namespace=self.namespace, owner=self.owner
+                    ),
+                )
+            except Exception as exc:  # noqa: BLE001  the next look retries
+                logger.warning(
+                    "could not look for cancel requests: %s", exc, extra={"action": "cancel_error"}
+                )
+                continue
+            for claim in asked:
+                if claim in self._until:
+                    self.on_cancel_requested(claim)
 
     async def run_deadlines(self) -> None:
         # One periodic check rather than a timer per job: a job costs no

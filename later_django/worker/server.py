@@ -198,6 +198,7 @@ class Server:
         self.partitions.on_lost = self.leases.give_up
         self.completer.on_lane_done = self.partitions.done
         self.leases.on_given_up = self._claim_given_up
+        self.leases.on_cancel_requested = self._cancel_requested
         self.maintenance.on_rescued = self.completer.outcomes.add_recovered
         self.status = StatusReporter(
             self.completer.outcomes, self.ready_backlog, lambda: self.worker_count
@@ -205,10 +206,13 @@ class Server:
 
     def _claim_given_up(self, claim: Claim, why: str) -> None:
         self.claimer.drop(claim)
-        self.pool.stop_handler_of(claim, why)
-        if self.topics:
-            self.partitions.drop(claim)
-            self.partition_pool.stop_handler_of(claim, why)
+        self.partitions.drop(claim)
+        for pool in (self.pool, self.partition_pool):
+            pool.stop_handler_of(claim, why)
+
+    def _cancel_requested(self, claim: Claim) -> None:
+        for pool in (self.pool, self.partition_pool):
+            pool.cancel_handler_of(claim)
 
     # -- what tests, the supervisor and the command use --------------------------
     @property
@@ -233,14 +237,13 @@ class Server:
 
     def abandon_hung_calls(self, threshold: float) -> list[str]:
         """Give up on a shared claim or completion stuck longer than ``threshold``."""
-        abandoned = []
-        now = time.monotonic()
-        for name, part in (("claim", self.claimer), ("complete", self.completer)):
-            started = part.hung_since()
-            if started is not None and now - started > threshold:
-                part.reset()
-                abandoned.append(name)
-        return abandoned
+        now, parts = time.monotonic(), (("claim", self.claimer), ("complete", self.completer))
+        hung = [
+            (n, p) for n, p in parts if (t := p.hung_since()) is not None and now - t > threshold
+        ]
+        for _, part in hung:
+            part.reset()
+        return [name for name, _ in hung]
 
     async def ready_backlog(self) -> int:
         """Plain jobs ready to run now in this namespace, read from the counters."""
@@ -265,6 +268,7 @@ class Server:
             await self._start_partitions()
         self.services.start("renew", self.leases.run_renewals)
         self.services.start("deadlines", self.leases.run_deadlines)
+        self.services.start("cancels", self.leases.run_cancel_checks)
         self.services.start("poll", self.pool.run_backstop)
         self.services.start("heartbeat", self._heartbeat_loop)
         self.services.start("maintenance", self.maintenance.run)
@@ -413,13 +417,6 @@ class Server:
         )
         self.services.start("partitions", lambda: self.partitions.run_refresh(interval))
         self.services.start("partition-poll", self.partition_pool.run_backstop)
-
-    # -- services ---------------------------------------------------------------
-    def restart_service(self, name: str) -> None:
-        self.services.restart(name)
-
-    def service_task(self, name: str) -> asyncio.Task[None] | None:
-        return self.services.task(name)
 
     async def _heartbeat_once(self) -> None:
         await self.store.run(

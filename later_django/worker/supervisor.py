@@ -30,6 +30,13 @@ class Ticking(Protocol):
     interval: float  # seconds between ticks
 
 
+class Services(Protocol):
+    """What the supervisor restarts of a server's services."""
+
+    def task(self, name: str) -> asyncio.Task[None] | None: ...
+    def restart(self, name: str) -> None: ...
+
+
 class Supervised(Protocol):
     """What the supervisor sees of a server."""
 
@@ -39,8 +46,8 @@ class Supervised(Protocol):
     def maintenance(self) -> Ticking: ...
     def replace_worker(self, slot: WorkerSlot) -> WorkerSlot: ...
     def abandon_hung_calls(self, threshold: float) -> list[str]: ...
-    def service_task(self, name: str) -> asyncio.Task[None] | None: ...
-    def restart_service(self, name: str) -> None: ...
+    @property
+    def services(self) -> Services: ...
 
 
 class Scaled(Protocol):
@@ -139,7 +146,7 @@ def check_once(server: Supervised) -> list[str]:
                 extra={"action": "handler_slow", "job_id": slot.current_job},
             )
             actions.append(f"reported slow job {slot.current_job}")
-    maintenance = server.service_task("maintenance")
+    maintenance = server.services.task("maintenance")
     stale_after = max(threshold, 10 * server.maintenance.interval)
     if maintenance is not None and now - server.maintenance.last_tick > stale_after:
         logger.error(
@@ -148,7 +155,7 @@ def check_once(server: Supervised) -> list[str]:
             extra={"action": "maintenance_hung"},
         )
         server.maintenance.last_tick = now
-        server.restart_service("maintenance")
+        server.services.restart("maintenance")
         actions.append("restarted maintenance")
     return actions
 

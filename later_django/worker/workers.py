@@ -20,7 +20,7 @@ from later_django import events, tracing
 from later_django.types import ClaimedJob
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer, Ran
-from later_django.worker.executor import Executor, Outcome
+from later_django.worker.executor import CANCELLED, Executor, Outcome
 from later_django.worker.lease_book import Claim
 from later_django.worker.notifier import Wakeup
 from later_django.worker.partitions import PartitionClaimer
@@ -53,11 +53,19 @@ class WorkerSlot:
     idle: bool = False
     cancellable: bool = False
     lease_lost: bool = False
+    # cancel() asked the running job to stop: its attempt ends cancelled.
+    cancel_asked: bool = False
     stopping: bool = False
     reported_slow: bool = False
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
+
+
+def _not_cancelled_itself() -> bool:
+    """Is the running task going on (not being cancelled itself)?"""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() == 0
 
 
 class WorkerPool:
@@ -180,6 +188,7 @@ class WorkerPool:
             slot.current_job, slot.current_claim = job.id, (job.id, job.attempts)
             slot.busy_since, slot.reported_slow = time.monotonic(), False
             slot.lease_lost, slot.cancellable = False, self.executor.is_async(job)
+            slot.cancel_asked = False
             run = self._run_traced(job) if self.executor.traced else self.executor.run(job)
             slot.run_task = asyncio.create_task(run)
             if events.JobStarted in events.listening:
@@ -199,13 +208,17 @@ class WorkerPool:
                 except asyncio.CancelledError:
                     if slot.lease_lost:
                         continue  # the lease is gone: the job is not this worker's now
-                    # This worker itself is being stopped. An async handler
-                    # that ended on its cancellation left nothing running:
-                    # its job can be given back. A sync one goes on in its
-                    # thread, so its job waits for its lease.
-                    if slot.cancellable and slot.run_task.done():
-                        self.stopped_jobs.append(job)
-                    raise
+                    if not (slot.cancel_asked and _not_cancelled_itself()):
+                        # This worker itself is being stopped. An async handler
+                        # that ended on its cancellation left nothing running:
+                        # its job can be given back. A sync one goes on in its
+                        # thread, so its job waits for its lease.
+                        if slot.cancellable and slot.run_task.done():
+                            self.stopped_jobs.append(job)
+                        raise
+                    outcome = CANCELLED  # cancel() stopped the handler
+                if slot.cancel_asked:
+                    outcome = CANCELLED  # however the handler ended after the request
                 ran = Ran(time.monotonic() - slot.busy_since, slot.id)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)
@@ -248,6 +261,25 @@ class WorkerPool:
             if not slot.finishing.done():
                 await asyncio.shield(slot.finishing)
             slot.finishing = None
+
+    def cancel_handler_of(self, claim: Claim) -> None:
+        """cancel() asked the job of ``claim`` to stop: cancel its async
+        handler, or tell its sync one (``ctx.cancel_requested``); the attempt
+        ends cancelled once the handler has returned."""
+        for slot in self.slots:
+            if slot.current_claim != claim or slot.lease_lost or slot.cancel_asked:
+                continue
+            slot.cancel_asked = True
+            logger.info(
+                "job %s attempt %d was asked to stop (cancel); %s",
+                claim[0],
+                claim[1],
+                "cancelling its handler" if slot.cancellable else "its sync handler is told",
+                extra={"action": "job_cancel_requested", "job_id": claim[0]},
+            )
+            self.executor.request_cancel(claim)
+            if slot.cancellable and slot.run_task is not None:
+                slot.run_task.cancel()
 
     def stop_handler_of(self, claim: Claim, why: str) -> None:
         """Stop the handler running ``claim``, if one still runs; its outcome

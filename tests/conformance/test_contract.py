@@ -79,6 +79,10 @@ COVERED: dict[str, frozenset[str]] = {
             "job_fail",
             "job_fail_descendants",
             "job_snooze",
+            # cancelling a running job
+            "job_request_cancel",
+            "job_cancel_requested",
+            "job_cancel_running",
             # maintenance
             "job_promote_due",
             "job_stuck",

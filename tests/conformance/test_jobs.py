@@ -24,7 +24,7 @@ from later_django.db.rows import (
     TaskAttemptEnd,
 )
 from later_django.ids import new_job_id
-from later_django.states import PARENT_FAILED, Stage
+from later_django.states import PARENT_CANCELLED, PARENT_FAILED, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 from tests.conformance.helpers import (
     DAY_MS,
@@ -373,6 +373,65 @@ def test_a_jobs_own_timeout_comes_back_with_its_claim(later_db, dialect):
     head, _ = insert_partitioned(later_db, timeout_ms=2500)
     _, job = claim_head(later_db, "a")
     assert job is not None and (job.id, job.timeout_ms) == (head, 2500)
+    assert_counts(later_db)
+
+
+def test_a_cancel_request_marks_only_a_running_job_and_its_owner_finds_it(later_db, dialect):
+    """job_request_cancel marks a running job once (its first time kept);
+    job_cancel_requested lists the owner's marked claims only."""
+    mine, theirs = insert(later_db), insert(later_db)
+    job = claim_one(later_db, mine)
+    claim_one(later_db, theirs, owner="server-b")
+    ready = insert(later_db)
+    with cursor_of(later_db) as c:
+        assert dialect.jobs.job_cancel_requested(c, namespace=NS, owner=OWNER) == []
+        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=ready) is False
+        assert dialect.jobs.job_request_cancel(c, namespace="other", job_id=mine) is False
+        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=mine) is True
+        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=theirs) is True
+        assert dialect.jobs.job_cancel_requested(c, namespace=NS, owner=OWNER) == [
+            (mine, job.attempts)
+        ]
+    assert job_row(later_db, ready)["stage"] == "enqueued"
+    assert_counts(later_db)
+
+
+def test_a_running_job_asked_to_stop_ends_cancelled_never_retried(later_db, dialect):
+    """Once a cancel is requested, a retry or a snooze of the claim does not
+    pass; job_cancel_running ends it cancelled under the claim's fence
+    (owner, or the rescuer's expired one) and fails its waiting
+    continuations as "parent cancelled". Without a request it changes nothing."""
+    asked, unasked = insert(later_db), insert(later_db)
+    child, _ = insert_child(later_db, asked)
+    job, other = claim_one(later_db, asked), claim_one(later_db, unasked)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.jobs.job_cancel_running(c, owned(other), DAY_MS) is False
+        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=asked) is True
+        retry = RetryWrite(delay_ms=0, error="boom", retry_policy=None)
+        assert dialect.jobs.job_retry(c, owned(job), retry) is False
+        assert dialect.jobs.job_snooze(c, owned(job), 0) is False
+        assert dialect.jobs.job_cancel_running(c, owned(job, owner="server-b"), DAY_MS) is False
+        assert dialect.jobs.job_cancel_running(c, owned(job), DAY_MS) is True
+        assert dialect.jobs.job_cancel_running(c, owned(job), DAY_MS) is False
+    row = job_row(later_db, asked)
+    assert (row["stage"], row["lease_owner"]) == ("cancelled", None)
+    assert row["expires_ms"] == row["finished_ms"] + DAY_MS
+    assert (job_row(later_db, child)["stage"], job_row(later_db, child)["last_error"]) == (
+        "failed",
+        PARENT_CANCELLED,
+    )
+    assert stages(later_db, unasked) == ["running"]
+    # The rescuer: a stuck job asked to stop is reported so, and cancelled
+    # under its expired fence.
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=unasked) is True
+    age(later_db, "lease_expires_ms", unasked, LEASE_MS + HOUR_MS)
+    with cursor_of(later_db, atomic=True) as c:
+        (stuck,) = dialect.jobs.job_stuck(c, namespace=NS, expired_for_ms=HOUR_MS, limit=10)
+        assert (stuck.id, stuck.cancel_requested) == (unasked, True)
+        fence = ExpiredFence(job_id=unasked, attempts=other.attempts, expired_for_ms=HOUR_MS)
+        assert dialect.jobs.job_cancel_running(c, fence, DAY_MS) is True
+    assert stages(later_db, unasked) == ["cancelled"]
     assert_counts(later_db)
 
 

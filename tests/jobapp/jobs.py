@@ -256,6 +256,35 @@ async def run_async_overrun(ctx: JobContext, payload: AsyncOverrun) -> None:
 
 
 @dataclass
+class Stoppable:
+    """Waits up to ``seconds`` for ctx.cancel_requested, in a thread."""
+
+    seconds: float = 10.0
+
+
+@job
+def run_stoppable(ctx: JobContext, payload: Stoppable) -> None:
+    _record("stoppable-start", ctx)
+    if ctx.cancel_requested.wait(payload.seconds):
+        _record("stoppable-told", ctx)
+
+
+@dataclass
+class AsyncStoppable:
+    seconds: float = 10.0
+
+
+@job
+async def run_async_stoppable(ctx: JobContext, payload: AsyncStoppable) -> None:
+    _record("stoppable-start", ctx)
+    try:
+        await asyncio.sleep(payload.seconds)
+    except asyncio.CancelledError:
+        _record("stoppable-told", ctx)
+        raise
+
+
+@dataclass
 class Urgent:
     n: int = 0
 

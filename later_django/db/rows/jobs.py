@@ -103,6 +103,8 @@ class StuckJob:
     attempts: int
     retry_policy: str | None
     attempt: int
+    # cancel() asked it to stop: it ends cancelled, never retried.
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -168,11 +168,13 @@ WHERE id = %s AND attempts = %s AND lease_owner = %s
     lease_dropped=LEASE_DROPPED,
 )
 
+# A retry or a snooze does not pass once a cancel was requested: the job
+# ends cancelled instead (JOB_CANCEL_RUNNING_*).
 _JOB_RETRY: Final = """
 UPDATE later_job SET stage = 'requeued', changed_ms = {stamp}, run_at_ms = {now} + %s,
     last_error = %s, retry_policy = COALESCE(%s, retry_policy), {lease_dropped},
     history = history || 'requeued@' || {stamp} || ';'
-WHERE id = %s AND {fence}
+WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
 """
 JOB_RETRY_OWNED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=OWNER_FENCE)
 JOB_RETRY_EXPIRED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=EXPIRED_FENCE)
@@ -184,7 +186,7 @@ JOB_SNOOZE_SQL: Final = compose(
 UPDATE later_job SET stage = 'delayed', changed_ms = {stamp}, run_at_ms = {now} + %s,
     uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped},
     history = history || 'delayed@' || {stamp} || ';'
-WHERE id = %s AND {fence}
+WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
 """,
     lease_dropped=LEASE_DROPPED,
     fence=OWNER_FENCE,
@@ -214,6 +216,35 @@ WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
     to_failed=TO_FAILED,
 )
 
+# cancel() of a running job: a request its worker finds within a second
+# (JOB_CANCEL_REQUESTED_SQL) and honours by stopping the handler. The first
+# request's time is kept.
+JOB_REQUEST_CANCEL_SQL: Final = """
+UPDATE later_job SET cancel_requested_ms = COALESCE(cancel_requested_ms, {now})
+WHERE id = %s AND namespace = %s AND stage = 'running'
+"""
+
+# The claims ``owner`` runs whose cancel was requested: a look at the few
+# running jobs (the leased index), once a second while the server runs any.
+JOB_CANCEL_REQUESTED_SQL: Final = """
+SELECT id, attempts FROM later_job
+WHERE namespace = %s AND stage = 'running' AND lease_owner = %s
+  AND cancel_requested_ms IS NOT NULL
+"""
+
+# A running job whose cancel was requested ends cancelled, under its
+# claim's fence (the worker's own, or the rescuer's expired one).
+_JOB_CANCEL_RUNNING: Final = compose(
+    """
+UPDATE later_job SET {to_cancelled}, {lease_dropped}
+WHERE id = %s AND cancel_requested_ms IS NOT NULL AND {fence}
+""",
+    to_cancelled=TO_CANCELLED,
+    lease_dropped=LEASE_DROPPED,
+)
+JOB_CANCEL_RUNNING_OWNED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=OWNER_FENCE)
+JOB_CANCEL_RUNNING_EXPIRED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=EXPIRED_FENCE)
+
 JOB_CANCEL_SQL: Final = compose(
     """
 UPDATE later_job SET {to_cancelled}
@@ -242,7 +273,9 @@ WHERE namespace = %s AND stage IN ('delayed', 'requeued')
 """
 
 JOB_STUCK_SQL: Final = """
-SELECT id, type_name, attempts, retry_policy, COALESCE(uncounted, 0) FROM later_job
+SELECT id, type_name, attempts, retry_policy, COALESCE(uncounted, 0),
+    cancel_requested_ms IS NOT NULL
+FROM later_job
 WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
 ORDER BY lease_expires_ms LIMIT %s
 """
