@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from collections.abc import Sequence
 from datetime import timedelta
@@ -38,7 +39,7 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         messages.append(
             Warning(
                 f"LATER has unknown keys: {', '.join(unknown)}.",
-                hint="Remove them or fix their spelling; see docs/settings.md.",
+                hint=_unknown_keys_hint(unknown),
                 id="later.W001",
             )
         )
@@ -50,6 +51,26 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     messages += _check_jobs_module(merged["JOBS_MODULE"], explicit="JOBS_MODULE" in raw)
     messages += _check_retained_log_lag(merged["RETAINED_LOG_LAG"])
     return messages
+
+
+def _unknown_keys_hint(unknown: list[str]) -> str:
+    """Suggest the known key nearest to each unknown one, if any is close."""
+    # Compared in upper case: every known key is, and "workers" is a misspelling too.
+    guesses = {
+        key: close[0]
+        for key in unknown
+        if (close := difflib.get_close_matches(key.upper(), DEFAULTS, n=1))
+    }
+    if len(unknown) == 1:
+        if guesses:
+            return f"Did you mean {guesses[unknown[0]]}? Otherwise remove it; see docs/settings.md."
+        return "Remove it or fix its spelling; see docs/settings.md."
+    if not guesses:
+        return "Remove them or fix their spelling; see docs/settings.md."
+    named = ", ".join(f"{guess} (for {key})" for key, guess in guesses.items())
+    return (
+        f"Did you mean {named}? Otherwise remove them or fix their spelling; see docs/settings.md."
+    )
 
 
 def _check_workers(merged: dict[str, Any]) -> list[CheckMessage]:

@@ -146,6 +146,37 @@ def test_checks_warn_about_unknown_keys(settings):
     assert "WORKER" in messages[0].msg
 
 
+def test_checks_suggest_the_nearest_key_for_a_misspelt_one(settings):
+    """W001's hint names the known key closest to a misspelt one."""
+    set_later(settings, WORKRES=6)
+    (message,) = later_messages()
+    assert message.id == "later.W001"
+    assert message.msg == "LATER has unknown keys: WORKRES."
+    assert message.hint == "Did you mean WORKERS? Otherwise remove it; see docs/settings.md."
+
+
+def test_checks_suggest_a_key_for_each_misspelt_one(settings):
+    """With several unknown keys, each close one gets its suggestion, in
+    upper case even when the key was lower case, and a wholly unknown one
+    gets none."""
+    set_later(settings, TOPIC={}, workers=6, FROBNICATE=1)
+    (message,) = later_messages()
+    assert message.msg == "LATER has unknown keys: FROBNICATE, TOPIC, workers."
+    assert message.hint == (
+        "Did you mean TOPICS (for TOPIC), WORKERS (for workers)? Otherwise remove "
+        "them or fix their spelling; see docs/settings.md."
+    )
+
+
+def test_checks_suggest_nothing_for_a_wholly_unknown_key(settings):
+    """A key like no known one gets no suggestion."""
+    set_later(settings, FROBNICATE=1)
+    (message,) = later_messages()
+    assert message.id == "later.W001"
+    assert message.hint == "Remove it or fix its spelling; see docs/settings.md."
+    assert "did you mean" not in message.hint.lower()
+
+
 def test_checks_unknown_database_lists_the_aliases(settings):
     """The E004 hint names the aliases that do exist."""
     set_later(settings, DATABASE="nowhere")
