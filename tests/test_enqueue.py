@@ -11,7 +11,8 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
@@ -375,6 +376,28 @@ def test_enqueue_many_of_nothing_writes_nothing(later_db):
     """An empty batch returns no ids and writes nothing."""
     assert later.enqueue_many([]) == []
     assert later_db.job_count() == 0
+
+
+def test_enqueue_past_djangos_cursor_is_logged_and_refused_in_a_broken_transaction(later_db):
+    """The single insert runs on the driver's connection (both vendors), yet
+    Django's query log records it, and an atomic block broken by an earlier
+    error refuses it as Django's cursor would."""
+    db = connections[later_db.alias]
+    with CaptureQueriesContext(db) as queries:
+        job_id = later.enqueue(Noop(n=1))
+    assert [q["sql"].lstrip()[:20].upper() for q in queries.captured_queries] == [
+        "INSERT INTO LATER_JO"
+    ]
+    counts = later.stage_counts()
+    with transaction.atomic(using=later_db.alias):
+        # An error leaving an inner block without a savepoint breaks the outer one.
+        with pytest.raises(DatabaseError):
+            with transaction.atomic(using=later_db.alias, savepoint=False), db.cursor() as cursor:
+                cursor.execute("SELECT * FROM no_such_table")
+        with pytest.raises(TransactionManagementError):
+            later.enqueue(Noop(n=2))
+    assert later.stage_counts() == counts
+    assert later_db.stage_of(job_id) == "enqueued"
 
 
 # -- 4. bulk ---------------------------------------------------------------------

@@ -23,6 +23,7 @@ from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
 from later_django.db.jobs import JobEngine, insert_one
 from later_django.db.partitions import PartitionStore
+from later_django.db.past_django import log_query, ready
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
@@ -64,18 +65,18 @@ class PostgresJobEngine(JobEngine):
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         # Bound on the server and prepared, instead of SQL text formatted in
         # Python and planned anew for every job.
-        _ready(db)
+        ready(db)
         template, params = insert_one(job)
         insert = self._sql(template)
         started = time.monotonic()
         with db.wrap_database_errors:
             stage = _execute_prepared(db.connection, insert, params)
-        _log_query(db, insert, started)
+        log_query(db, insert, started)
         return str(stage)
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
         # One COPY streams every row, in COPY's text format.
-        _ready(db)
+        ready(db)
         started = time.monotonic()
         rows = 0
         with db.wrap_database_errors:
@@ -83,7 +84,7 @@ class PostgresJobEngine(JobEngine):
                 for chunk, count in _copy_text(jobs, COPY_CHUNK_ROWS):
                     copy.write(chunk)
                     rows += count
-        _log_query(db, f"{pg_sql.JOB_COPY_SQL} -- {rows} rows", started)
+        log_query(db, f"{pg_sql.JOB_COPY_SQL} -- {rows} rows", started)
 
     # -- the worker's hot path ----------------------------------------------------------
     # The worker runs these on its own asyncio connection, prepared once per
@@ -298,13 +299,6 @@ def _copy_value(value: object) -> str:
     return str(value).translate(_COPY_ESCAPES)
 
 
-def _ready(db: BaseDatabaseWrapper) -> None:
-    """What Django's cursor checks before a statement: connected, and not
-    inside an atomic block broken by an earlier error."""
-    db.ensure_connection()
-    db.validate_no_broken_transaction()
-
-
 def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Any:
     """Run ``sql`` on a Django connection's psycopg connection, bound on the
     server and, when LATER["PREPARED_STATEMENTS"] allows, prepared.
@@ -345,10 +339,3 @@ def connect_kwargs(alias: str) -> dict[str, Any]:
         **options,
     }
     return {k: v for k, v in kwargs.items() if v is not None}
-
-
-def _log_query(db: BaseDatabaseWrapper, sql: str, started: float) -> None:
-    """Record a statement run past Django's cursor where Django records its own
-    (connection.queries, assertNumQueries), so it stays visible when debugging."""
-    if db.queries_logged:
-        db.queries_log.append({"sql": sql, "time": f"{time.monotonic() - started:.3f}"})

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +24,7 @@ from django.db import connections
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.errors import is_sqlite_locked
+from later_django.db.past_django import qmark
 from later_django.db.rows import ClaimRequest, Completion
 from later_django.exceptions import LaterBusy, LaterError
 from later_django.types import ClaimedJob
@@ -193,7 +193,7 @@ class _QmarkCursor:
         self._cursor = cursor
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _QmarkCursor:
-        self._cursor.execute(_qmark(sql), params)
+        self._cursor.execute(qmark(sql), params)
         return self
 
     def fetchall(self) -> list[Any]:
@@ -208,11 +208,6 @@ class _QmarkCursor:
 
     def close(self) -> None:
         self._cursor.close()
-
-
-@functools.lru_cache(maxsize=512)
-def _qmark(sql: str) -> str:
-    return sql.replace("%s", "?")
 
 
 class WorkerSessions:

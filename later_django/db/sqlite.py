@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
 from urllib.parse import unquote, urlsplit
@@ -19,6 +20,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
 from later_django.db.jobs import JobEngine, claims_params, insert_one
+from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
@@ -31,10 +33,16 @@ INSERT_BATCH_SIZE: Final = 1000
 class SqliteJobEngine(JobEngine):
     # -- enqueue ---------------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
-        with db.cursor() as cursor:
-            template, params = insert_one(job)
-            cursor.execute(self._sql(template), params)
-            return str(cursor.fetchone()[0])
+        # Straight on the sqlite3 connection under Django's (the same
+        # session and transaction): Django's cursor would add a fifth.
+        template, params = insert_one(job)
+        insert = qmark(self._sql(template))
+        ready(db)
+        started = time.monotonic()
+        with db.wrap_database_errors:
+            row = db.connection.execute(insert, params).fetchone()
+        log_query(db, insert, started)
+        return str(row[0])
 
     def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
         # One multi-row INSERT per batch.
