@@ -1,7 +1,10 @@
-"""The harness's no-op job as a later_django handler."""
+"""The harness's no-op job as a later_django handler: ``async def`` here,
+``def`` under the later_django_sync adapter (``LBENCH_SYNC=1``), as most
+Django code is (the ORM is sync)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from jobrec import record
@@ -15,6 +18,14 @@ class BenchNoop:
     t: float
 
 
-@job
-async def noop(ctx: JobContext, payload: BenchNoop) -> None:
-    record(payload.n, payload.t)
+if os.environ.get("LBENCH_SYNC"):
+
+    @job
+    def noop(ctx: JobContext, payload: BenchNoop) -> None:
+        record(payload.n, payload.t)
+
+else:
+
+    @job
+    async def noop(ctx: JobContext, payload: BenchNoop) -> None:
+        record(payload.n, payload.t)
