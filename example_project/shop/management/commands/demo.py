@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -31,6 +33,28 @@ from shop.models import Order
 from shop.tasks import order_total
 
 DEADLINE_SECONDS = 60
+
+
+def manage_py(command: str) -> str:
+    """Return the shell command that runs ``manage.py command`` from the
+    current directory with the Python running this demo, so a user in a
+    virtualenv is not sent to the system's python."""
+    if not sys.executable:
+        python = "python"  # an embedded interpreter may not know its own path
+    else:
+        python = _as_typed(Path(sys.executable))
+        if os.sep not in python:
+            python = f".{os.sep}{python}"  # a bare name would be looked up on PATH
+    return f"{python} {_as_typed(Path(settings.BASE_DIR) / 'manage.py')} {command}"
+
+
+def _as_typed(path: Path) -> str:
+    """``path`` relative to the current directory when it is under it, else as is."""
+    try:
+        shown = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        shown = str(path)
+    return shlex.quote(shown)
 
 
 class Command(BaseCommand):
@@ -119,7 +143,7 @@ class Command(BaseCommand):
             f"{throughput['window_seconds']} s; dispatch wait p50 "
             f"{waits['p50_ms'] if waits else '-'} ms, max {waits['max_ms'] if waits else '-'} ms"
             f"; database {overview['database_size_bytes'] // 1024} KiB\n"
-            "  see it live: python manage.py createsuperuser, python manage.py runserver, "
+            f"  see it live: {manage_py('createsuperuser')}, {manage_py('runserver')}, "
             "then http://127.0.0.1:8000/admin/later/"
         )
 
