@@ -314,6 +314,23 @@ def test_worker_metrics_port_in_use_is_a_clear_error(later_db, workers):
     assert "pick another --metrics-port" in proc.output()
 
 
+def test_worker_metrics_help_says_which_address_it_binds(monkeypatch):
+    """later_worker --help says the metrics endpoint listens on every IPv4
+    interface by default, and how to narrow it."""
+    from later_django.management.commands.later_worker import Command
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse would break "--metrics-addr" at its hyphen
+    text = " ".join(Command().create_parser("manage.py", "later_worker").format_help().split())
+    assert (
+        "serve Prometheus metrics over HTTP on this port (path /metrics), on every IPv4 "
+        "interface unless --metrics-addr says otherwise"
+    ) in text
+    assert (
+        "the address --metrics-port listens on (default 0.0.0.0: every IPv4 interface; "
+        "127.0.0.1 for this host only, :: for IPv6)"
+    ) in text
+
+
 # -- a web process with django-prometheus ------------------------------------------
 WEB_SCRAPE = """
 import datetime as dt

@@ -90,12 +90,14 @@ class Command(BaseCommand):
             "--metrics-port",
             type=port,
             default=None,
-            help="serve Prometheus metrics over HTTP on this port (path /metrics)",
+            help="serve Prometheus metrics over HTTP on this port (path /metrics), on "
+            "every IPv4 interface unless --metrics-addr says otherwise",
         )
         parser.add_argument(
             "--metrics-addr",
             default="0.0.0.0",
-            help="the address --metrics-port listens on (default 0.0.0.0)",
+            help="the address --metrics-port listens on (default %(default)s: every IPv4 "
+            "interface; 127.0.0.1 for this host only, :: for IPv6)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
