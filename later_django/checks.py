@@ -34,7 +34,8 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
         return [_error("E001", "LATER must be a dict.", "Set LATER = {...} in settings.")]
     merged = {**DEFAULTS, **raw}
     messages: list[CheckMessage] = []
-    unknown = sorted(set(raw) - set(DEFAULTS))
+    # repr() for a key that is not a string (LATER = {1: 2}), so it is named too.
+    unknown = sorted(key if isinstance(key, str) else repr(key) for key in set(raw) - set(DEFAULTS))
     if unknown:
         messages.append(
             Warning(

@@ -177,6 +177,14 @@ def test_checks_suggest_nothing_for_a_wholly_unknown_key(settings):
     assert "did you mean" not in message.hint.lower()
 
 
+def test_checks_name_a_key_that_is_not_a_string(settings):
+    """LATER = {1: 2} is named in W001, not a crash of the check."""
+    settings.LATER = {**settings.LATER, 1: 2}
+    (message,) = later_messages()
+    assert message.id == "later.W001"
+    assert message.msg == "LATER has unknown keys: 1."
+
+
 def test_checks_unknown_database_lists_the_aliases(settings):
     """The E004 hint names the aliases that do exist."""
     set_later(settings, DATABASE="nowhere")
