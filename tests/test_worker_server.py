@@ -38,6 +38,7 @@ from tests.helpers import (
     set_later,
 )
 from tests.jobapp.jobs import (
+    AsyncExits,
     AsyncHold,
     AsyncNoop,
     AsyncOverrun,
@@ -45,6 +46,7 @@ from tests.jobapp.jobs import (
     AsyncStoppable,
     CallablePolicy,
     DefaultPolicy,
+    Exits,
     Flaky,
     Noop,
     NoRetry,
@@ -175,6 +177,20 @@ def test_server_cancel_of_a_running_job_stops_it_for_good(later_db, record, stop
         assert len(read_records(record, "stoppable-start", job_id)) == 1
 
     serve(body, workers=2)
+
+
+@pytest.mark.parametrize("exits", [Exits, AsyncExits], ids=["sync", "async"])
+def test_server_a_handler_calling_sys_exit_fails_its_job_and_the_worker_goes_on(
+    later_db, record, exits
+):
+    async def body(server: Server) -> None:
+        job_id = await in_thread(later.enqueue, exits(code=3))
+        info = await await_stage(job_id, "failed")
+        assert info.last_error.startswith("SystemExit: 3")
+        after = await in_thread(later.enqueue, Noop(n=1))
+        await await_stage(after, "success")
+
+    serve(body)
 
 
 def test_snooze_refuses_what_is_not_a_delay():

@@ -285,6 +285,26 @@ async def run_async_stoppable(ctx: JobContext, payload: AsyncStoppable) -> None:
 
 
 @dataclass
+class Exits:
+    code: int = 3
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_exits(ctx: JobContext, payload: Exits) -> None:
+    raise SystemExit(payload.code)
+
+
+@dataclass
+class AsyncExits:
+    code: int = 3
+
+
+@job(retry=RetryPolicy.no_retries())
+async def run_async_exits(ctx: JobContext, payload: AsyncExits) -> None:
+    raise SystemExit(payload.code)
+
+
+@dataclass
 class Urgent:
     n: int = 0
 
