@@ -213,7 +213,8 @@ class JobEngine(Operations, abc.ABC):
         """Give back a claim whose handler never ran or was stopped by its
         own worker: ready again, the claim not counted as an attempt
         (``uncounted`` goes up; ``attempts``, the fence, keeps it); return
-        whether the fence held."""
+        whether the fence held. A job cancel() asked to stop is not given
+        back: its lease runs out and the stuck-job rescue cancels it."""
         cursor.execute(
             self._sql(jobs_sql.JOB_UNCLAIM_SQL), [fence.job_id, fence.attempts, fence.owner]
         )

@@ -410,6 +410,7 @@ def test_a_running_job_asked_to_stop_ends_cancelled_never_retried(later_db, dial
         retry = RetryWrite(delay_ms=0, error="boom", retry_policy=None)
         assert dialect.jobs.job_retry(c, owned(job), retry) is False
         assert dialect.jobs.job_snooze(c, owned(job), 0) is False
+        assert dialect.jobs.job_unclaim(c, owned(job)) is False
         assert dialect.jobs.job_cancel_running(c, owned(job, owner="server-b"), DAY_MS) is False
         assert dialect.jobs.job_cancel_running(c, owned(job), DAY_MS) is True
         assert dialect.jobs.job_cancel_running(c, owned(job), DAY_MS) is False

@@ -162,7 +162,7 @@ SELECT stage FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'runnin
 JOB_UNCLAIM_SQL: Final = compose(
     """
 UPDATE later_job SET {to_enqueued}, uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped}
-WHERE id = %s AND attempts = %s AND lease_owner = %s
+WHERE id = %s AND attempts = %s AND lease_owner = %s AND cancel_requested_ms IS NULL
 """,
     to_enqueued=TO_ENQUEUED,
     lease_dropped=LEASE_DROPPED,
