@@ -18,8 +18,10 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
+from later_django.db.schedules import DUE_BATCH
 from later_django.exceptions import NotRegistered
 from later_django.recurring import cron as cron_mod
+from later_django.recurring import firing
 from later_django.recurring.firing import fire_schedules
 from tests.helpers import (
     await_until,
@@ -392,6 +394,33 @@ def test_firing_a_sequential_schedule_without_its_setting_waits_for_it(later_db,
     assert rows[0][2] == before[0][0], "the owed occurrence is enqueued, none lost"
     assert {later.get_job(job_id).topic for job_id, _, _ in rows} == {"later:recurring"}
     assert state()[0][2] == rows[-1][0]
+
+
+def test_waiting_sequential_schedules_never_hold_back_a_plain_one(
+    later_db, settings, caplog, monkeypatch
+):
+    """More sequential schedules than one read takes (DUE_BATCH), all more
+    overdue than a plain one: a server without their setting still fires
+    the plain schedule, and says which sequential ones wait."""
+    # This process's memory of what it said waits (once an hour): afresh.
+    monkeypatch.setattr(firing, "_waiting_logged", {})
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=4)
+    for n in range(DUE_BATCH + 5):
+        later.enqueue_recurring_sequential(f"ledger-{n:03}", Noop(n=n), "* * * * * *")
+    later_db.execute("UPDATE later_schedule SET next_run_ms = next_run_ms - 10000")
+    later.enqueue_recurring("beat", Noop(n=0), "* * * * * *")
+    later_db.execute(
+        "UPDATE later_schedule SET next_run_ms = next_run_ms - 3000 WHERE identifier = 'beat'"
+    )
+    later_db.execute("DELETE FROM later_job")
+    set_later(settings, RECURRING_SEQUENTIAL_PARTITIONS=None)
+    with caplog.at_level(logging.INFO, logger="later_django.recurring.firing"):
+        fired = fire(later_db)
+    assert fired >= 3
+    assert len(occurrences(later_db, "beat")) == fired
+    assert later_db.job_count() == fired, "no sequential occurrence was enqueued"
+    waiting = {getattr(r, "schedule", None) for r in caplog.records}
+    assert "ledger-000" in waiting and "beat" not in waiting
 
 
 def test_a_server_runs_a_one_second_schedule_every_second(later_db, record, settings):

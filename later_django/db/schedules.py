@@ -77,11 +77,14 @@ class ScheduleStore(Operations):
         ]
 
     def schedule_due(
-        self, cursor: CursorWrapper, *, namespace: str, ahead_ms: int
+        self, cursor: CursorWrapper, *, namespace: str, ahead_ms: int, sequential: bool
     ) -> list[DueSchedule]:
         """Schedules of ``namespace`` owing an occurrence within ``ahead_ms``
-        of the database's now, the most overdue first, at most DUE_BATCH."""
-        cursor.execute(self._sql(schedules_sql.SCHEDULE_DUE_SQL), [namespace, ahead_ms, DUE_BATCH])
+        of the database's now, the most overdue first, at most DUE_BATCH;
+        sequential ones only when ``sequential``."""
+        cursor.execute(
+            self._sql(schedules_sql.SCHEDULE_DUE_SQL), [namespace, ahead_ms, sequential, DUE_BATCH]
+        )
         return [
             DueSchedule(
                 key=ScheduleKey(namespace=namespace, identifier=r[0]),
@@ -98,6 +101,16 @@ class ScheduleStore(Operations):
             )
             for r in cursor.fetchall()
         ]
+
+    def schedule_sequential_due(
+        self, cursor: CursorWrapper, *, namespace: str, ahead_ms: int
+    ) -> list[ScheduleKey]:
+        """The sequential schedules of ``namespace`` owing an occurrence
+        within ``ahead_ms``, the most overdue first, at most DUE_BATCH."""
+        cursor.execute(
+            self._sql(schedules_sql.SCHEDULE_SEQUENTIAL_DUE_SQL), [namespace, ahead_ms, DUE_BATCH]
+        )
+        return [ScheduleKey(namespace=namespace, identifier=row[0]) for row in cursor.fetchall()]
 
     def schedule_advance(self, cursor: CursorWrapper, advance: ScheduleAdvance) -> bool:
         """Move a schedule on, only if it is still at ``advance.version``;

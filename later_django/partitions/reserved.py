@@ -14,6 +14,10 @@ from later_django.partitions.hashing import partition_for_key
 from later_django.types import PartitionLane
 
 RECURRING_TOPIC: Final = "later:recurring"
+NEEDS_PARTITIONS: Final = (
+    "sequential recurring jobs need LATER['RECURRING_SEQUENTIAL_PARTITIONS'], the "
+    "partition count of their reserved topic, e.g. 8"
+)
 
 
 def recurring_partitions() -> int | None:
@@ -27,10 +31,7 @@ def recurring_lane(namespace: str, identifier: str) -> PartitionLane:
     """The partition of the reserved topic that ``identifier`` runs in."""
     count = recurring_partitions()
     if count is None:
-        raise ValueError(
-            "sequential recurring jobs need LATER['RECURRING_SEQUENTIAL_PARTITIONS'], the "
-            "partition count of their reserved topic, e.g. 8"
-        )
+        raise ValueError(NEEDS_PARTITIONS)
     return PartitionLane(namespace, RECURRING_TOPIC, partition_for_key(identifier, count))
 
 

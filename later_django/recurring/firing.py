@@ -20,7 +20,11 @@ from later_django import events
 from later_django.db.base import Dialect
 from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance, ScheduleKey
 from later_django.ids import new_job_ids
-from later_django.partitions.reserved import recurring_lane
+from later_django.partitions.reserved import (
+    NEEDS_PARTITIONS,
+    recurring_lane,
+    recurring_partitions,
+)
 from later_django.recurring import cron as cron_mod
 from later_django.types import NewJob, PartitionLane
 
@@ -47,14 +51,17 @@ def fire_schedules(
     grace_ms: int,
     namespace: str,
 ) -> int:
-    """Enqueue every occurrence due within ``ahead_ms``; return how many."""
+    """Enqueue every occurrence due within ``ahead_ms``; return how many.
+
+    A server without RECURRING_SEQUENTIAL_PARTITIONS (a mixed rollout)
+    leaves sequential schedules as they are, so a server with the setting
+    fires what they owe, and says once an hour which wait."""
     fired = 0
-    for schedule in dialect.schedules.schedule_due(cursor, namespace=namespace, ahead_ms=ahead_ms):
-        try:
-            lane = _lane(schedule)
-        except ValueError as exc:
-            _log_waiting(schedule.key, exc)
-            continue
+    sequential = recurring_partitions() is not None
+    for schedule in dialect.schedules.schedule_due(
+        cursor, namespace=namespace, ahead_ms=ahead_ms, sequential=sequential
+    ):
+        lane = _lane(schedule)
         try:
             owed = cron_mod.due(
                 cron_mod.Cron(schedule.cron, schedule.zone),
@@ -78,16 +85,16 @@ def fire_schedules(
             )
             continue
         fired += _enqueue(dialect, cursor, alias, schedule, owed, lane)
+    if not sequential:
+        for key in dialect.schedules.schedule_sequential_due(
+            cursor, namespace=namespace, ahead_ms=ahead_ms
+        ):
+            _log_waiting(key)
     return fired
 
 
 def _lane(schedule: DueSchedule) -> PartitionLane | None:
-    """The partition a schedule's occurrences go to; raise ValueError for a
-    sequential schedule on a server without RECURRING_SEQUENTIAL_PARTITIONS.
-
-    Checked before anything is written: such a server (a mixed rollout) must
-    leave the schedule as it is, so a server with the setting fires what it
-    owes."""
+    """The partition a schedule's occurrences go to (None: a plain one)."""
     if not schedule.sequential:
         return None
     lane = recurring_lane(schedule.key.namespace, schedule.key.identifier)
@@ -95,7 +102,7 @@ def _lane(schedule: DueSchedule) -> PartitionLane | None:
     return lane
 
 
-def _log_waiting(key: ScheduleKey, exc: ValueError) -> None:
+def _log_waiting(key: ScheduleKey) -> None:
     # Every tick reads a waiting schedule again: say why it waits once per
     # schedule per WAITING_LOG_INTERVAL_SECONDS, not once per tick.
     now = time.monotonic()
@@ -107,7 +114,7 @@ def _log_waiting(key: ScheduleKey, exc: ValueError) -> None:
         "sequential schedule %r waits: this server cannot enqueue it (%s); "
         "a server with the setting fires what it owes",
         key.identifier,
-        exc,
+        NEEDS_PARTITIONS,
         extra={"action": "schedule_error", "schedule": key.identifier},
     )
 

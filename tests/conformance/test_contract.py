@@ -119,6 +119,7 @@ COVERED: dict[str, frozenset[str]] = {
             "schedule_remove",
             "schedule_list",
             "schedule_due",
+            "schedule_sequential_due",
             "schedule_advance",
             "job_insert_occurrence",
             "job_cancel_occurrences",

@@ -95,10 +95,12 @@ def schedule_row(later_db, key: ScheduleKey) -> dict[str, Any] | None:
     return row
 
 
-def due_schedules(later_db, *, namespace: str = NS, ahead_ms: int = 0) -> list[DueSchedule]:
+def due_schedules(
+    later_db, *, namespace: str = NS, ahead_ms: int = 0, sequential: bool = True
+) -> list[DueSchedule]:
     with cursor_of(later_db) as c:
         return dialect_for(later_db.alias).schedules.schedule_due(
-            c, namespace=namespace, ahead_ms=ahead_ms
+            c, namespace=namespace, ahead_ms=ahead_ms, sequential=sequential
         )
 
 
@@ -249,6 +251,26 @@ def test_schedule_list_shows_a_namespace_by_identifier_without_payloads(later_db
     ]
     assert listed == expected
     assert not any(hasattr(info, "payload") for info in listed)
+
+
+def test_schedule_due_leaves_sequential_schedules_to_servers_that_can_fire_them(later_db, dialect):
+    """A reader that cannot enqueue sequential schedules does not get them
+    (however overdue, they would fill every read of DUE_BATCH and hold back
+    the plain ones); schedule_sequential_due lists them, most overdue first."""
+    now = db_now(later_db)
+    for n in range(DUE_BATCH + 5):
+        write = schedule_write(f"seq-{n:03}", next_run_ms=now - HOUR_MS + n, sequential=True)
+        assert save_schedule(later_db, write)
+    assert save_schedule(later_db, schedule_write("plain", next_run_ms=now - 60_000))
+    able = due_schedules(later_db, sequential=True)
+    assert len(able) == DUE_BATCH and all(s.sequential for s in able)
+    unable = due_schedules(later_db, sequential=False)
+    assert [(s.key.identifier, s.sequential) for s in unable] == [("plain", False)]
+    with cursor_of(later_db) as c:
+        waiting = dialect.schedules.schedule_sequential_due(c, namespace=NS, ahead_ms=0)
+    assert [key.identifier for key in waiting] == [f"seq-{n:03}" for n in range(DUE_BATCH)]
+    with cursor_of(later_db) as c:
+        assert dialect.schedules.schedule_sequential_due(c, namespace="other", ahead_ms=0) == []
 
 
 def test_schedule_due_reads_what_is_owed_soon_most_overdue_first(later_db, dialect):

@@ -53,10 +53,22 @@ FROM later_schedule WHERE namespace = %s ORDER BY identifier
 
 # Schedules owing an occurrence within ``ahead`` ms, read without a lock: the
 # advance below is the compare-and-swap that decides who enqueues it.
+# Sequential ones only where the reader can enqueue them (the first %s):
+# on a server without their setting they would wait at the front of every
+# read and hold back the schedules behind them.
 SCHEDULE_DUE_SQL: Final = """
 SELECT identifier, cron, zone, type_name, payload, priority, retry_policy, next_run_ms,
     version, {now}, sequential
-FROM later_schedule WHERE namespace = %s AND next_run_ms <= {now} + %s
+FROM later_schedule
+WHERE namespace = %s AND next_run_ms <= {now} + %s AND (%s OR NOT sequential)
+ORDER BY next_run_ms LIMIT %s
+"""
+
+# The sequential schedules owing an occurrence: what a server that cannot
+# enqueue them says waits.
+SCHEDULE_SEQUENTIAL_DUE_SQL: Final = """
+SELECT identifier FROM later_schedule
+WHERE namespace = %s AND next_run_ms <= {now} + %s AND sequential
 ORDER BY next_run_ms LIMIT %s
 """
 
