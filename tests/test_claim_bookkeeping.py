@@ -198,3 +198,28 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
         assert (stage, later_db.job_field(job_id, "lease_owner")) == ("enqueued", None)
     else:  # given back first, then claimed afresh by the same call
         assert stage == "running" and taken.id == job_id
+
+
+def test_an_unconfirmed_retry_is_stored_only_if_its_own_error_is(later_db: LaterDb) -> None:
+    """A retry or failure whose store may have committed unseen counts as
+    stored only when the claim left the job with that outcome's own error:
+    the stuck-job rescue requeues a claim too, as "lease expired"."""
+    from later_django.db import dialect_for
+    from later_django.db.rows import OwnerFence, RetryWrite
+    from later_django.maintenance.steps import LEASE_EXPIRED
+    from later_django.worker.executor import Outcome
+
+    mine, rescued = later.enqueue(Noop(n=1)), later.enqueue(Noop(n=2))
+    jobs = {job.id: job for job in claim(later_db, owner=OWNER, limit=2)}
+    dialect = dialect_for(later_db.alias)
+    with connections[later_db.alias].cursor() as cursor:
+        for job_id, error in ((mine, "boom"), (rescued, LEASE_EXPIRED)):
+            fence = OwnerFence(job_id=job_id, attempts=jobs[job_id].attempts, owner=OWNER)
+            retry = RetryWrite(delay_ms=60_000, error=error, retry_policy=None)
+            assert dialect.jobs.job_retry(cursor, fence, retry)
+    outcome = Outcome(kind="retry", error="boom", delay_ms=60_000)
+
+    async def body(server: Any) -> list[bool]:
+        return [await server.completer._stored_before(jobs[j], outcome) for j in (mine, rescued)]
+
+    assert serve(body) == [True, False]

@@ -23,6 +23,7 @@ from later_django.db.rows import (
     Completion,
     FailureWrite,
     Fence,
+    LeftAs,
     Orphan,
     OwnerFence,
     RetryWrite,
@@ -201,13 +202,13 @@ class JobEngine(Operations, abc.ABC):
         cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), [namespace, owner, within_ms])
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
-    def job_stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> str | None:
-        """The stage ``claim`` left its job in (None while it runs, or when
-        a later claim took the job or it is gone): read when a store of its
-        outcome may have committed unseen."""
+    def job_stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> LeftAs | None:
+        """Where ``claim`` left its job (None while it runs, or when a later
+        claim took the job or it is gone): read when a store of its outcome
+        may have committed unseen."""
         cursor.execute(self._sql(jobs_sql.JOB_STAGE_AFTER_SQL), list(claim))
         row = cursor.fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None else LeftAs(stage=str(row[0]), last_error=row[1])
 
     def job_unclaim(self, cursor: CursorWrapper, fence: OwnerFence) -> bool:
         """Give back a claim whose handler never ran or was stopped by its

@@ -196,14 +196,17 @@ class Completer:
 
     async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> bool:
         """Did an earlier, unconfirmed store of ``outcome`` commit? Its claim
-        left the job in the stage that outcome stores."""
+        left the job in the stage that outcome stores, with its error: the
+        stuck-job rescue requeues or fails a claim too, with its own."""
         claim = (job.id, job.attempts)
         try:
-            stage = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
+            left = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
         except Exception as exc:  # noqa: BLE001  reported as discarded, as before
             logger.warning("could not read what job %s stored: %s", job.id, exc)
             return False
-        return stage == OUTCOME_STAGES[outcome.kind]
+        if left is None or left.stage != OUTCOME_STAGES[outcome.kind]:
+            return False
+        return outcome.kind not in ("retry", "failed") or left.last_error == outcome.error
 
     def _store_partition(
         self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome

@@ -17,6 +17,7 @@ from later_django.db.rows import (
     Completion,
     ExpiredFence,
     FailureWrite,
+    LeftAs,
     Orphan,
     OwnerFence,
     RetryWrite,
@@ -490,7 +491,7 @@ def test_job_claimed_since_lists_an_owners_recent_running_plain_claims(later_db,
 
 def test_job_stage_after_tells_where_a_claim_left_its_job(later_db, dialect):
     """None while the claim runs or once a later claim took the job; else
-    the stage its outcome stored."""
+    the stage and the error its outcome stored."""
     job_id = insert(later_db)
     first = claim_one(later_db, job_id)
     with cursor_of(later_db) as c:
@@ -499,13 +500,15 @@ def test_job_stage_after_tells_where_a_claim_left_its_job(later_db, dialect):
         retry = RetryWrite(delay_ms=0, error="x", retry_policy=None)
         assert dialect.jobs.job_retry(c, owned(first), retry)
     with cursor_of(later_db) as c:
-        assert dialect.jobs.job_stage_after(c, (job_id, first.attempts)) == "requeued"
+        left = dialect.jobs.job_stage_after(c, (job_id, first.attempts))
+        assert left == LeftAs(stage="requeued", last_error="x")
         dialect.jobs.job_promote_due(c, namespace=NS, limit=10)
     second = claim_one(later_db, job_id)
     assert complete(later_db, [(job_id, second.attempts)]).done_ids == [job_id]
     with cursor_of(later_db) as c:
         assert dialect.jobs.job_stage_after(c, (job_id, first.attempts)) is None  # taken again
-        assert dialect.jobs.job_stage_after(c, (job_id, second.attempts)) == "success"
+        left = dialect.jobs.job_stage_after(c, (job_id, second.attempts))
+        assert left == LeftAs(stage="success", last_error="x")  # the error of attempt 1 stays
         assert dialect.jobs.job_stage_after(c, ("0" * 26, 1)) is None
 
 

@@ -116,6 +116,15 @@ class Orphan:
     parent_stage: str | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeftAs:
+    """Where a finished claim left its job: the stage and the error stored
+    (the error tells a worker's own failure from the rescuer's)."""
+
+    stage: str
+    last_error: str | None
+
+
 def claimed_jobs(rows: Sequence[Sequence[Any]]) -> list[ClaimedJob]:
     """Claim rows as ClaimedJobs; a claim returns ClaimedJob's fields in order."""
     return [

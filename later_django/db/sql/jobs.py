@@ -153,7 +153,7 @@ WHERE namespace = %s AND stage = 'running' AND lease_owner = %s AND topic IS NUL
 # The stage a claim left its job in, once it no longer runs: what an outcome
 # whose store may or may not have committed finds.
 JOB_STAGE_AFTER_SQL: Final = """
-SELECT stage FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'running'
+SELECT stage, last_error FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'running'
 """
 
 # Gives back a claim whose handler never started, or was stopped by its own
