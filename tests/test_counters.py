@@ -109,7 +109,9 @@ class Mix:
             return
         job_id = self.rng.choice(ids)
         stage = self.db.stage_of(job_id)
-        assert later.cancel(job_id) is (stage in {"enqueued", "delayed", "waiting", "requeued"})
+        # A running job is asked to stop (True, only marked): see op_claim's fences.
+        unstarted_or_running = {"enqueued", "delayed", "waiting", "requeued", "running"}
+        assert later.cancel(job_id) is (stage in unstarted_or_running)
 
     def op_claim(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
@@ -148,16 +150,15 @@ class Mix:
         running = self.running()
         if running:
             job_id, attempts, owner = self.rng.choice(running)
+            fence = OwnerFence(job_id=job_id, attempts=attempts, owner=owner)
+            retry = RetryWrite(
+                delay_ms=self.rng.choice([0, 1000, 60_000]), error="again", retry_policy=None
+            )
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert self.dialect.jobs.job_retry(
-                    c,
-                    OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
-                    RetryWrite(
-                        delay_ms=self.rng.choice([0, 1000, 60_000]),
-                        error="again",
-                        retry_policy=None,
-                    ),
-                )
+                if not self.dialect.jobs.job_retry(c, fence, retry):
+                    # cancel() asked it to stop: it ends cancelled instead, as
+                    # the worker's store of a retry does.
+                    assert self.dialect.jobs.job_cancel_running(c, fence, self.retention())
 
     def op_stale_finish(self) -> None:
         """A finish with a lost lease, or for an earlier attempt, changes nothing."""
