@@ -13,6 +13,7 @@ import datetime as dt
 import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from typing import Unpack
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -23,7 +24,13 @@ from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import JobId, as_job_id, new_job_ids
-from later_django.options import AFTER_IS_PARENT, AT_IS_WHEN, EnqueueOptions, keyword_options
+from later_django.options import (
+    AFTER_IS_PARENT,
+    AT_IS_WHEN,
+    EnqueueKeywords,
+    EnqueueOptions,
+    keyword_options,
+)
 from later_django.states import Stage
 from later_django.types import NewJob
 
@@ -56,15 +63,7 @@ def enqueue(
     return enqueue_with(payload, options)
 
 
-def enqueue_in(
-    payload: object,
-    *,
-    priority: int | None = None,
-    delay: dt.timedelta | None = None,
-    at: dt.datetime | None = None,
-    after: str | None = None,
-    timeout: dt.timedelta | None = None,
-) -> JobId:
+def enqueue_in(payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
     """Enqueue like :func:`enqueue`, but only inside ``transaction.atomic()``.
 
     Raises TransactionRequired when no atomic block is open on the LATER
@@ -76,19 +75,10 @@ def enqueue_in(
             f"enqueue_in() needs an open transaction.atomic(using={alias!r}) block; "
             "use enqueue() to write outside a transaction"
         )
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
-    return enqueue_with(payload, options)
+    return enqueue_with(payload, keyword_options(**options))
 
 
-async def aenqueue_in(
-    payload: object,
-    *,
-    priority: int | None = None,
-    delay: dt.timedelta | None = None,
-    at: dt.datetime | None = None,
-    after: str | None = None,
-    timeout: dt.timedelta | None = None,
-) -> JobId:
+async def aenqueue_in(payload: object, **options: Unpack[EnqueueKeywords]) -> JobId:
     """Enqueue like :func:`enqueue_in`, from async code.
 
     Async code cannot open ``transaction.atomic()``, so this raises
@@ -97,8 +87,7 @@ async def aenqueue_in(
     ``async_to_sync`` called inside one. Otherwise call ``enqueue_in`` in a
     sync function run with ``sync_to_async``, or use ``aenqueue``.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
-    return await _aenqueue_in(payload, options)
+    return await _aenqueue_in(payload, keyword_options(**options))
 
 
 @sync_to_async
@@ -115,15 +104,7 @@ def _aenqueue_in(payload: object, options: EnqueueOptions) -> JobId:
     return enqueue_with(payload, options)
 
 
-def enqueue_many(
-    payloads: Iterable[object],
-    *,
-    priority: int | None = None,
-    delay: dt.timedelta | None = None,
-    at: dt.datetime | None = None,
-    after: str | None = None,
-    timeout: dt.timedelta | None = None,
-) -> list[JobId]:
+def enqueue_many(payloads: Iterable[object], **options: Unpack[EnqueueKeywords]) -> list[JobId]:
     """Enqueue every payload, all or none, with :func:`enqueue`'s keywords.
 
     Returns the ids in the order of ``payloads``. A bad payload raises the
@@ -131,8 +112,7 @@ def enqueue_many(
     and nothing is written. Ready jobs take one round trip per batch of
     rows; delayed jobs and continuations one per job, in one transaction.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
-    return enqueue_many_with(payloads, options)
+    return enqueue_many_with(payloads, keyword_options(**options))
 
 
 # The reference's calls, kept as wrappers of enqueue's keywords. Their

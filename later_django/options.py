@@ -123,10 +123,10 @@ class EnqueueKeywords(TypedDict, total=False):
 
 def keyword_options(
     *,
-    priority: int | None,
-    delay: dt.timedelta | None,
-    at: dt.datetime | None,
-    after: str | None,
+    priority: int | None = None,
+    delay: dt.timedelta | None = None,
+    at: dt.datetime | None = None,
+    after: str | None = None,
     timeout: dt.timedelta | None = None,
 ) -> EnqueueOptions:
     """The options of the enqueue keywords, where None means "not given"."""

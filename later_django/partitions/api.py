@@ -48,7 +48,7 @@ def enqueue_to_partition(payload: object, **options: Unpack[EnqueueKeywords]) ->
     names its topic (``@job(topic=...)``) and its ``partition_key()`` picks
     the partition. Raises TypeError for a type without a topic, UnknownTopic
     for a topic missing from LATER["TOPICS"]; nothing is written then."""
-    return _enqueue(payload, keyword_options(**_all(options)))
+    return _enqueue(payload, keyword_options(**options))
 
 
 def enqueue_to_partition_delayed(
@@ -75,12 +75,7 @@ def enqueue_to_partition_in(payload: object, **options: Unpack[EnqueueKeywords])
             f"enqueue_to_partition_in() needs an open transaction.atomic(using={alias!r}) "
             "block; use enqueue_to_partition() to write outside a transaction"
         )
-    return _enqueue(payload, keyword_options(**_all(options)))
-
-
-def _all(options: EnqueueKeywords) -> dict[str, Any]:
-    """Every keyword, None where not given."""
-    return {name: options.get(name) for name in EnqueueKeywords.__annotations__}
+    return _enqueue(payload, keyword_options(**options))
 
 
 def lane_of(payload: object) -> PartitionLane:
