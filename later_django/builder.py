@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from later_django import codec, registry
+from later_django import codec, queues, registry
 from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
@@ -35,7 +35,7 @@ class JobBuilder:
     would not see a settings change, or a type's handler registered anew.
     """
 
-    __slots__ = ("max_payload_bytes", "namespace", "partitioned", "_types")
+    __slots__ = ("max_payload_bytes", "namespace", "partitioned", "_queues", "_types")
 
     def __init__(self, *, partitioned: bool = False) -> None:
         self.namespace = conf.namespace
@@ -44,6 +44,7 @@ class JobBuilder:
         # with a topic are accepted then, and only those without otherwise.
         self.partitioned = partitioned
         self._types: dict[type[Any], _TypeFacts] = {}
+        self._queues: dict[str, str | None] = {}
 
     def build(
         self, payload: object, options: EnqueueOptions, *, job_id: str | None = None
@@ -85,6 +86,7 @@ class JobBuilder:
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,
+            queue=self._queue(options.queue or handler.queue),
         )
 
     def build_many(
@@ -104,6 +106,20 @@ class JobBuilder:
                 exc.args = (f"payloads[{index}]: {exc}",)
                 raise
             yield job
+
+    def _queue(self, name: str | None) -> str | None:
+        """The stored queue of a job of queue ``name``, checked once per
+        builder and name."""
+        if name is None:
+            return None
+        if self.partitioned:
+            raise TypeError(
+                f"queue={name!r} does not apply to a partition job: a topic's jobs run in "
+                "partition order on partition workers; enqueue without queue="
+            )
+        if name not in self._queues:
+            self._queues[name] = queues.stored(name)
+        return self._queues[name]
 
     def _type_facts(self, payload: object) -> _TypeFacts:
         facts = self._types.get(type(payload))

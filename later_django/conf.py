@@ -21,6 +21,9 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_RETRY_COUNT": 6,
     "DEFAULT_RETRY_POLICY": None,
     "TOPICS": {},
+    # Named queues and their options: {"default": {}, "emails": {}}
+    # ("default" always exists; docs/queues.md).
+    "QUEUES": {"default": {}},
     "RECURRING_SEQUENTIAL_PARTITIONS": None,
     "CONTEXT": None,
     "VACUUM_INTERVAL": None,

@@ -18,7 +18,7 @@ from typing import Unpack
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import events, schema, tracing, wakeup
+from later_django import events, registry, schema, tracing, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -45,6 +45,7 @@ def enqueue(
     at: dt.datetime | None = None,
     after: str | None = None,
     timeout: dt.timedelta | None = None,
+    queue: str | None = None,
 ) -> JobId:
     """Enqueue ``payload``; return its id.
 
@@ -55,11 +56,15 @@ def enqueue(
     continuation, due once that job succeeds, failed with ``parent failed``
     if it fails or is cancelled (JobNotFound, nothing written, when it does
     not exist); ``timeout`` (a timedelta): how long one attempt may run
-    (default: the type's ``@job(timeout=...)``, else no limit). Keywords that
-    conflict (``delay`` and ``at``; either with ``after``) raise TypeError
+    (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
+    the named queue it runs on (default: the type's ``@job(queue=...)``, else
+    "default"; ValueError naming LATER["QUEUES"] when it is not declared there).
+    Keywords that conflict (``delay`` and ``at``; either with ``after``) raise TypeError
     naming both, and nothing is written.
     """
-    options = keyword_options(priority=priority, delay=delay, at=at, after=after, timeout=timeout)
+    options = keyword_options(
+        priority=priority, delay=delay, at=at, after=after, timeout=timeout, queue=queue
+    )
     return enqueue_with(payload, options)
 
 
@@ -200,7 +205,8 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     context = tracing.current_context() if tracing.enabled() else None
     try:
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
-            dialect_for(alias).jobs.job_insert_many(db, jobs)
+            queued = options.queue is not None or registry.any_queue()
+            dialect_for(alias).jobs.job_insert_many(db, jobs, queued=queued)
             if context:
                 _record_trace(alias, ids, context)
     except DatabaseError as exc:

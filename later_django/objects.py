@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-NEWEST = "later_django.migrations.0010_partitions"
+NEWEST = "later_django.migrations.0014_queues"
 
 
 def _newest() -> ModuleType:

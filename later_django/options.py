@@ -14,6 +14,7 @@ from typing import Final, Literal, TypedDict
 
 from later_django.clock import from_datetime, now_ms
 from later_django.ids import as_job_id
+from later_django.queues import check_queue_name
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # The last time a job may become due: later dates do not fit in a datetime.
@@ -49,8 +50,9 @@ class EnqueueOptions:
     fields and fills the derived ones the builder reads.
 
     Raises TypeError or ValueError with the message the public enqueue calls
-    document. Options of later features (queue, unique key, timeout) are
-    fields here, checked in ``__post_init__`` the same way.
+    document. ``queue`` names a queue (None: the type's, else "default"),
+    ``timeout`` limits one attempt; later options are fields here, checked in
+    ``__post_init__`` the same way.
     """
 
     priority: int | None = None
@@ -58,6 +60,9 @@ class EnqueueOptions:
     at: dt.datetime | Unset = UNSET
     after: str | Unset = UNSET
     timeout: dt.timedelta | Unset = UNSET
+    # The queue's name (None: the type's @job(queue=...), else "default");
+    # whether LATER["QUEUES"] declares it is the builder's check.
+    queue: str | None = None
     # What the call that made these options names a keyword, where it names
     # it otherwise (enqueue_continue's ``parent`` is ``after``): errors say
     # the caller's name.
@@ -98,6 +103,8 @@ class EnqueueOptions:
             check_priority(self.priority)
         if self.timeout is not UNSET:
             object.__setattr__(self, "timeout_ms", timeout_ms(self.timeout, "timeout"))
+        if self.queue is not None:
+            check_queue_name(self.queue)
 
     @property
     def bulk_ready(self) -> bool:
@@ -119,6 +126,7 @@ class EnqueueKeywords(TypedDict, total=False):
     at: dt.datetime | None
     after: str | None
     timeout: dt.timedelta | None
+    queue: str | None
 
 
 def keyword_options(
@@ -128,9 +136,17 @@ def keyword_options(
     at: dt.datetime | None = None,
     after: str | None = None,
     timeout: dt.timedelta | None = None,
+    queue: str | None = None,
 ) -> EnqueueOptions:
     """The options of the enqueue keywords, where None means "not given"."""
-    if priority is None and delay is None and at is None and after is None and timeout is None:
+    if (
+        priority is None
+        and delay is None
+        and at is None
+        and after is None
+        and timeout is None
+        and queue is None
+    ):
         return PLAIN
     return EnqueueOptions(
         priority=priority,
@@ -138,6 +154,7 @@ def keyword_options(
         at=UNSET if at is None else at,
         after=UNSET if after is None else after,
         timeout=UNSET if timeout is None else timeout,
+        queue=queue,
     )
 
 

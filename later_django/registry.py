@@ -13,6 +13,7 @@ from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
 from later_django.options import check_priority, timeout_ms
+from later_django.queues import DEFAULT_QUEUE, check_queue_name
 from later_django.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -34,6 +35,8 @@ class Handler:
     priority: int = 0
     # How long one attempt may run, in ms, when an enqueue gives no timeout.
     timeout_ms: int | None = None
+    # The queue of its jobs when an enqueue names none (None: "default").
+    queue: str | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -61,6 +64,7 @@ def job(
     topic: str | None = ...,
     priority: int = ...,
     timeout: dt.timedelta | None = ...,
+    queue: str | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -73,6 +77,7 @@ def job(
     topic: str | None = None,
     priority: int = 0,
     timeout: dt.timedelta | None = None,
+    queue: str | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -83,7 +88,9 @@ def job(
     type then needs a ``partition_key()`` method, and its jobs are enqueued
     with ``enqueue_to_partition`` and friends (docs/partitions.md).
     ``priority`` is its jobs' priority when an enqueue gives none, and
-    ``timeout`` how long one attempt may run when an enqueue gives none.
+    ``timeout`` how long one attempt may run when an enqueue gives none,
+    and ``queue`` the named queue its jobs run on when an enqueue names
+    none (declared in LATER["QUEUES"]; check later.E026).
     """
 
     def register(func: F) -> F:
@@ -98,6 +105,14 @@ def job(
         try:
             check_priority(priority)
             limit = None if timeout is None else timeout_ms(timeout, "timeout")
+            if queue is not None:
+                check_queue_name(queue)
+                if topic is not None:
+                    raise TypeError(
+                        f"queue={queue!r} and topic={topic!r} both say where the jobs run: "
+                        "a topic's jobs run in partition order on partition workers, not "
+                        "on a queue; pass one of them"
+                    )
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"@job(...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
@@ -109,6 +124,7 @@ def job(
             topic=topic,
             priority=priority,
             timeout_ms=limit,
+            queue=None if queue == DEFAULT_QUEUE else queue,
         )
         _register(handler)
         return func
@@ -192,6 +208,12 @@ def handler_by_name(name: str) -> Handler | None:
     if handler is None and _resolvers:
         handler = _resolve(name)
     return handler
+
+
+def any_queue() -> bool:
+    """Does any registered type name a queue (bulk inserts then carry the
+    queue column)?"""
+    return any(handler.queue is not None for handler in _by_type.values())
 
 
 def registered_names() -> list[str]:

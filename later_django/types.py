@@ -30,6 +30,8 @@ class NewJob(NamedTuple):
     # How long one attempt may run, when the enqueue said; None: the
     # handler's own timeout, if it has one.
     timeout_ms: int | None = None
+    # Its named queue; None: the default queue.
+    queue: str | None = None
 
 
 class PartitionLane(NamedTuple):

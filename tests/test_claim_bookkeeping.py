@@ -107,7 +107,7 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
             return running and server.claimer.hung_since() is not None
 
         await await_until(claimed_and_hung, 10, "the first claim commits and hangs")
-        assert server.abandon_hung_calls(0.0) == ["claim"]
+        assert server.abandon_hung_calls(0.0) == ["claim default"]
         server.wake.wake()
         await await_stage(job_id, "success", timeout=10)
 

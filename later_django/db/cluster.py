@@ -20,8 +20,33 @@ class Cluster(Operations):
         """Record that the server runs now (registering it the first time)."""
         cursor.execute(
             self._sql(servers_sql.SERVER_HEARTBEAT_SQL),
-            [beat.server_id, beat.namespace, beat.hostname, beat.pid, beat.workers, beat.topics],
+            [
+                beat.server_id,
+                beat.namespace,
+                beat.hostname,
+                beat.pid,
+                beat.workers,
+                beat.topics,
+                beat.queues,
+            ],
         )
+
+    # -- queues ---------------------------------------------------------------------------
+    def queue_set_paused(
+        self, cursor: CursorWrapper, *, namespace: str, name: str, paused: bool
+    ) -> bool:
+        """Pause or resume queue ``name`` for every server; return whether
+        that changed its state."""
+        if paused:
+            cursor.execute(self._sql(servers_sql.QUEUE_PAUSE_SQL), [namespace, name])
+            return cursor.fetchone() is not None
+        cursor.execute(self._sql(servers_sql.QUEUE_RESUME_SQL), [namespace, name])
+        return bool(cursor.rowcount == 1)
+
+    def queue_paused(self, cursor: CursorWrapper, *, namespace: str) -> set[str]:
+        """The queues of ``namespace`` paused now."""
+        cursor.execute(self._sql(servers_sql.QUEUE_PAUSED_SQL), [namespace])
+        return {str(row[0]) for row in cursor.fetchall()}
 
     def server_remove(self, cursor: CursorWrapper, *, server_id: str) -> None:
         cursor.execute(self._sql(servers_sql.SERVER_REMOVE_SQL), [server_id])

@@ -33,6 +33,7 @@ from later_django.db.rows import (
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
+from later_django.queues import DEFAULT_QUEUE
 from later_django.states import PARENT_CANCELLED, PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 
@@ -57,9 +58,12 @@ class JobEngine(Operations, abc.ABC):
         ``db`` (in its transaction); return its stage."""
 
     @abc.abstractmethod
-    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+    def job_insert_many(
+        self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob], *, queued: bool = False
+    ) -> None:
         """Insert ready ``jobs`` through ``db``, in as few statements as the
-        database allows.
+        database allows; ``queued`` when any of them may name a queue (the
+        plain form never names the column).
 
         ``jobs`` may be built while it is consumed: an exception from it
         propagates, and the caller's transaction rolls the rows back."""
@@ -195,11 +199,20 @@ class JobEngine(Operations, abc.ABC):
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_claimed_since(
-        self, cursor: CursorWrapper, *, namespace: str, owner: str, within_ms: int
+        self,
+        cursor: CursorWrapper,
+        *,
+        namespace: str,
+        owner: str,
+        within_ms: int,
+        queue: str | None = None,
     ) -> list[Claim]:
-        """The claims of plain jobs ``owner`` made in the last ``within_ms``
-        (by the database's clock) that are still running."""
-        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), [namespace, owner, within_ms])
+        """The claims of plain jobs of ``queue`` (stored value) ``owner``
+        made in the last ``within_ms`` (by the database's clock) that are
+        still running."""
+        named = queue is not None
+        params = [namespace, owner, *([queue] if named else []), within_ms]
+        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL[named]), params)
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> LeftAs | None:
@@ -357,10 +370,26 @@ class JobEngine(Operations, abc.ABC):
         many rows were folded."""
 
     # -- wake-ups --------------------------------------------------------------------------
-    def job_ready_exists(self, cursor: CursorWrapper, *, namespace: str) -> bool:
-        """Is any job of ``namespace`` ready to claim? A read: takes no write lock."""
-        cursor.execute(self._sql(jobs_sql.JOB_READY_EXISTS_SQL), [namespace])
+    def job_ready_exists(
+        self, cursor: CursorWrapper, *, namespace: str, queue: str | None = None
+    ) -> bool:
+        """Is any job of ``namespace`` in ``queue`` (stored value) ready to
+        claim, the queue not paused? A read: takes no write lock."""
+        request = ClaimRequest(namespace=namespace, owner="", limit=0, lease_ms=0, queue=queue)
+        cursor.execute(
+            self._sql(jobs_sql.JOB_READY_EXISTS_SQL[queue is not None]),
+            queue_filter_params(request),
+        )
         return cursor.fetchone() is not None
+
+
+def queue_filter_params(request: ClaimRequest) -> list[Any]:
+    """The parameters of a claim's filter: the namespace, the queue when
+    named (IN_QUEUE), then the queue's row of later_queue (QUEUE_RUNS)."""
+    queue = request.queue
+    if queue is None:
+        return [request.namespace, request.namespace, DEFAULT_QUEUE]
+    return [request.namespace, queue, request.namespace, queue]
 
 
 def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:
@@ -384,14 +413,17 @@ def option_columns(job: NewJob) -> tuple[str, list[Any]]:
     An insert names only the option columns its job sets, so a job that sets
     none is written as before the options existed: a web server of this
     release still enqueues plain jobs before later_migrate added them."""
-    if job.timeout_ms is None:
-        return "", []
-    return ", timeout_ms", [job.timeout_ms]
+    columns, values = "", list[Any]()
+    if job.timeout_ms is not None:
+        columns, values = ", timeout_ms", [job.timeout_ms]
+    if job.queue is not None:
+        columns, values = columns + ", queue", [*values, job.queue]
+    return columns, values
 
 
 def insert_one(job: NewJob) -> tuple[str, list[Any]]:
     """The insert of one ready or delayed ``job`` (a template) and its parameters."""
-    if job.timeout_ms is None:  # the common case, without a look at the options
+    if job.timeout_ms is None and job.queue is None:  # the common case: no option set
         return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
     columns, values = option_columns(job)
     template = jobs_sql.job_insert(extra_columns=columns)

@@ -21,7 +21,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.conf import conf
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
-from later_django.db.jobs import JobEngine, insert_one
+from later_django.db.jobs import JobEngine, insert_one, queue_filter_params
 from later_django.db.partitions import PartitionStore
 from later_django.db.past_django import log_query, ready
 from later_django.db.rows import (
@@ -47,6 +47,9 @@ DJANGO_ONLY_OPTIONS: Final = frozenset(
     {"isolation_level", "pool", "server_side_binding", "assume_role"}
 )
 CONNECT_TIMEOUT: Final = 10  # seconds, unless OPTIONS sets connect_timeout
+# A wake-up count that wakes every idle worker of a queue: the most workers
+# a server runs.
+WAKE_EVERY_WORKER: Final = 255
 COPY_CHUNK_ROWS: Final = 200  # rows of COPY text handed to psycopg at once
 
 
@@ -55,7 +58,7 @@ class PostgresJobEngine(JobEngine):
 
     def __init__(self, sql: Statements) -> None:
         super().__init__(sql)
-        self._claim_sql_by_limit: dict[int, str] = {}
+        self._claim_sql_by_limit: dict[tuple[int, bool], str] = {}
 
     # -- enqueue ----------------------------------------------------------------------
     # Inserts run straight on the psycopg connection under Django's (the same
@@ -74,17 +77,20 @@ class PostgresJobEngine(JobEngine):
         log_query(db, insert, started)
         return str(stage)
 
-    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+    def job_insert_many(
+        self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob], *, queued: bool = False
+    ) -> None:
         # One COPY streams every row, in COPY's text format.
         ready(db)
         started = time.monotonic()
         rows = 0
+        copy_sql = pg_sql.JOB_COPY_QUEUED_SQL if queued else pg_sql.JOB_COPY_SQL
         with db.wrap_database_errors:
-            with db.connection.cursor() as cursor, cursor.copy(pg_sql.JOB_COPY_SQL) as copy:
-                for chunk, count in _copy_text(jobs, COPY_CHUNK_ROWS):
+            with db.connection.cursor() as cursor, cursor.copy(copy_sql) as copy:
+                for chunk, count in _copy_text(jobs, COPY_CHUNK_ROWS, queued=queued):
                     copy.write(chunk)
                     rows += count
-        log_query(db, f"{pg_sql.JOB_COPY_SQL} -- {rows} rows", started)
+        log_query(db, f"{copy_sql} -- {rows} rows", started)
 
     # -- the worker's hot path ----------------------------------------------------------
     # The worker runs these on its own asyncio connection, prepared once per
@@ -92,22 +98,22 @@ class PostgresJobEngine(JobEngine):
     # instead of on every batch. The same statements run on a Django cursor
     # (job_claim, job_complete_many) for callers in a transaction of their own.
 
-    def _claim_sql(self, limit: int) -> str:
-        """The claim of ``limit`` jobs: its LIMIT is in the text (see sql/postgresql.py)."""
-        claim = self._claim_sql_by_limit.get(limit)
+    def _claim_sql(self, request: ClaimRequest) -> str:
+        """The claim of ``request.limit`` jobs of its queue: the LIMIT is in
+        the text (see sql/postgresql.py)."""
+        key = (request.limit, request.queue is not None)
+        claim = self._claim_sql_by_limit.get(key)
         if claim is None:
-            claim = self._sql(pg_sql.JOB_CLAIM_SQL, limit=str(int(limit)))
-            self._claim_sql_by_limit[limit] = claim
+            template = pg_sql.JOB_CLAIM_SQL[key[1]]
+            claim = self._claim_sql_by_limit[key] = self._sql(template, limit=str(int(key[0])))
         return claim
 
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
-        cursor.execute(self._claim_sql(request.limit), _claim_params(request))
+        cursor.execute(self._claim_sql(request), _claim_params(request))
         return claimed_jobs(cursor.fetchall())
 
     async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
-        await cursor.execute(
-            self._claim_sql(request.limit), _claim_params(request), prepare=_prepare()
-        )
+        await cursor.execute(self._claim_sql(request), _claim_params(request), prepare=_prepare())
         return claimed_jobs(await cursor.fetchall())
 
     def job_complete_many(
@@ -246,9 +252,15 @@ class PostgresDialect(Dialect):
         cursor.execute(pg_sql.DATABASE_SIZE_SQL)
         return int(cursor.fetchone()[0])
 
+    def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str | None) -> None:
+        # As the counter triggers announce jobs that became ready (migration
+        # 0014), with the most workers a server runs: every idle one wakes.
+        said = namespace if queue is None else f"{namespace}\x1e{queue}"
+        cursor.execute(pg_sql.NOTIFY_SQL, [NOTIFY_CHANNEL, f"{said}\x1f{WAKE_EVERY_WORKER}"])
+
 
 def _claim_params(request: ClaimRequest) -> list[Any]:
-    return [request.namespace, request.owner, request.lease_ms]
+    return [*queue_filter_params(request), request.owner, request.lease_ms]
 
 
 def _complete_params(owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int) -> list[Any]:
@@ -262,9 +274,11 @@ def _completion(row: Any) -> Completion:
     return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
 
 
-def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, int]]:
+def _copy_text(
+    jobs: Iterable[NewJob], chunk_rows: int, *, queued: bool = False
+) -> Iterator[tuple[str, int]]:
     """``jobs`` as lines of COPY's text format: (text, lines), ``chunk_rows``
-    lines a chunk.
+    lines a chunk; each line ends with the job's queue when ``queued``.
 
     The jobs of one batch differ only in id and payload, so everything else
     of a line is escaped once per batch and reused: a line costs one f-string
@@ -272,11 +286,13 @@ def _copy_text(jobs: Iterable[NewJob], chunk_rows: int) -> Iterator[tuple[str, i
     shared: dict[tuple[Any, ...], tuple[str, str]] = {}
     lines: list[str] = []
     for job in jobs:
-        key = (job.namespace, job.type_name, job.priority, job.retry_policy)
+        key = (job.namespace, job.type_name, job.priority, job.retry_policy, job.queue)
         parts = shared.get(key)
         if parts is None:
             head = [_copy_value(job.namespace), _copy_value(job.type_name)]
             tail = ["enqueued", str(job.priority), "0", _copy_value(job.retry_policy)]
+            if queued:
+                tail.append(_copy_value(job.queue))
             parts = shared[key] = ("\t".join(head), "\t".join(tail))
         # ids are ULIDs and payloads hex: neither needs escaping.
         lines.append(f"{job.id}\t{parts[0]}\t\\\\x{job.payload.hex()}\t{parts[1]}\n")

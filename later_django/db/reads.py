@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
+from later_django import queues
 from later_django.db.rows import (
     JobDetail,
     JobPage,
@@ -50,9 +51,11 @@ class ReadModels(Operations):
             counts[stage] = int(n)
         return counts
 
-    def plain_ready(self, cursor: CursorWrapper, *, namespace: str) -> int:
-        """Plain jobs of ``namespace`` ready to run now."""
-        cursor.execute(self._sql(counters_sql.PLAIN_READY_SQL), [namespace])
+    def plain_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str = "default") -> int:
+        """Plain jobs of ``namespace`` in queue ``queue`` ready to run now (0
+        while it is paused)."""
+        lane = queues.lane_of(queues.stored_or_none(queue))
+        cursor.execute(self._sql(counters_sql.QUEUE_READY_SQL), [namespace, lane, namespace, queue])
         return int(cursor.fetchone()[0])
 
     # -- figures ------------------------------------------------------------------------
@@ -118,8 +121,8 @@ class ReadModels(Operations):
         """Servers with a heartbeat in the last ``within_ms``."""
         cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
         return [
-            LiveServer(sid, host, pid, workers, bool(topics), started, beat)
-            for sid, host, pid, workers, topics, started, beat in cursor.fetchall()
+            LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues)
+            for sid, host, pid, workers, topics, started, beat, queues in cursor.fetchall()
         ]
 
     def running_jobs(

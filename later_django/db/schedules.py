@@ -140,7 +140,10 @@ class ScheduleStore(Operations):
         ``job.run_at_ms`` (at ``slot`` of the reserved topic for a sequential
         schedule); return its stage (enqueued when already due)."""
         params: list[Any] = [*job[:6], recurring]
-        if slot is None:
+        if slot is None and job.queue is not None:
+            sql = schedules_sql.JOB_INSERT_QUEUED_OCCURRENCE_SQL
+            params.append(job.queue)
+        elif slot is None:
             sql = schedules_sql.JOB_INSERT_OCCURRENCE_SQL
         else:
             sql = schedules_sql.JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL

@@ -19,7 +19,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import JobEngine, claims_params, insert_one
+from later_django.db.jobs import JobEngine, claims_params, insert_one, queue_filter_params
 from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
@@ -44,23 +44,31 @@ class SqliteJobEngine(JobEngine):
         log_query(db, insert, started)
         return str(row[0])
 
-    def job_insert_many(self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob]) -> None:
+    def job_insert_many(
+        self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob], *, queued: bool = False
+    ) -> None:
         # One multi-row INSERT per batch.
-        row = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW)
+        if queued:
+            row = self._sql(sqlite_sql.JOB_INSERT_MANY_QUEUED_ROW)
+            insert = sqlite_sql.JOB_INSERT_MANY_QUEUED_SQL
+        else:
+            row, insert = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW), sqlite_sql.JOB_INSERT_MANY_SQL
         remaining = iter(jobs)
         with db.cursor() as cursor:
             while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
                 params: list[Any] = []
                 for job in batch:
                     params += job[:6]  # the values of JOB_INSERT_MANY_ROW
+                    if queued:
+                        params.append(job.queue)
                 values = ", ".join([row] * len(batch))
-                cursor.execute(self._sql(sqlite_sql.JOB_INSERT_MANY_SQL, values=values), params)
+                cursor.execute(self._sql(insert, values=values), params)
 
     # -- the worker's hot path, inline (db/sessions.py) ------------------------------------
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
         cursor.execute(
-            self._sql(sqlite_sql.JOB_CLAIM_SQL),
-            [request.owner, request.lease_ms, request.namespace, request.limit],
+            self._sql(sqlite_sql.JOB_CLAIM_SQL[request.queue is not None]),
+            [request.owner, request.lease_ms, *queue_filter_params(request), request.limit],
         )
         return claimed_jobs(cursor.fetchall())
 

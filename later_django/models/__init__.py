@@ -2,8 +2,8 @@
 
 The job row is the delivery queue: a partial index over ``stage='enqueued'``
 is what workers claim from, so the hot path touches one narrow row per job.
-Later features (queues, topics, unique keys) add nullable columns and their
-own partial indexes without changing the claim.
+Later features (queues, topics, unique keys) add nullable columns, so a
+plain job's insert never names them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .jobs import Job, JobIdField, StageCount, TaskResult
 from .partitions import Partition, PartitionSequence, Topic
 from .retained_log import LogConsumer, LogPartition, LogRecord, LogTopic
 from .schedules import Schedule
-from .servers import Lease, MaintenanceRun, Server
+from .servers import Lease, MaintenanceRun, QueueState, Server
 
 __all__ = [
     "JobIdField",
@@ -22,6 +22,7 @@ __all__ = [
     "Server",
     "MaintenanceRun",
     "Lease",
+    "QueueState",
     "Topic",
     "PartitionSequence",
     "Partition",

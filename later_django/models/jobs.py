@@ -57,6 +57,9 @@ class Job(models.Model):
     # When cancel() asked the running job to stop (db clock); NULL: never.
     # Its worker stops the handler and stores the job cancelled.
     cancel_requested_ms = models.BigIntegerField(null=True)
+    # The named queue the job runs on (LATER["QUEUES"]); NULL: the default
+    # queue, so a plain insert never names the column.
+    queue = models.CharField(max_length=64, null=True)
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.
@@ -99,8 +102,11 @@ class Job(models.Model):
             ),
         ]
         indexes = [
+            # Every queue's ready jobs in one index, each queue a run of its
+            # own in claim order: a claim of one queue (``queue IS NULL`` for
+            # the default one) never reads past another's jobs.
             models.Index(
-                fields=["namespace", "-priority", "id"],
+                fields=["namespace", "queue", "-priority", "id"],
                 name="later_job_ready",
                 condition=Q(stage="enqueued", topic__isnull=True),
             ),
@@ -154,9 +160,10 @@ class StageCount(models.Model):
 
     namespace = models.CharField(max_length=64)
     stage = models.CharField(max_length=10, choices=Stage.choices)
-    # '' for plain jobs, 'partition' for a topic's: autoscale reads the
-    # plain backlog, stage_counts() sums both.
-    lane = models.CharField(max_length=10, db_default="")
+    # '' for the default queue's jobs, 'q:<name>' for a named queue's,
+    # 'partition' for a topic's (later_django/queues.py lane_of): autoscale
+    # and the Queues panel read a queue's counts, stage_counts() sums all.
+    lane = models.CharField(max_length=80, db_default="")
     n = models.BigIntegerField()
 
     class Meta:

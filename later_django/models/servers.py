@@ -19,6 +19,9 @@ class Server(models.Model):
     heartbeat_ms = models.BigIntegerField()
     # Runs partition pollers: only such servers win partitions.
     topics = models.BooleanField(db_default=False)
+    # The queues it serves, comma-separated; NULL: a server of a release
+    # before queues, which claims from every queue and knows no pause.
+    queues = models.TextField(null=True)
 
     class Meta:
         db_table = "later_server"
@@ -68,3 +71,22 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} (epoch {self.epoch}, {self.owner})"
+
+
+class QueueState(models.Model):
+    """A named queue's state shared by every server: paused or not. A queue
+    without a row runs; pause_queue() writes one, and every claim reads it."""
+
+    namespace = models.CharField(max_length=64)
+    name = models.CharField(max_length=64)
+    paused = models.BooleanField()
+    changed_ms = models.BigIntegerField()
+
+    class Meta:
+        db_table = "later_queue"
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="later_queue_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}{' (paused)' if self.paused else ''}"

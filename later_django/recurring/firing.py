@@ -16,7 +16,7 @@ import time
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
-from later_django import events
+from later_django import events, registry
 from later_django.db.base import Dialect
 from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance, ScheduleKey
 from later_django.ids import new_job_ids
@@ -127,6 +127,10 @@ def _enqueue(
     owed: cron_mod.Due,
     lane: PartitionLane | None,
 ) -> int:
+    # The queue its type's @job names on this server (the default queue's
+    # when this server does not know the type).
+    handler = registry.handler_by_name(schedule.type_name)
+    queue = None if handler is None else handler.queue
     jobs = [
         NewJob(
             id=job_id,
@@ -136,6 +140,7 @@ def _enqueue(
             priority=schedule.priority,
             retry_policy=schedule.retry_policy,
             run_at_ms=fire_ms,
+            queue=None if lane is not None else queue,
         )
         for job_id, fire_ms in zip(new_job_ids(len(owed.fire_ms)), owed.fire_ms, strict=True)
     ]

@@ -42,8 +42,11 @@ class Claimer:
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
+        queue: str | None = None,
     ) -> None:
         self.namespace = namespace
+        # The stored value of the queue it claims from (None: the default one).
+        self.queue = queue
         self.owner = owner
         self.store = store
         self.pool = pool
@@ -83,6 +86,7 @@ class Claimer:
                 owner=self.owner,
                 limit=limit,
                 lease_ms=self.leases.lease_ms,
+                queue=self.queue,
             )
         )
         self.leases.hold(((job.id, job.attempts) for job in jobs if job is not None), sent)
@@ -135,8 +139,9 @@ class Claimer:
     async def _give_back_abandoned(self, sent: float) -> None:
         """Give back the jobs a claim sent at ``sent`` took, if it committed.
 
-        Its jobs are the plain ones this server claimed since it was sent and
-        holds no lease on: while it hung no other claim of this server ran,
+        Its jobs are the plain ones of this queue this server claimed since
+        it was sent and holds no lease on: while it hung no other claim of
+        this queue on this server ran,
         every earlier claim was answered (and held) before it was sent, and
         every later one is held once answered. Raises when the database
         cannot tell; the next claim tries again."""
@@ -144,7 +149,11 @@ class Claimer:
         claims = await self.store.run(
             self.pool,
             lambda d, c: d.jobs.job_claimed_since(
-                c, namespace=self.namespace, owner=self.owner, within_ms=within_ms
+                c,
+                namespace=self.namespace,
+                owner=self.owner,
+                within_ms=within_ms,
+                queue=self.queue,
             ),
         )
         # Read here, on the loop: no claim of this server runs meanwhile.

@@ -29,7 +29,6 @@ from later_django.types import ClaimedJob
 from later_django.worker.batching import Coalescer
 from later_django.worker.executor import Outcome
 from later_django.worker.lease_book import EXPIRED, Claim, LeaseBook
-from later_django.worker.notifier import Wakeup
 from later_django.worker.status import OutcomeCounts
 
 logger = logging.getLogger(__name__)
@@ -66,7 +65,7 @@ class Completer:
         store: ThreadedStore,
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
-        wake: Wakeup,
+        wake: Callable[[int], None],
         maintenance: Maintenance,
     ) -> None:
         self.owner = owner
@@ -127,7 +126,7 @@ class Completer:
         if completion.released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
-            self.wake.wake(completion.released)
+            self.wake(completion.released)
         completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 

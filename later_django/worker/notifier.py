@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 
+from django.db.backends.utils import CursorWrapper
+
 from later_django import wakeup
 from later_django.db import dialect_for
+from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
 
 logger = logging.getLogger(__name__)
@@ -69,13 +73,16 @@ class Wakeup:
                 self._waiters.remove(waiter)
 
 
-def ready_count(payload: str, namespace: str) -> int:
-    """How many jobs of ``namespace`` a NOTIFY payload announces (0: another
-    namespace): the namespace alone for one, else namespace, chr(31), count."""
-    name, _, count = payload.partition("\x1f")
+def ready_count(payload: str, namespace: str) -> tuple[str | None, int]:
+    """The queue (stored value) and how many of its jobs of ``namespace`` a
+    NOTIFY payload announces (0: another namespace): the namespace, then
+    chr(30) and the queue for a named queue's, then chr(31) and the count
+    when more than one (migration 0014)."""
+    said, _, count = payload.partition("\x1f")
+    name, _, queue = said.partition("\x1e")
     if name != namespace:
-        return 0
-    return int(count) if count.isdigit() else 1
+        return None, 0
+    return queue or None, int(count) if count.isdigit() else 1
 
 
 class Notifier:
@@ -89,7 +96,7 @@ class Notifier:
 
     def __init__(
         self,
-        wake: Wakeup,
+        wakes: dict[str | None, Wakeup],
         *,
         alias: str,
         namespace: str,
@@ -97,7 +104,8 @@ class Notifier:
         watch: bool = False,
         partition_wake: Wakeup | None = None,
     ) -> None:
-        self.wake = wake
+        # The wake-ups of each served queue's workers, by its stored value.
+        self.wakes = wakes
         # The partition pollers' wake-ups, when this server runs them.
         self.partition_wake = partition_wake
         self.alias = alias
@@ -129,10 +137,16 @@ class Notifier:
         if self._task is not None:
             await asyncio.wait([self._task], timeout=timeout)
 
+    def wake_all(self, count: int | None = None) -> None:
+        for wake in self.wakes.values():
+            wake.wake(count)
+
     def _wake_threadsafe(self, count: int | None) -> None:
+        # A commit in this process: its queue is not told, so every served
+        # queue's workers look (a spurious wake-up only costs a claim).
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.wake.wake, count)
+            loop.call_soon_threadsafe(self.wake_all, count)
 
     def _wake_partitions_threadsafe(self) -> None:
         loop = self._loop
@@ -150,7 +164,7 @@ class Notifier:
                     if note is None:
                         self.connected.set()
                         # Anything committed while we were not listening is found now.
-                        self.wake.wake()
+                        self.wake_all()
                         if partitions is not None:
                             partitions.wake()
                         continue
@@ -158,8 +172,10 @@ class Notifier:
                     if channel == PARTITION_CHANNEL:
                         if partitions is not None and payload == self.namespace:
                             partitions.wake(1)
-                    elif ready := ready_count(payload, self.namespace):
-                        self.wake.wake(ready)
+                    else:
+                        queue, ready = ready_count(payload, self.namespace)
+                        if ready and (wake := self.wakes.get(queue)) is not None:
+                            wake.wake(ready)
             except Exception as exc:  # noqa: BLE001  the database may be restarting
                 self.connected.clear()
                 logger.warning(
@@ -168,6 +184,9 @@ class Notifier:
                     extra={"action": "listen_reconnect"},
                 )
                 await asyncio.sleep(LISTEN_RECONNECT_DELAY)
+
+    def _ready(self, queue: str | None, dialect: Dialect, cursor: CursorWrapper) -> bool:
+        return dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
 
     async def _watch_forever(self) -> None:
         session = SqliteSession(self.alias, dialect_for(self.alias))
@@ -182,11 +201,9 @@ class Notifier:
                         if self.partition_wake is not None:
                             # The poller's own look is the check.
                             self.partition_wake.wake(1)
-                        ready = await session.run(
-                            lambda d, c: d.jobs.job_ready_exists(c, namespace=self.namespace)
-                        )
-                        if ready:
-                            self.wake.wake()
+                        for queue, wake in self.wakes.items():
+                            if await session.run(functools.partial(self._ready, queue)):
+                                wake.wake()
                 except Exception as exc:  # noqa: BLE001  workers still poll meanwhile
                     logger.warning(
                         "watching the database for new jobs failed (%s); retrying",

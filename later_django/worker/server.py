@@ -11,6 +11,7 @@ job's outcome is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from later_django import events, tracing
+from later_django import queues as later_queues
 from later_django.conf import conf
 from later_django.context import build_app
 from later_django.db.rows import Heartbeat
@@ -38,6 +40,7 @@ from later_django.worker.executor import Executor
 from later_django.worker.lease_book import Claim, LeaseBook
 from later_django.worker.notifier import Notifier, Wakeup
 from later_django.worker.partitions import PartitionClaimer
+from later_django.worker.queue_workers import QueueWorkers
 from later_django.worker.services import ServiceGroup
 from later_django.worker.status import StatusReporter
 from later_django.worker.workers import MAX_WORKERS, WorkerPool, WorkerSlot
@@ -73,6 +76,7 @@ class Server:
         autoscale: tuple[int, int] | None = None,
         shutdown_timeout: float | None = None,
         metrics: Metrics | None = None,
+        queues: dict[str, int] | None = None,
     ) -> None:
         # The metrics this server feeds (later_worker --metrics-port), if any.
         self.metrics = metrics
@@ -89,6 +93,17 @@ class Server:
             self.initial_workers = min(
                 max(self.initial_workers, self.autoscale[0]), self.autoscale[1]
             )
+        # The queues served and their workers (later_worker --queues):
+        # every declared queue with the server's worker count by default.
+        served = dict(queues) if queues else later_queues.served(None, self.initial_workers)
+        if self.autoscale:
+            low, high = self.autoscale
+            served = {name: min(max(count, low), high) for name, count in served.items()}
+        if sum(served.values()) > MAX_WORKERS or min(served.values()) < 1:
+            raise ValueError(
+                f"a server runs 1..{MAX_WORKERS} workers in all, each queue at least one; "
+                f"got {served}"
+            )
         self.shutdown_timeout = (
             shutdown_timeout if shutdown_timeout is not None else conf.seconds("SHUTDOWN_TIMEOUT")
         )
@@ -97,7 +112,7 @@ class Server:
         lease_ms = conf.millis("LEASE_DURATION")
         retention_ms = conf.millis("DASHBOARD_RETENTION")
         self.store = ThreadedStore(self.alias)
-        self.wake = Wakeup()
+        wakes = {name: Wakeup() for name in served}
         self.stopping = False
         self.closed = asyncio.Event()
         self._hurry = asyncio.Event()  # set by hurry(): the grace period ends now
@@ -127,19 +142,10 @@ class Server:
             ),
             conf.seconds("MAINTENANCE_INTERVAL"),
             lease=lease_ms / 1000,
-            wake=self.wake.wake,
+            wake=self.wake_every_queue,
         )
         self.leases = LeaseBook(
             store=self.store, pool=self._service_pool, owner=self.server_id, lease_ms=lease_ms
-        )
-        self.claimer = Claimer(
-            alias=self.alias,
-            namespace=self.namespace,
-            owner=self.server_id,
-            store=self.store,
-            pool=self._service_pool,
-            leases=self.leases,
-            wake=self.wake,
         )
         self.completer = Completer(
             alias=self.alias,
@@ -148,14 +154,14 @@ class Server:
             store=self.store,
             pool=self._db_pool,
             leases=self.leases,
-            wake=self.wake,
+            wake=self.wake_every_queue,
             maintenance=self.maintenance,
         )
         # Partition pollers run where topics are set (docs/partitions.md).
         self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
         self.partition_wake = Wakeup()
         self.notifier = Notifier(
-            self.wake,
+            {later_queues.stored_or_none(name): wake for name, wake in wakes.items()},
             alias=self.alias,
             namespace=self.namespace,
             listen=self.store.dialect.supports_listen,
@@ -165,15 +171,13 @@ class Server:
         poll = conf.seconds("POLL_INTERVAL")
         poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
         executor = Executor(self._handler_pool, app=build_app(), traced=tracing.enabled())
-        self.pool = WorkerPool(
-            claimer=self.claimer,
-            completer=self.completer,
-            executor=executor,
-            owner=self.server_id,
-            tasks=self.services,
-            wake=self.wake,
-            poll_interval=poll_interval,
-        )
+        self.queues: list[QueueWorkers] = []
+        for name, count in served.items():
+            # Workers are numbered across queues, so logs and metrics tell them apart.
+            first_id = sum(queue.workers for queue in self.queues)
+            self.queues.append(
+                self._queue_workers(name, count, wakes[name], executor, poll_interval, first_id)
+            )
         self.partitions = PartitionClaimer(
             namespace=self.namespace,
             owner=self.server_id,
@@ -204,40 +208,94 @@ class Server:
             self.completer.outcomes, self.ready_backlog, lambda: self.worker_count
         )
 
+    def _queue_workers(
+        self,
+        name: str,
+        count: int,
+        wake: Wakeup,
+        executor: Executor,
+        poll_interval: float,
+        first_id: int,
+    ) -> QueueWorkers:
+        claimer = Claimer(
+            alias=self.alias,
+            namespace=self.namespace,
+            owner=self.server_id,
+            store=self.store,
+            pool=self._service_pool,
+            leases=self.leases,
+            wake=wake,
+            queue=later_queues.stored_or_none(name),
+        )
+        pool = WorkerPool(
+            claimer=claimer,
+            completer=self.completer,
+            executor=executor,
+            owner=self.server_id,
+            tasks=self.services,
+            wake=wake,
+            poll_interval=poll_interval,
+            first_id=first_id,
+        )
+        return QueueWorkers(name, count, wake, claimer, pool, self.store, self.autoscale)
+
+    def wake_every_queue(self, count: int | None = None) -> None:
+        """Jobs became ready in queues this server cannot tell (continuations
+        released, delayed jobs promoted): wake the workers of each."""
+        for queue in self.queues:
+            queue.wake.wake(count)
+
+    @property
+    def _pools(self) -> list[WorkerPool]:
+        return [queue.pool for queue in self.queues] + [self.partition_pool]
+
     def _claim_given_up(self, claim: Claim, why: str) -> None:
-        self.claimer.drop(claim)
+        for queue in self.queues:
+            queue.claimer.drop(claim)
         self.partitions.drop(claim)
-        for pool in (self.pool, self.partition_pool):
+        for pool in self._pools:
             pool.stop_handler_of(claim, why)
 
     def _cancel_requested(self, claim: Claim) -> None:
-        for pool in (self.pool, self.partition_pool):
+        for pool in self._pools:
             pool.cancel_handler_of(claim)
 
     # -- what tests, the supervisor and the command use --------------------------
+    # A server of one queue is one queue's workers: claimer and wake are the
+    # first served queue's.
+    @property
+    def claimer(self) -> Claimer:
+        return self.queues[0].claimer
+
+    @property
+    def wake(self) -> Wakeup:
+        return self.queues[0].wake
+
     @property
     def worker_count(self) -> int:
-        return self.pool.count
+        return sum(queue.pool.count for queue in self.queues)
 
     @property
     def slots(self) -> list[WorkerSlot]:
         """Every worker the supervisor watches: plain and partition ones."""
-        return self.pool.slots + self.partition_pool.slots
+        return [slot for pool in self._pools for slot in pool.slots]
 
     @property
     def processed(self) -> int:
-        return self.pool.processed + self.partition_pool.processed
+        return sum(pool.processed for pool in self._pools)
 
     async def renew_leases(self) -> list[Claim]:
         return await self.leases.renew()
 
     def replace_worker(self, slot: WorkerSlot) -> WorkerSlot:
-        pool = self.partition_pool if slot in self.partition_pool.slots else self.pool
+        pool = next(pool for pool in self._pools if slot in pool.slots)
         return pool.replace(slot)
 
     def abandon_hung_calls(self, threshold: float) -> list[str]:
         """Give up on a shared claim or completion stuck longer than ``threshold``."""
-        now, parts = time.monotonic(), (("claim", self.claimer), ("complete", self.completer))
+        now = time.monotonic()
+        parts = [(f"claim {q.name}", q.claimer) for q in self.queues]
+        parts.append(("complete", self.completer))  # type: ignore[arg-type]
         hung = [
             (n, p) for n, p in parts if (t := p.hung_since()) is not None and now - t > threshold
         ]
@@ -246,12 +304,9 @@ class Server:
         return [name for name, _ in hung]
 
     async def ready_backlog(self) -> int:
-        """Plain jobs ready to run now in this namespace, read from the counters."""
-        return int(
-            await self.store.run(
-                self._service_pool, lambda d, c: d.reads.plain_ready(c, namespace=self.namespace)
-            )
-        )
+        """Jobs of the served queues ready to run now (none of a paused
+        queue), read from the counters."""
+        return sum([await queue.ready_backlog() for queue in self.queues])
 
     # -- lifecycle --------------------------------------------------------------
     async def start(self) -> None:
@@ -259,8 +314,9 @@ class Server:
         self.notifier.start()
         await self.services.open()
         # Workers first, so the first heartbeat reports their number, not 0.
-        for _ in range(self.initial_workers):
-            self.pool.spawn()
+        for queue in self.queues:
+            for _ in range(queue.workers):
+                queue.pool.spawn()
         if events.active:  # before any worker task has run
             events.emit(events.ServerStarted(self.server_id, self.namespace, self.worker_count))
         await self._heartbeat_once()
@@ -269,7 +325,8 @@ class Server:
         self.services.start("renew", self.leases.run_renewals)
         self.services.start("deadlines", self.leases.run_deadlines)
         self.services.start("cancels", self.leases.run_cancel_checks)
-        self.services.start("poll", self.pool.run_backstop)
+        for queue in self.queues:
+            self.services.start(f"poll {queue.name}", queue.pool.run_backstop)
         self.services.start("heartbeat", self._heartbeat_loop)
         self.services.start("maintenance", self.maintenance.run)
         self.services.start("supervisor", lambda: supervisor.supervise(self))
@@ -280,19 +337,29 @@ class Server:
         for extension in self._extensions:
             self.services.start(extension.name, extension.run)
         if self.autoscale:
-            self.services.start("autoscale", lambda: supervisor.autoscale(self))
+            for queue in self.queues:
+                self.services.start(
+                    f"autoscale {queue.name}", functools.partial(supervisor.autoscale, queue)
+                )
         logger.info(
-            "later server %s started: %d workers on %s, namespace %r",
+            "later server %s started: %d workers on %s, namespace %r, queues %s",
             self.server_id,
             self.worker_count,
             self.alias,
             self.namespace,
+            self.served_queues,
             extra={"action": "server_started"},
         )
 
+    @property
+    def served_queues(self) -> str:
+        """The queues served, as later_server records them: "emails,default"."""
+        return ",".join(queue.name for queue in self.queues)
+
     def worker_counts(self) -> tuple[int, int]:
         """(workers, busy workers) of this server, for later_workers."""
-        busy = sum(1 for slot in self.pool.slots if slot.busy_since is not None)
+        slots = [slot for queue in self.queues for slot in queue.pool.slots]
+        busy = sum(1 for slot in slots if slot.busy_since is not None)
         return self.worker_count, busy
 
     def partition_local(self) -> PartitionLocal:
@@ -304,18 +371,17 @@ class Server:
         )
 
     async def add_worker(self) -> int:
-        """Start one more worker (at most 255); return the new count."""
+        """Start one more worker of the first served queue (at most 255 in
+        all); return the new count of every queue's."""
         if self.worker_count >= MAX_WORKERS:
             raise ValueError(f"a server runs at most {MAX_WORKERS} workers")
-        self.pool.spawn()
+        await self.queues[0].add_worker()
         return self.worker_count
 
     async def remove_worker(self) -> int:
-        """Stop one worker after its current job; at least one remains.
-
-        Returns the new count."""
-        if self.worker_count > 1:
-            await self.pool.remove_one()
+        """Stop one worker of the first served queue after its current job;
+        at least one remains. Returns the new count of every queue's."""
+        await self.queues[0].remove_worker()
         return self.worker_count
 
     def hurry(self) -> None:
@@ -333,16 +399,14 @@ class Server:
             return
         self.stopping = True
         timeout = self.shutdown_timeout if timeout is None else timeout
-        for name in ("supervisor", "autoscale"):
-            await self.services.stop(name)
+        await self.services.stop("supervisor")
+        for queue in self.queues:
+            await self.services.stop(f"autoscale {queue.name}")
         aborted = sum(
-            await asyncio.gather(
-                self.pool.stop_all(timeout, self._hurry),
-                self.partition_pool.stop_all(timeout, self._hurry),
-            )
+            await asyncio.gather(*(pool.stop_all(timeout, self._hurry) for pool in self._pools))
         )
         if aborted:
-            stopped = self.pool.stopped_jobs + self.partition_pool.stopped_jobs
+            stopped = [job for pool in self._pools for job in pool.stopped_jobs]
             given = await self.claimer.give_back(stopped)
             logger.warning(
                 "shutdown deadline passed: stopped %d running jobs; %d given back to run "
@@ -353,12 +417,14 @@ class Server:
                 aborted - given,
                 extra={"action": "shutdown_abort", "given_back": given},
             )
-        await self.claimer.release_spares()
+        for queue in self.queues:
+            await queue.claimer.release_spares()
         if self._hurry.is_set():
             timeout = 0.0
         pending = await self.completer.wait(timeout)
         if pending:
-            await self.claimer.close()
+            for queue in self.queues:
+                await queue.claimer.close()
             await self.completer.abandon(pending)
         await self.services.stop_all()
         self.notifier.stop()
@@ -374,7 +440,8 @@ class Server:
         # collection (on PostgreSQL, a session per thread of an in-process server).
         await asyncio.to_thread(self.store.close, CONNECTION_CLOSE_TIMEOUT)
         await self.notifier.join(CONNECTION_CLOSE_TIMEOUT)
-        await self.claimer.close()
+        for queue in self.queues:
+            await queue.claimer.close()
         await self.completer.close()
         self.closed.set()
         await self.services.close(CONNECTION_CLOSE_TIMEOUT)
@@ -430,6 +497,7 @@ class Server:
                     pid=os.getpid(),
                     workers=self.worker_count,
                     topics=self.topics,
+                    queues=self.served_queues,
                 ),
             ),
         )

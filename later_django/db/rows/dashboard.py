@@ -129,6 +129,9 @@ class LiveServer:
     topics: bool
     started_ms: int
     heartbeat_ms: int
+    # The queues it serves, comma-separated; None: a server of a release
+    # before queues (it claims from every queue and ignores pause).
+    queues: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

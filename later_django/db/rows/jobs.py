@@ -15,13 +15,15 @@ from later_django.types import ClaimedJob
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimRequest:
-    """Up to ``limit`` ready jobs of ``namespace``, leased to ``owner`` for
-    ``lease_ms`` from the database's now."""
+    """Up to ``limit`` ready jobs of ``namespace`` in ``queue`` (its stored
+    value: None for the default queue), leased to ``owner`` for ``lease_ms``
+    from the database's now."""
 
     namespace: str
     owner: str
     limit: int
     lease_ms: int
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

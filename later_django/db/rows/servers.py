@@ -18,6 +18,8 @@ class Heartbeat:
     workers: int
     # Runs partition pollers (LATER["TOPICS"] is set): may win partitions.
     topics: bool = False
+    # The queues it serves, comma-separated.
+    queues: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

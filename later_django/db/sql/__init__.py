@@ -49,6 +49,7 @@ TABLES: Final = (
     "later_log_consumer",
     "later_dashboard_stat",
     "later_queue_sample",
+    "later_queue",
 )
 
 # The time of a stage change: never before the row's previous change, so a

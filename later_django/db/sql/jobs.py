@@ -20,6 +20,16 @@ INSERT_COLUMNS: Final = (
     "parent_id, created_ms, run_at_ms, changed_ms, history"
 )
 
+# -- queues ---------------------------------------------------------------------------
+# The jobs of one queue: the default queue's store NULL (later_django/queues.py),
+# so a claim of it reads the ready index's NULL run and never a named queue's.
+IN_QUEUE: Final = {False: "queue IS NULL", True: "queue = %s"}
+# A paused queue starts nothing: one look at its row of later_queue per
+# statement (an uncorrelated subquery, evaluated once), not per job.
+QUEUE_RUNS: Final = (
+    "NOT EXISTS (SELECT 1 FROM later_queue q WHERE q.namespace = %s AND q.name = %s AND q.paused)"
+)
+
 # -- stage changes: the SET of every statement that moves a job, written once ---------
 TO_RUNNING: Final = """stage = 'running', attempts = attempts + 1,
     changed_ms = {stamp}, started_ms = {stamp}, lease_owner = %s,
@@ -144,11 +154,16 @@ RETURNING id, attempts
 # The plain jobs ``owner`` claimed within the last ``%s`` ms that are still
 # running: what a claim abandoned mid-statement may have taken. One claim
 # statement stamps all its jobs with one started_ms.
-JOB_CLAIMED_SINCE_SQL: Final = """
+# A server claims each queue on a connection of its own, so this looks at
+# the claims of one queue: another's may be in flight.
+_JOB_CLAIMED_SINCE: Final = """
 SELECT id, attempts FROM later_job
 WHERE namespace = %s AND stage = 'running' AND lease_owner = %s AND topic IS NULL
-  AND started_ms >= {now} - %s
+  AND {in_queue} AND started_ms >= {now} - %s
 """
+JOB_CLAIMED_SINCE_SQL: Final = {
+    named: compose(_JOB_CLAIMED_SINCE, in_queue=IN_QUEUE[named]) for named in (False, True)
+}
 
 # The stage a claim left its job in, once it no longer runs: what an outcome
 # whose store may or may not have committed finds.
@@ -359,10 +374,17 @@ WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
     release=RELEASE,
 )
 
-# SQLite's wake-up check after another connection committed: a read, no lock.
-JOB_READY_EXISTS_SQL: Final = """
-SELECT 1 FROM later_job WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL LIMIT 1
+# SQLite's wake-up check of one queue after another connection committed: a
+# read, no lock. A paused queue has nothing ready to claim.
+_JOB_READY_EXISTS: Final = """
+SELECT 1 FROM later_job
+WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL AND {queue_runs}
+LIMIT 1
 """
+JOB_READY_EXISTS_SQL: Final = {
+    named: compose(_JOB_READY_EXISTS, in_queue=IN_QUEUE[named], queue_runs=QUEUE_RUNS)
+    for named in (False, True)
+}
 
 # The database's clock, for callers that compute times from it in Python.
 CLOCK_NOW_SQL: Final = "SELECT {now}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.db.sql.jobs import CLAIM_RETURNING, DUE_IDS, PROMOTE
+from later_django.db.sql.jobs import CLAIM_RETURNING, DUE_IDS, IN_QUEUE, PROMOTE, QUEUE_RUNS
 from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, HELD
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
@@ -15,6 +15,8 @@ NOTIFY_CHANNEL: Final = "later"
 # Partition jobs that became ready: partition pollers listen here, plain
 # workers never hear of them.
 PARTITION_CHANNEL: Final = "later_partition"
+
+NOTIFY_SQL: Final = "SELECT pg_notify(%s, %s)"
 
 # -- clock and locking fragments (see __init__.py) -----------------------------
 # statement_timestamp(): one time for the whole statement, so every column a
@@ -34,18 +36,24 @@ SHARE_LOCK: Final = "FOR SHARE OF p"
 # COPY's start.
 COPY_COLUMNS: Final = "id, namespace, type_name, payload, stage, priority, attempts, retry_policy"
 JOB_COPY_SQL: Final = compose("COPY later_job ({columns}) FROM STDIN", columns=COPY_COLUMNS)
+# The same, of a batch in which some job names a queue.
+JOB_COPY_QUEUED_SQL: Final = compose(
+    "COPY later_job ({columns}, queue) FROM STDIN", columns=COPY_COLUMNS
+)
 
+# The claim of one queue's jobs (IN_QUEUE), nothing while it is paused.
 # The clock is read once for the whole claim (t): SKIP LOCKED never waits,
 # so that is the time of the write, and one read instead of four per row.
 # The LIMIT is written into the text (one prepared statement per claim size,
 # at most the worker count): as a parameter, the server's generic plan
 # assumes a large limit and hash-joins a scan of the whole table, so it plans
 # a custom plan for every single claim instead.
-JOB_CLAIM_SQL: Final = compose(
+_JOB_CLAIM: Final = compose(
     """
 WITH picked AS MATERIALIZED (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
+    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
+      AND {queue_runs}
     ORDER BY priority DESC, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
@@ -57,7 +65,12 @@ UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
 FROM picked, t WHERE j.id = picked.id
 RETURNING {returning}""",
     returning=", ".join("j." + column for column in CLAIM_RETURNING.split(", ")),
+    queue_runs=QUEUE_RUNS,
 )
+# The claim of the default queue (False) or of a named one (True).
+JOB_CLAIM_SQL: Final = {
+    named: compose(_JOB_CLAIM, in_queue=IN_QUEUE[named]) for named in (False, True)
+}
 
 # Successes in bulk, then the release of their waiting continuations, in one
 # function: one statement and one round trip for the worker (the batch

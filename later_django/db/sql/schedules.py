@@ -86,6 +86,10 @@ WHERE id IN (
 # One occurrence, due at its exact fire time even when that is already past
 # (the plain insert would move it to now): ready when due, else delayed.
 JOB_INSERT_OCCURRENCE_SQL: Final = job_insert(extra_columns=", recurring", exact_time=True)
+# One of a schedule whose type's @job names a queue.
+JOB_INSERT_QUEUED_OCCURRENCE_SQL: Final = job_insert(
+    extra_columns=", recurring, queue", exact_time=True
+)
 # An occurrence of a sequential schedule: in its partition of the reserved
 # topic, at the sequence its partition's counter gave it.
 JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL: Final = job_insert(

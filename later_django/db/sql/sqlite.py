@@ -9,8 +9,10 @@ from typing import Final
 from later_django.db.sql import TABLES, compose
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
+    IN_QUEUE,
     INSERT_COLUMNS,
     LEASE_DROPPED,
+    QUEUE_RUNS,
     RELEASE,
     TO_RUNNING,
     TO_SUCCESS,
@@ -31,22 +33,34 @@ JOB_INSERT_MANY_ROW: Final = (
 JOB_INSERT_MANY_SQL: Final = compose(
     "INSERT INTO later_job ({columns}) VALUES {values}", columns=INSERT_COLUMNS
 )
+# The same, of a batch in which some job names a queue: each row then ends
+# with its queue (NULL for the default one).
+JOB_INSERT_MANY_QUEUED_ROW: Final = JOB_INSERT_MANY_ROW[:-1] + ", %s)"
+JOB_INSERT_MANY_QUEUED_SQL: Final = compose(
+    "INSERT INTO later_job ({columns}, queue) VALUES {values}", columns=INSERT_COLUMNS
+)
 
 # A write statement takes SQLite's write lock before it reads, so the
 # sub-select and the update see the same rows; no other claim interleaves.
-JOB_CLAIM_SQL: Final = compose(
+# The claim of one queue's jobs (IN_QUEUE), nothing while it is paused.
+_JOB_CLAIM: Final = compose(
     """
 UPDATE later_job SET {to_running}
 WHERE id IN (
     SELECT id FROM later_job
-    WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
+    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
+      AND {queue_runs}
     ORDER BY priority DESC, id
     LIMIT %s)
 RETURNING {returning}
 """,
     to_running=TO_RUNNING,
     returning=CLAIM_RETURNING,
+    queue_runs=QUEUE_RUNS,
 )
+JOB_CLAIM_SQL: Final = {
+    named: compose(_JOB_CLAIM, in_queue=IN_QUEUE[named]) for named in (False, True)
+}
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone

@@ -1,0 +1,60 @@
+"""The workers of one queue on a server: its own claims, wake-ups and pool.
+
+A server serves each of its queues apart (``later_worker --queues
+emails=4,default=8``): a queue's workers claim only its jobs, in one shared
+statement per batch on a connection of their own, are woken only for its
+jobs, and are never more than its count. Autoscale reads and scales each
+queue on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from later_django import queues
+from later_django.threaded_store import ThreadedStore
+from later_django.worker.claimer import Claimer
+from later_django.worker.notifier import Wakeup
+from later_django.worker.workers import WorkerPool
+
+
+@dataclass(eq=False)
+class QueueWorkers:
+    """One served queue: ``name`` as declared, ``stored`` as its jobs store
+    it (None for the default queue)."""
+
+    name: str
+    workers: int
+    wake: Wakeup
+    claimer: Claimer
+    pool: WorkerPool
+    store: ThreadedStore
+    autoscale: tuple[int, int] | None = None
+
+    @property
+    def stored(self) -> str | None:
+        return queues.stored_or_none(self.name)
+
+    @property
+    def worker_count(self) -> int:
+        return self.pool.count
+
+    async def add_worker(self) -> int:
+        self.pool.spawn()
+        return self.pool.count
+
+    async def remove_worker(self) -> int:
+        """Stop one worker after its current job; at least one remains."""
+        if self.pool.count > 1:
+            await self.pool.remove_one()
+        return self.pool.count
+
+    async def ready_backlog(self) -> int:
+        """This queue's jobs ready now (0 while it is paused), from the counters."""
+        namespace, name = self.claimer.namespace, self.name
+        return int(
+            await self.store.run(
+                self.claimer.pool,
+                lambda d, c: d.reads.plain_ready(c, namespace=namespace, queue=name),
+            )
+        )
