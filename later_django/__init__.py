@@ -54,6 +54,7 @@ from later_django.partitions.api import (
     partition_stats,
     truncate_partition_history,
 )
+from later_django.queues import apause_queue, aresume_queue, pause_queue, resume_queue
 from later_django.recurring.api import (
     aenqueue_recurring,
     aenqueue_recurring_sequential,
@@ -106,6 +107,8 @@ __all__ = [
     "aenqueue_to_partition_in",
     "aforce_fail_partition_head",
     "aget_job",
+    "apause_queue",
+    "aresume_queue",
     "alist_recurring",
     "apartition_stats",
     "aremove_recurring",
@@ -131,7 +134,9 @@ __all__ = [
     "list_recurring",
     "partition_for_key",
     "partition_stats",
+    "pause_queue",
     "remove_recurring",
+    "resume_queue",
     "stage_counts",
     "truncate_partition_history",
 ]

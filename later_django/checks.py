@@ -14,9 +14,11 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string, module_has_submodule
 
+from later_django import registry
 from later_django.conf import DEFAULTS, TIMING_KEYS, conf
 from later_django.db import dialect_for
 from later_django.partitions.reserved import RECURRING_TOPIC, registered_topics
+from later_django.queues import DEFAULT_QUEUE, is_queue_name
 from later_django.registry import TOPIC_NAME, is_module_name
 from later_django.retry import RetryPolicy
 
@@ -51,6 +53,41 @@ def check_settings(**kwargs: Any) -> list[CheckMessage]:
     messages += _check_context(merged["CONTEXT"])
     messages += _check_jobs_module(merged["JOBS_MODULE"], explicit="JOBS_MODULE" in raw)
     messages += _check_retained_log_lag(merged["RETAINED_LOG_LAG"])
+    messages += _check_queues(merged["QUEUES"])
+    return messages
+
+
+def _check_queues(value: object) -> list[CheckMessage]:
+    if not isinstance(value, dict):
+        return [
+            _error(
+                "E025",
+                f"LATER['QUEUES'] is {value!r}; it must be a dict of queue name -> options.",
+                "Set LATER['QUEUES'] = {'default': {}, 'emails': {}}.",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    for name, options in value.items():
+        if not is_queue_name(name) or not isinstance(options, dict):
+            messages.append(
+                _error(
+                    "E025",
+                    f"LATER['QUEUES'] has {name!r}: {options!r}; a queue is named by an "
+                    "identifier of at most 64 characters and its options are a dict.",
+                    "Write e.g. LATER['QUEUES'] = {'default': {}, 'emails': {}}.",
+                )
+            )
+    declared = set(value) | {DEFAULT_QUEUE}
+    for handler in registry.handlers():
+        if handler.queue is not None and handler.queue not in declared:
+            messages.append(
+                _error(
+                    "E026",
+                    f"@job(queue={handler.queue!r}) of {handler.name} names a queue "
+                    "LATER['QUEUES'] does not declare: its jobs could not be enqueued.",
+                    f"Add {handler.queue!r}: {{}} to LATER['QUEUES'], or fix the name.",
+                )
+            )
     return messages
 
 

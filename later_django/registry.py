@@ -210,6 +210,11 @@ def handler_by_name(name: str) -> Handler | None:
     return handler
 
 
+def handlers() -> list[Handler]:
+    """Every handler registered with @job."""
+    return list(_by_type.values())
+
+
 def any_queue() -> bool:
     """Does any registered type name a queue (bulk inserts then carry the
     queue column)?"""

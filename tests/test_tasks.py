@@ -154,7 +154,9 @@ def test_priorities_order_the_run(later_db, record):
 
 
 def test_what_the_backend_refuses_is_refused_before_anything_is_written(later_db):
-    with pytest.raises(InvalidTask, match="queue_name='emails'.*remove queue_name="):
+    with pytest.raises(
+        InvalidTask, match=r"queue_name='emails' is not declared in LATER\['QUEUES'\]"
+    ):
         tasks.add.using(queue_name="emails").enqueue(1, 2)
     with pytest.raises(TypeError, match="Unsupported type"):
         tasks.add.enqueue(object(), 2)
@@ -192,7 +194,7 @@ def test_results_go_with_their_jobs_and_plain_jobs_write_none(later_db, record):
     assert result_rows(later_db) == 0
 
 
-def test_a_queues_list_beyond_default_is_a_system_check_error(settings):
+def test_a_tasks_queue_that_later_does_not_declare_is_a_system_check_error(settings):
     settings.TASKS = {
         "default": {
             "BACKEND": "later_django.tasks.LaterBackend",
@@ -200,8 +202,10 @@ def test_a_queues_list_beyond_default_is_a_system_check_error(settings):
         }
     }
     errors = list(compat.task_backends["default"].check())
-    assert [error.id for error in errors] == ["later.E022"]
-    assert "remove queue_name=" in errors[0].msg and "'emails'" in errors[0].msg
+    assert [error.id for error in errors] == ["later.E027"]
+    assert "'emails'" in errors[0].msg and "LATER['QUEUES']" in errors[0].hint
+    settings.LATER = {**settings.LATER, "QUEUES": {"default": {}, "emails": {}}}
+    assert list(compat.task_backends["default"].check()) == []
 
 
 def test_aenqueue_and_aget_result_work_from_async_code(later_db):

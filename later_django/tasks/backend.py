@@ -4,8 +4,9 @@
 
 A task enqueue is a job enqueue: it joins the caller's transaction, becomes
 due at ``run_after``, runs by ``priority`` (-100..100, one to one), and is run
-by ``later_worker`` with later's retries, leases and recovery. The job is
-named by the task's import path, so the dashboard and metrics show it so.
+by ``later_worker`` with later's retries, leases and recovery, on the later
+queue its ``queue_name`` names (declared in ``LATER["QUEUES"]``). The job
+is named by the task's import path, so the dashboard and metrics show it so.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.core import checks
 from django.db import transaction
 from django.utils import timezone
 
-from later_django import registry
+from later_django import queues, registry
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.enqueue import insert_built
@@ -27,13 +28,6 @@ from later_django.retry import RetryPolicy
 from later_django.tasks import compat, results, runner
 from later_django.tasks.compat import InvalidTask, Task, TaskResult, TaskResultStatus
 from later_django.tasks.results import TaskCall
-
-# Named queues do not exist yet: every task runs on this one.
-QUEUE = "default"
-QUEUE_FIX = (
-    "later_django runs every task on one queue until named queues exist: remove "
-    "queue_name= from the task (and QUEUES from its TASKS entry)"
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +62,12 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         self._importable: set[str] = set()
 
     def validate_task(self, task: Task) -> None:
-        if task.queue_name != QUEUE:
-            raise InvalidTask(f"queue_name={task.queue_name!r}: {QUEUE_FIX}")
+        # queue_name is a later queue: declared in LATER["QUEUES"] (Django
+        # checks it against the TASKS entry's QUEUES).
+        try:
+            queues.stored(task.queue_name, "queue_name")
+        except ValueError as exc:
+            raise InvalidTask(str(exc)) from None
         super().validate_task(task)
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
@@ -78,10 +76,11 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         call = TaskCall(
             args=compat.normalize_json(list(args)), kwargs=compat.normalize_json(dict(kwargs))
         )
+        queue = task.queue_name
         if task.run_after is not None:
-            options = EnqueueOptions(priority=task.priority, at=task.run_after)
+            options = EnqueueOptions(priority=task.priority, at=task.run_after, queue=queue)
         else:
-            options = EnqueueOptions(priority=task.priority)
+            options = EnqueueOptions(priority=task.priority, queue=queue)
         job = JobBuilder().build(call, options)._replace(type_name=task.module_path)
         job_id = insert_built(job)
         result = TaskResult(
@@ -110,10 +109,13 @@ class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
 
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         yield from super().check(**kwargs)
-        if set(self.queues) - {QUEUE}:
+        undeclared = sorted(set(self.queues) - set(queues.declared()))
+        if undeclared:
             yield checks.Error(
-                f"TASKS[{self.alias!r}] names queues {sorted(self.queues)}: {QUEUE_FIX}",
-                id="later.E022",
+                f"TASKS[{self.alias!r}]['QUEUES'] names {', '.join(map(repr, undeclared))}, "
+                "which LATER['QUEUES'] does not declare: its tasks could not be enqueued.",
+                hint="Declare each in LATER['QUEUES'] (e.g. {'default': {}, 'emails': {}}).",
+                id="later.E027",
             )
 
     def _check_importable(self, task: Task) -> None:

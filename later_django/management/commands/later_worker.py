@@ -16,7 +16,7 @@ from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from later_django import schema
+from later_django import queues, schema
 from later_django.conf import conf
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -74,6 +74,14 @@ class Command(BaseCommand):
             help="worker tasks in this process (default LATER['WORKERS'])",
         )
         parser.add_argument(
+            "--queues",
+            default=None,
+            metavar="NAME[=WORKERS],...",
+            help="the queues this process serves and their workers, e.g. emails=4,default=8 "
+            "(a queue without a count gets --workers; default: every queue of "
+            "LATER['QUEUES'], --workers each)",
+        )
+        parser.add_argument(
             "--autoscale",
             type=autoscale_bounds,
             default=None,
@@ -116,7 +124,13 @@ class Command(BaseCommand):
         endpoint = fed = None
         if options["metrics_port"] is not None:
             fed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
+        workers = options["workers"] if options["workers"] is not None else conf.WORKERS
+        try:
+            served = queues.served(options["queues"], int(workers))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         server = Server(
+            queues=served,
             workers=options["workers"],
             autoscale=options["autoscale"],
             shutdown_timeout=options["shutdown_timeout"],
