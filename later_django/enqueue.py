@@ -18,7 +18,7 @@ from typing import Unpack
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import events, registry, schema, tracing, wakeup
+from later_django import events, queues, registry, schema, tracing, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
@@ -214,7 +214,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
         raise
     _wake_on_commit(alias, len(ids))
     if built is not None:
-        tell_on_commit(alias, [(job.id, job.type_name) for job in built], Stage.ENQUEUED)
+        tell_on_commit(alias, built, Stage.ENQUEUED)
     return ids
 
 
@@ -236,13 +236,16 @@ def _wake_on_commit(alias: str, count: int = 1) -> None:
         transaction.on_commit(functools.partial(wakeup.wake, count), using=alias)
 
 
-def tell_on_commit(alias: str, jobs: list[tuple[str, str]], stage: str) -> None:
+def tell_on_commit(alias: str, jobs: Sequence[NewJob], stage: str) -> None:
     """Tell events subscribers of ``jobs`` once their transaction commits."""
-    namespace = conf.namespace
 
     def tell() -> None:
-        for job_id, type_name in jobs:
-            events.emit(events.JobEnqueued(job_id, type_name, stage, namespace))
+        for job in jobs:
+            events.emit(
+                events.JobEnqueued(
+                    job.id, job.type_name, stage, job.namespace, queues.name_of(job.queue)
+                )
+            )
 
     transaction.on_commit(tell, using=alias)
 
@@ -257,7 +260,7 @@ def _insert_one(job: NewJob) -> JobId:
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     if events.JobEnqueued in events.listening:
-        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(alias, [job], stage)
     return JobId(job.id)
 
 
@@ -277,7 +280,7 @@ def _insert_continuation(job: NewJob) -> JobId:
             f"{job.namespace!r} (it may have expired)"
         )
     if events.JobEnqueued in events.listening:
-        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(alias, [job], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     elif stage == Stage.WAITING:

@@ -46,6 +46,7 @@ class JobEnqueued(Event):
     job_type: str
     stage: str  # enqueued, delayed or waiting
     namespace: str
+    queue: str = "default"  # its named queue
 
 
 @dataclass(slots=True)
@@ -74,6 +75,7 @@ class JobFinished(Event):
     worker: int  # the worker of this server that ran it
     server_id: str
     partitioned: bool = False  # a partition job (its topic's lane)
+    queue: str = "default"  # the queue of the workers that ran it
 
 
 @dataclass(slots=True)

@@ -27,8 +27,6 @@ from prometheus_client.registry import Collector
 from later_django import events
 from later_django.types import PartitionLocal, PartitionStats
 
-# Named queues do not exist yet: every job is in this one.
-QUEUE = "default"
 # The stage a stored outcome moves its job to.
 OUTCOME_STAGE = {
     "succeeded": "success",
@@ -51,7 +49,7 @@ DURATION_BUCKETS = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 )  # fmt: skip
 
-StageCounts = Callable[[], dict[str, int]]
+StageCounts = Callable[[], dict[tuple[str, str], int]]
 # A JobFinished's series: the running and the outcome transitions, handler
 # duration, job duration, wait, command.
 FinishedSeries = tuple[list[float], list[float], list[float], list[float], list[float], list[float]]
@@ -155,7 +153,7 @@ class Metrics:
             ("worker_id", "outcome"),
         )
         # The series each JobFinished adds to, by its labels.
-        self._finished: dict[tuple[str, int, str], FinishedSeries] = {}
+        self._finished: dict[tuple[str, str, int, str], FinishedSeries] = {}
         self.queue = QueueCollector()
         self.workers = WorkersCollector()
         self.lag = LagCollector()
@@ -180,7 +178,7 @@ class Metrics:
     def on_finished(self, event: events.JobFinished) -> None:
         waited, since_created = event.waited, event.since_created
         with self.lock:
-            labels = (event.job_type, event.worker, event.outcome)
+            labels = (event.queue, event.job_type, event.worker, event.outcome)
             found = self._finished.get(labels)
             if found is None:
                 found = self._finished[labels] = self._finished_series(*labels)
@@ -192,19 +190,21 @@ class Metrics:
             _observe(wait, waited if waited > 0 else 0.0)
             command[0] += 1
 
-    def _finished_series(self, job_type: str, worker: int, outcome: str) -> FinishedSeries:
+    def _finished_series(
+        self, queue: str, job_type: str, worker: int, outcome: str
+    ) -> FinishedSeries:
         return (
-            self.transitions.series((QUEUE, job_type, "running")),
-            self.transitions.series((QUEUE, job_type, OUTCOME_STAGE[outcome])),
-            self.handler_duration.series((QUEUE, job_type, str(worker), outcome)),
-            self.job_duration.series((QUEUE, job_type, outcome)),
-            self.wait_duration.series((QUEUE, job_type)),
+            self.transitions.series((queue, job_type, "running")),
+            self.transitions.series((queue, job_type, OUTCOME_STAGE[outcome])),
+            self.handler_duration.series((queue, job_type, str(worker), outcome)),
+            self.job_duration.series((queue, job_type, outcome)),
+            self.wait_duration.series((queue, job_type)),
             self.commands.series((str(worker), COMMAND_OUTCOME[outcome])),
         )
 
     def on_enqueued(self, event: events.JobEnqueued) -> None:
         with self.lock:
-            self.transitions.inc((QUEUE, event.job_type, event.stage))
+            self.transitions.inc((event.queue, event.job_type, event.stage))
 
     def on_lease_lost(self, event: events.LeaseLost) -> None:
         with self.lock:
@@ -235,14 +235,14 @@ class QueueCollector(Collector):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
+        self._counts: dict[tuple[str, str], int] = {}
         self._read_at = float("-inf")
         # Set in a process without a worker: how to read the counts, and how
         # old they may be before a scrape reads them again.
         self.read: StageCounts | None = None
         self.max_age = 5.0
 
-    def set(self, counts: dict[str, int]) -> None:
+    def set(self, counts: dict[tuple[str, str], int]) -> None:
         with self._lock:
             self._counts, self._read_at = dict(counts), time.monotonic()
 
@@ -254,8 +254,8 @@ class QueueCollector(Collector):
             labels=["queue", "state"],
         )  # fmt: skip
         with self._lock:
-            for stage, count in self._counts.items():
-                family.add_metric([QUEUE, stage], count)
+            for (queue, stage), count in self._counts.items():
+                family.add_metric([queue, stage], count)
         yield family
 
 
@@ -432,11 +432,19 @@ def installed() -> Metrics | None:
     return _installed
 
 
-def read_stage_counts() -> dict[str, int]:
-    """The namespace's counts per stage, through the calling thread's connection."""
-    from later_django.lookup import stage_counts
+def read_stage_counts() -> dict[tuple[str, str], int]:
+    """The namespace's counts per queue and stage, through the calling
+    thread's connection."""
+    from django.db import connections
 
-    return stage_counts()
+    from later_django.conf import conf
+    from later_django.db import dialect_for
+    from later_django.queues import counts_by_queue
+
+    alias = conf.database
+    with connections[alias].cursor() as cursor:
+        lanes = dialect_for(alias).reads.lane_counts(cursor, namespace=conf.namespace)
+    return counts_by_queue(lanes)
 
 
 def read_retained_log_lag() -> LagValues:

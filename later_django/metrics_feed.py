@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from later_django import queues
 from later_django.conf import conf
 from later_django.retained_log.reads import lag_totals
 
@@ -45,11 +46,11 @@ class MetricsFeed:
         lag_wanted = conf.RETAINED_LOG_LAG
         namespace = self.server.namespace
         while True:
-            counts = await self._read(
-                "later_queue_jobs", lambda d, c: d.reads.stage_counts(c, namespace=namespace)
+            lanes = await self._read(
+                "later_queue_jobs", lambda d, c: d.reads.lane_counts(c, namespace=namespace)
             )
-            if counts is not None:
-                self.metrics.queue.set(counts)
+            if lanes is not None:
+                self.metrics.queue.set(queues.counts_by_queue(lanes))
             if lag_wanted:
                 lag = await self._read(
                     "later_retained_log_consumer_lag",

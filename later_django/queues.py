@@ -10,12 +10,14 @@ lane of their own (``lane_of``). Pausing is shared by every server through
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Final
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
 from later_django.conf import conf
+from later_django.states import Stage
 
 DEFAULT_QUEUE: Final = "default"
 # A Python identifier of at most 64 characters: it names a column value, a
@@ -83,6 +85,21 @@ def queue_of_lane(lane: str) -> str | None:
     if lane.startswith("q:"):
         return lane[2:]
     return None
+
+
+# The metrics' queue label of partition jobs: not a queue name, so no
+# queue can take it.
+PARTITION_LABEL: Final = ":partition"
+
+
+def counts_by_queue(lane_counts: Iterable[Any]) -> dict[tuple[str, str], int]:
+    """(queue, stage) -> jobs, from LaneCount rows; the default queue has
+    every stage, so its series always exist."""
+    counts = {(DEFAULT_QUEUE, stage.value): 0 for stage in Stage}
+    for row in lane_counts:
+        queue = queue_of_lane(row.lane) or PARTITION_LABEL
+        counts[queue, row.stage] = counts.get((queue, row.stage), 0) + int(row.n)
+    return counts
 
 
 # -- pause and resume ---------------------------------------------------------------

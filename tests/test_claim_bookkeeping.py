@@ -15,6 +15,7 @@ import pytest
 from django.db import connections
 
 import later_django as later
+from later_django.db.rows import ClaimRequest
 from later_django.threaded_store import ThreadedStore
 from later_django.worker.claimer import Claimer
 from later_django.worker.lease_book import LeaseBook
@@ -81,8 +82,8 @@ def _hang_after_first_claim(server: Any) -> None:
     real_claim = server.claimer.sessions.claim
     calls = []
 
-    async def claim(**kwargs: Any) -> Any:
-        claimed = await real_claim(**kwargs)
+    async def claim(request: Any) -> Any:
+        claimed = await real_claim(request)
         calls.append(claimed)
         if len(calls) == 1:
             await asyncio.Event().wait()
@@ -181,7 +182,7 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
                 wake=Wakeup(),
             )
             [spare] = await claimer.sessions.claim(
-                namespace="default", owner=OWNER, limit=1, lease_ms=30_000
+                ClaimRequest(namespace="default", owner=OWNER, limit=1, lease_ms=30_000)
             )
             # Held since long enough ago that its lease is no longer confirmed.
             book.hold([(spare.id, spare.attempts)], asyncio.get_running_loop().time() - 60)

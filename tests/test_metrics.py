@@ -85,7 +85,9 @@ def test_events_feed_every_family_with_bounded_labels():
     registry = CollectorRegistry()
     fed = metrics.Metrics(registry)
     fed.workers.count = lambda: (4, 1)
-    fed.queue.set({"enqueued": 7, "delayed": 2})
+    fed.queue.set(
+        {("default", "enqueued"): 7, ("default", "delayed"): 2, ("emails", "enqueued"): 3}
+    )
     job_id, server = "01m8s8vv2x5gqem8s8yze4en1y", "host-123-abcdef"
     fed.on_enqueued(events.JobEnqueued(job_id, "app.jobs.Mail", "enqueued", "default"))
     # The second success finds the series the first one made.
@@ -122,6 +124,20 @@ def test_events_feed_every_family_with_bounded_labels():
     assert total(samples, commands, worker_id="3", outcome="failed") == 1
     assert total(samples, commands, worker_id="1", outcome="discarded") == 1
     assert total(samples, "later_queue_jobs", state="enqueued", queue="default") == 7
+    assert total(samples, "later_queue_jobs", state="enqueued", queue="emails") == 3
+    # The queue label is the job's queue.
+    fed.on_enqueued(events.JobEnqueued(job_id, "app.jobs.Mail", "enqueued", "default", "emails"))
+    fed.on_finished(
+        events.JobFinished(
+            job_id, "app.jobs.Mail", 1, outcome="succeeded", handler_seconds=0.1,
+            since_created=1.0, waited=0.0, worker=3, server_id=server, queue="emails",
+        )
+    )  # fmt: skip
+    samples, families = parse(generate_latest(registry).decode())
+    emails = {"queue": "emails", "job_type": "app.jobs.Mail"}
+    assert total(samples, "later_job_transitions_total", state="enqueued", **emails) == 1
+    assert total(samples, "later_job_transitions_total", state="success", **emails) == 1
+    assert total(samples, "later_job_transitions_total", state="success", **mail) == 2
     assert total(samples, "later_workers", state="active") == 4
     assert total(samples, "later_workers", state="busy") == 1
     assert_no_leak(families)
@@ -148,9 +164,9 @@ def test_a_web_process_reads_the_counters_on_scrape_at_most_once_per_interval():
     collector = metrics.QueueCollector()
     reads: list[int] = []
 
-    def read() -> dict[str, int]:
+    def read() -> dict[tuple[str, str], int]:
         reads.append(1)
-        return {"enqueued": len(reads)}
+        return {("default", "enqueued"): len(reads)}
 
     collector.read, collector.max_age = read, 3600.0
     registry = CollectorRegistry()

@@ -199,19 +199,14 @@ class JobEngine(Operations, abc.ABC):
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_claimed_since(
-        self,
-        cursor: CursorWrapper,
-        *,
-        namespace: str,
-        owner: str,
-        within_ms: int,
-        queue: str | None = None,
+        self, cursor: CursorWrapper, request: ClaimRequest, *, within_ms: int
     ) -> list[Claim]:
-        """The claims of plain jobs of ``queue`` (stored value) ``owner``
-        made in the last ``within_ms`` (by the database's clock) that are
-        still running."""
+        """The claims of plain jobs that claims like ``request`` (its owner,
+        namespace and queue) made in the last ``within_ms`` (by the
+        database's clock) and that are still running."""
+        queue = request.queue
         named = queue is not None
-        params = [namespace, owner, *([queue] if named else []), within_ms]
+        params = [request.namespace, request.owner, *([queue] if named else []), within_ms]
         cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL[named]), params)
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 

@@ -223,14 +223,8 @@ class WorkerSessions:
         )
         self.sqlite = SqliteSession(alias, dialect) if self.postgres is None else None
 
-    async def claim(
-        self, *, namespace: str, owner: str, limit: int, lease_ms: int, queue: str | None = None
-    ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` ready jobs of ``namespace`` in ``queue``
-        (stored value) for ``owner``, leased for ``lease_ms``."""
-        request = ClaimRequest(
-            namespace=namespace, owner=owner, limit=limit, lease_ms=lease_ms, queue=queue
-        )
+    async def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Claim the ready jobs ``request`` asks for."""
         if self.postgres is not None:
 
             async def claim(d: Dialect, conn: AsyncConnection[Any]) -> list[ClaimedJob]:

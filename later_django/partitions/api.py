@@ -179,7 +179,7 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     elif stage == Stage.WAITING:
         settle_on_commit(alias, job.id, wake=wakeup.wake_partitions)
     if events.JobEnqueued in events.listening:
-        tell_on_commit(alias, [(job.id, job.type_name)], stage)
+        tell_on_commit(alias, [job], stage)
     return JobId(job.id)
 
 

@@ -93,7 +93,7 @@ def _save(
         job = job._replace(run_at_ms=first)
         stage = insert_occurrence(dialect, cursor, job, key.identifier, lane)
     if events.JobEnqueued in events.listening:
-        tell_on_commit(conf.database, [(job.id, job.type_name)], stage)
+        tell_on_commit(conf.database, [job], stage)
     return JobId(job.id)
 
 

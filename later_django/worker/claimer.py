@@ -18,7 +18,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from later_django.db.rows import OwnerFence
+from later_django.db.rows import ClaimRequest, OwnerFence
 from later_django.db.sessions import WorkerSessions
 from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
@@ -80,15 +80,7 @@ class Claimer:
         # Never more than the workers asking: a claimed job must not wait idle.
         limit = len(requests)
         sent = asyncio.get_running_loop().time()
-        jobs: list[ClaimedJob | None] = list(
-            await self.sessions.claim(
-                namespace=self.namespace,
-                owner=self.owner,
-                limit=limit,
-                lease_ms=self.leases.lease_ms,
-                queue=self.queue,
-            )
-        )
+        jobs: list[ClaimedJob | None] = list(await self.sessions.claim(self._request(limit)))
         self.leases.hold(((job.id, job.attempts) for job in jobs if job is not None), sent)
         if self._abandoned_at is not None:
             # After this claim: its statement waited for the abandoned one to
@@ -96,6 +88,15 @@ class Claimer:
             await self._give_back_abandoned(self._abandoned_at)
             self._abandoned_at = None
         return jobs + [None] * (limit - len(jobs))
+
+    def _request(self, limit: int) -> ClaimRequest:
+        return ClaimRequest(
+            namespace=self.namespace,
+            owner=self.owner,
+            limit=limit,
+            lease_ms=self.leases.lease_ms,
+            queue=self.queue,
+        )
 
     def _keep_spare(self, job: ClaimedJob | None) -> None:
         """A job claimed for a worker that went away meanwhile: the next worker takes it."""
@@ -148,13 +149,7 @@ class Claimer:
         within_ms = int((time.monotonic() - sent) * 1000) + 1
         claims = await self.store.run(
             self.pool,
-            lambda d, c: d.jobs.job_claimed_since(
-                c,
-                namespace=self.namespace,
-                owner=self.owner,
-                within_ms=within_ms,
-                queue=self.queue,
-            ),
+            lambda d, c: d.jobs.job_claimed_since(c, self._request(0), within_ms=within_ms),
         )
         # Read here, on the loop: no claim of this server runs meanwhile.
         unheld = [claim for claim in claims if self.leases.until(claim) is None]

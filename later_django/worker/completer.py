@@ -39,6 +39,7 @@ class Ran(NamedTuple):
 
     seconds: float
     worker: int
+    queue: str = "default"
 
 
 COMPLETE_BATCH = 256  # successes stored by one statement at most
@@ -261,6 +262,7 @@ class Completer:
                     ran.worker,
                     self.owner,
                     job.lane is not None,
+                    ran.queue,
                 )
             )
         else:

@@ -236,6 +236,7 @@ class Server:
             wake=wake,
             poll_interval=poll_interval,
             first_id=first_id,
+            queue=name,
         )
         return QueueWorkers(name, count, wake, claimer, pool, self.store, self.autoscale)
 

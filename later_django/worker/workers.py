@@ -81,6 +81,7 @@ class WorkerPool:
         tasks: ServiceGroup,
         first_id: int = 0,
         kind: str = "worker",
+        queue: str = "default",
     ) -> None:
         self.claimer = claimer
         self.completer = completer
@@ -99,6 +100,8 @@ class WorkerPool:
         # metrics tell them from plain ones.
         self._next_slot_id = first_id
         self.kind = kind
+        # The queue whose jobs it runs (metrics label them so).
+        self.queue = queue
 
     @property
     def count(self) -> int:
@@ -219,7 +222,7 @@ class WorkerPool:
                     outcome = CANCELLED  # cancel() stopped the handler
                 if slot.cancel_asked:
                     outcome = CANCELLED  # however the handler ended after the request
-                ran = Ran(time.monotonic() - slot.busy_since, slot.id)
+                ran = Ran(time.monotonic() - slot.busy_since, slot.id, self.queue)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)
             finally:

@@ -153,11 +153,19 @@ def on_async_connection(later_db, op: Callable[[psycopg.AsyncConnection[Any]], A
 
 
 def claim(
-    later_db, *, owner: str = OWNER, limit: int = 1, lease_ms: int = LEASE_MS, namespace: str = NS
+    later_db,
+    *,
+    owner: str = OWNER,
+    limit: int = 1,
+    lease_ms: int = LEASE_MS,
+    namespace: str = NS,
+    queue: str | None = None,
 ) -> list[ClaimedJob]:
     """The worker's claim, through the pair the dialect's capability names."""
     dialect = dialect_for(later_db.alias)
-    request = ClaimRequest(namespace=namespace, owner=owner, limit=limit, lease_ms=lease_ms)
+    request = ClaimRequest(
+        namespace=namespace, owner=owner, limit=limit, lease_ms=lease_ms, queue=queue
+    )
     if dialect.supports_async_connection:
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[ClaimedJob]:

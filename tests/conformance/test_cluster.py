@@ -144,3 +144,33 @@ def test_lease_acquire_and_release_one_holder_at_a_time(later_db, dialect):
     assert release("b", 2) is True
     assert acquire("a") == 3, "released: free at once, still a higher epoch"
     assert acquire("b", name="other") == 1
+
+
+# -- queues -----------------------------------------------------------------------------
+
+
+def test_queue_set_paused_reports_only_real_changes_and_queue_paused_lists_them(later_db, dialect):
+    """Pausing writes the queue's row the first time; pausing it again,
+    resuming a running queue or one never paused changes nothing."""
+    with cursor_of(later_db, atomic=True) as c:
+        assert (
+            dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=False) is False
+        )
+        assert dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=True) is True
+        assert (
+            dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=True) is False
+        )
+        assert dialect.cluster.queue_set_paused(c, namespace=NS, name="default", paused=True)
+        assert dialect.cluster.queue_paused(c, namespace=NS) == {"emails", "default"}
+        assert dialect.cluster.queue_paused(c, namespace="other") == set()
+        assert dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=False)
+        assert dialect.cluster.queue_paused(c, namespace=NS) == {"default"}
+
+
+def test_server_heartbeat_records_the_queues_served(later_db, dialect):
+    beat = Heartbeat(
+        server_id="s-q", namespace=NS, hostname="h", pid=1, workers=2, queues="emails,default"
+    )
+    with cursor_of(later_db) as c:
+        dialect.cluster.server_heartbeat(c, beat)
+    assert later_db.scalar("SELECT queues FROM later_server WHERE id = 's-q'") == "emails,default"

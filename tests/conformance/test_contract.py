@@ -55,6 +55,7 @@ COVERED: dict[str, frozenset[str]] = {
             "change_counter",
             "clock_now",
             "database_size",
+            "announce_ready",
         }
     ),
     "jobs": frozenset(
@@ -111,6 +112,8 @@ COVERED: dict[str, frozenset[str]] = {
             "maintenance_claim",
             "lease_acquire",
             "lease_release",
+            "queue_set_paused",
+            "queue_paused",
         }
     ),
     "schedules": frozenset(

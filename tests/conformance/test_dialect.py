@@ -152,3 +152,25 @@ def test_clock_now_reads_the_database_clock(later_db, dialect):
     after = db_now(later_db)
     assert type(first) is int and type(second) is int
     assert before <= first <= job_row(later_db, job_id)["created_ms"] <= second <= after
+
+
+def test_announce_ready_wakes_listeners_of_the_queue_at_commit(later_db, dialect):
+    """PostgreSQL NOTIFYs the queue's idle workers, as the counter triggers
+    do for jobs that became ready; without LISTEN it does nothing (the
+    commit itself is what SQLite's watchers see)."""
+    if not dialect.supports_listen:
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.announce_ready(c, namespace=NS, queue="emails")
+        return
+    import psycopg
+
+    from later_django.db.postgresql import connect_kwargs
+    from later_django.worker.notifier import ready_count
+
+    with psycopg.connect(**connect_kwargs(later_db.alias), autocommit=True) as listener:
+        listener.execute("LISTEN later")
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.announce_ready(c, namespace=NS, queue="emails")
+            dialect.announce_ready(c, namespace=NS, queue=None)
+        said = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
+    assert [ready_count(payload, NS) for payload in said] == [("emails", 255), (None, 255)]

@@ -475,16 +475,16 @@ def test_job_claimed_since_lists_an_owners_recent_running_plain_claims(later_db,
     insert_partitioned(later_db)
     claim_head(later_db, OWNER)  # a partition job: not the plain claim's
     with cursor_of(later_db) as c:
-        within = dialect.jobs.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=30_000)
+        within = dialect.jobs.job_claimed_since(c, since_request(NS, OWNER), within_ms=30_000)
         assert within == [(recent, second.attempts)]
-        both = dialect.jobs.job_claimed_since(c, namespace=NS, owner=OWNER, within_ms=120_000)
+        both = dialect.jobs.job_claimed_since(c, since_request(NS, OWNER), within_ms=120_000)
         assert sorted(both) == sorted([(old, first.attempts), (recent, second.attempts)])
         assert (
-            dialect.jobs.job_claimed_since(c, namespace=NS, owner="server-b", within_ms=120_000)
+            dialect.jobs.job_claimed_since(c, since_request(NS, "server-b"), within_ms=120_000)
             == []
         )
         assert (
-            dialect.jobs.job_claimed_since(c, namespace="other", owner=OWNER, within_ms=120_000)
+            dialect.jobs.job_claimed_since(c, since_request("other", OWNER), within_ms=120_000)
             == []
         )
 
@@ -955,3 +955,51 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
         assert dialect.jobs.job_fail(c, owned(failing), FailureWrite(error="x", retention_ms=1))
     last_stamp(child)
     last_stamp(grandchild)
+
+
+def since_request(namespace: str, owner: str, queue: str | None = None) -> ClaimRequest:
+    return ClaimRequest(namespace=namespace, owner=owner, limit=0, lease_ms=0, queue=queue)
+
+
+# -- queues -------------------------------------------------------------------------------
+
+
+def test_a_claim_takes_only_its_queues_jobs_and_nothing_of_a_paused_queue(later_db, dialect):
+    """Each queue is claimed apart (the default queue's jobs store NULL), by
+    priority within it; a paused queue's claim, ready check and backlog find
+    nothing while the others run on."""
+    low = insert(later_db, priority=1)
+    high_email = insert(later_db, priority=90, queue="emails")
+    email = insert(later_db, queue="emails")
+    with cursor_of(later_db) as c:
+        dialect.jobs.job_insert_many(
+            connections[later_db.alias], [new_job(queue="reports")], queued=True
+        )
+        dialect.jobs.job_insert_many(connections[later_db.alias], [new_job()])
+    assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE queue = 'reports'") == 1
+    assert [j.id for j in claim(later_db)] == [low]
+    assert claim(later_db) != [], "the bulk default job"
+    assert claim(later_db) == []
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=True)
+    with cursor_of(later_db) as c:
+        assert not dialect.jobs.job_ready_exists(c, namespace=NS, queue="emails")
+        assert dialect.jobs.job_ready_exists(c, namespace=NS, queue="reports")
+        assert not dialect.jobs.job_ready_exists(c, namespace=NS, queue=None)
+        assert dialect.reads.plain_ready(c, namespace=NS, queue="emails") == 0
+    assert claim(later_db, queue="emails") == []
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=False)
+    with cursor_of(later_db) as c:
+        assert dialect.reads.plain_ready(c, namespace=NS, queue="emails") == 2
+    assert [j.id for j in claim(later_db, queue="emails")] == [high_email]
+    (taken,) = claim(later_db, queue="emails")
+    assert taken.id == email
+    with cursor_of(later_db) as c:
+        emails = since_request(NS, OWNER, "emails")
+        since = dialect.jobs.job_claimed_since(c, emails, within_ms=60_000)
+        assert {claim_.job_id for claim_ in since} == {high_email, email}
+        plain = dialect.jobs.job_claimed_since(c, since_request(NS, OWNER), within_ms=60_000)
+        assert low in {claim_.job_id for claim_ in plain} and email not in {
+            claim_.job_id for claim_ in plain
+        }
