@@ -10,6 +10,7 @@ and the dark theme, are saved as artifacts (tests/artifacts/ or
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from playwright.sync_api import Page, expect
 
 import later_django as later
 from later_django.partitions.api import partition_of
+from later_django.queues import pause_queue, paused_queues
 from tests.browser import (
     VIEWPORT,
     admin_login,
@@ -33,6 +35,7 @@ from tests.browser import (
 from tests.helpers import history_stages, read_records, set_later
 from tests.jobapp.jobs import AsyncHold, Gate, Noop, NoRetry, Ordered
 from tests.test_dashboard import SERVER_ID, live_server_owning
+from tests.test_dashboard_queues import live_server_serving
 
 # A real browser and real processes: Django's version changes nothing (tox.ini).
 pytestmark = pytest.mark.one_env
@@ -202,6 +205,75 @@ def test_bulk_cancel_of_a_filtered_list(later_db, live_server, operator):
     assert set(job_rows(page).evaluate_all("rows => rows.map(r => r.dataset.jobId)")) == set(noops)
 
 
+def queue_row(page: Page, name: str):
+    return page.locator(f'table#later-queues tbody tr[data-queue="{name}"]')
+
+
+def test_queues_paused_and_resumed_through_the_buttons(later_db, live_server, settings, operator):
+    """The Queues tab lists each declared queue with its ready jobs and the
+    servers serving it, and warns about the queue that none serves. Its
+    Pause button pauses the queue for every server, and the pause is still
+    there after a reload; Resume undoes it, and that too outlasts a reload."""
+    set_later(settings, QUEUES={"default": {}, "emails": {}})
+    later.enqueue_many(Noop(n=i) for i in range(2))
+    for n in range(3):
+        later.enqueue(Noop(n=n), queue="emails")
+    live_server_serving(later_db, SERVER_ID, "default")
+    page = operator
+
+    page.goto(f"{live_server.url}{DASHBOARD}")
+    page.get_by_role("link", name="Queues", exact=True).click()
+    expect(page).to_have_url(f"{live_server.url}{DASHBOARD}queues/")
+    expect(page.locator(".later-tabs [aria-current=page]")).to_have_text("Queues")
+    rows = page.locator("table#later-queues tbody tr[data-queue]")
+    expect(rows).to_have_count(2)
+    assert rows.evaluate_all("rows => rows.map(r => r.dataset.queue)") == ["default", "emails"]
+    default, emails = queue_row(page, "default"), queue_row(page, "emails")
+    expect(default.locator('[data-count="ready"]')).to_have_text("2")
+    expect(emails.locator('[data-count="ready"]')).to_have_text("3")
+    expect(default.locator(".later-server-id")).to_have_text(SERVER_ID)
+    expect(default.locator(".later-warning")).to_have_count(0)
+    expect(emails.locator(".later-warning")).to_contain_text("no live server serves this queue")
+
+    emails.get_by_role("button", name="Pause").click()
+    expect(page.locator(".messagelist")).to_contain_text("Queue emails paused")
+    expect(emails.locator("[data-state]")).to_have_attribute("data-state", "paused")
+    expect(emails.get_by_role("button", name="Pause")).to_have_count(0)
+    expect(default.get_by_role("button", name="Pause")).to_be_visible()
+    assert paused_queues() == {"emails"}
+
+    page.reload()
+    expect(page.locator(".messagelist")).to_have_count(0)
+    expect(emails.locator("[data-state]")).to_have_attribute("data-state", "paused")
+    expect(emails.locator("[data-state]")).to_contain_text("since")
+    emails.get_by_role("button", name="Resume").click()
+    expect(page.locator(".messagelist")).to_contain_text("Queue emails resumed")
+    expect(emails.locator("[data-state]")).to_have_attribute("data-state", "running")
+    assert paused_queues() == set()
+
+    page.reload()
+    expect(emails.locator("[data-state]")).to_have_attribute("data-state", "running")
+    expect(emails.get_by_role("button", name="Pause")).to_be_visible()
+    expect(emails.get_by_role("button", name="Resume")).to_have_count(0)
+
+
+def test_a_viewer_sees_the_queues_without_buttons(later_db, live_server, page, settings):
+    """Without the change permission the Queues tab shows every queue and
+    its state, and no Pause or Resume button."""
+    set_later(settings, QUEUES={"default": {}, "emails": {}})
+    assert pause_queue("emails")
+    force_login(
+        page,
+        live_server.url,
+        create_staff(settings, "viewer", permissions=("later_django.view_dashboard",)),
+    )
+    page.goto(f"{live_server.url}{DASHBOARD}queues/")
+    expect(page.locator("table#later-queues tbody tr[data-queue]")).to_have_count(2)
+    state = queue_row(page, "emails").locator("[data-state]")
+    expect(state).to_have_attribute("data-state", "paused")
+    expect(page.locator("table#later-queues button")).to_have_count(0)
+
+
 def _dark_background(page: Page) -> bool:
     """Whether the page's body background is dark (luminance below half)."""
     rgb = page.evaluate("getComputedStyle(document.body).backgroundColor")
@@ -342,7 +414,9 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
     page on that busy queue, in the light and the dark theme: each shows its
     content, the dark theme is dark, and a PNG of each is saved. (One test:
     the worker and the queue serve both, and CI time is short.)"""
-    settings.LATER = {**settings.LATER, "TOPICS": {"ordered": 4}}
+    # The worker serves "default" and "emails"; "reports" is declared here only.
+    served = {"default": {}, "emails": {}}
+    set_later(settings, TOPICS={"ordered": 4}, QUEUES={**served, "reports": {}})
     # Daily and weekly, about half a day from now: none falls due during the test.
     hour = (datetime.now(UTC).hour + 12) % 24
     later.enqueue_recurring("daily-report", Noop(n=0), f"0 {hour} * * *", tz="Europe/Paris")
@@ -358,16 +432,22 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
     expect(stage_count(page, "success")).to_have_text("0")
     expect(page.locator("#later-servers")).to_contain_text("No live server.")
     page.evaluate("window.laterSameDocument = true")
-    worker = workers.start(workers=2, timings={"SHUTDOWN_TIMEOUT": 0.5})
+    worker = workers.start(
+        workers=2,
+        timings={"SHUTDOWN_TIMEOUT": 0.5},
+        env={"LATER_TEST_SETTINGS": json.dumps({"QUEUES": served})},
+    )
     expect(stage_count(page, "success")).to_have_text("12", timeout=WORKER_TIMEOUT_MS)
     expect(stage_count(page, "failed")).to_have_text("2")
     expect(stage_count(page, "enqueued")).to_have_text("0")
     expect(page.locator("#later-servers tbody")).to_contain_text(str(worker.pid))
     assert page.evaluate("window.laterSameDocument") is True, "the counts came without a reload"
+    worker_id = later_db.scalar("SELECT id FROM later_server WHERE pid = %s", [worker.pid])
     stages = [later_db.stage_of(job_id) for job_id in (*succeeded, *failed)]
     assert stages == ["success"] * 12 + ["failed"] * 2
 
-    # Two jobs hold both workers, so what comes next stays queued.
+    # Two jobs hold both workers of the default queue, so what comes next
+    # stays queued; "emails" is paused, and no server serves "reports".
     holding = [later.enqueue(AsyncHold(seconds=60, n=i)) for i in range(2)]
     for job_id in holding:
         workers.wait_stage(job_id, "running", WORKER_TIMEOUT_MS / 1000)
@@ -379,6 +459,11 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
     for n in range(3):
         later.enqueue_delayed(Noop(n=n), HOUR * (n + 1))
     later.cancel(later.enqueue_delayed(Noop(n=3), HOUR))
+    assert pause_queue("emails")
+    for n in range(4):
+        later.enqueue(Noop(n=n), queue="emails")
+    for n in range(2):
+        later.enqueue(Noop(n=n), queue="reports")
     counts = later.stage_counts()
     assert (counts["success"], counts["failed"], counts["running"]) == (12, 2, 2), counts
     cache.clear()  # the overview a second old: the counts now, at once
@@ -430,6 +515,13 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
         for empty in set(range(4)) - with_jobs:
             expect(topic.locator(f'tr[data-partition="{empty}"] td').nth(1)).to_have_text("0")
         screenshot(page, f"{prefix}-topics")
+
+        page.goto(f"{base}queues/")
+        expect(queue_row(page, "default").locator('[data-count="running"]')).to_have_text("2")
+        expect(queue_row(page, "emails").locator("[data-state]")).to_contain_text("paused")
+        expect(queue_row(page, "emails").locator(".later-server-id")).to_have_text(worker_id)
+        expect(queue_row(page, "reports").locator(".later-warning")).to_be_visible()
+        screenshot(page, f"{prefix}-queues")
 
         page.goto(f"{base}recurring/")
         expect(page.locator("#later-recurring tbody tr")).to_have_count(2)

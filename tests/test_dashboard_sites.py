@@ -12,8 +12,9 @@ from django.core.cache import cache
 from django.test import Client
 
 import later_django as later
+from later_django.queues import paused_queues
 from later_django.testing import drain
-from tests.helpers import LaterDb
+from tests.helpers import LaterDb, set_later
 from tests.jobapp.jobs import Noop, NoRetry
 
 SITES = {"admin": "/admin/", "ops": "/ops/"}
@@ -136,3 +137,33 @@ def test_dashboard_sites_actions_post_and_redirect_within_their_site(
     assert later_db.stage_of(second) == "cancelled"
     none = operator.post(action, {"action": "cancel", "csrfmiddlewaretoken": token})
     assert none.status_code == 302 and none["Location"] == base
+
+
+@pytest.mark.parametrize("site", sorted(SITES))
+def test_dashboard_sites_queue_pause_posts_and_redirects_within_their_site(
+    later_db: LaterDb, operator: Client, settings: object, site: str
+) -> None:
+    """The Queues page names only its site's URLs; its Pause form posts to
+    that site and comes back to the page, and a pause without a ``next``
+    lands on that site's Queues page."""
+    set_later(settings, QUEUES={"default": {}, "emails": {}})
+    prefix = SITES[site]
+    base = f"{prefix}later/"
+    page = _get(operator, f"{base}queues/")
+    urls = _within(prefix, page)
+    assert f"{base}queues/" in urls and f"{base}queues/actions/" in urls
+
+    form = page.split('data-queue="emails"', 1)[1].split("</form>", 1)[0]
+    [action] = re.findall(r'action="([^"]*)"', form)
+    hidden = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form))
+    assert action == f"{base}queues/actions/" and hidden["next"] == f"{base}queues/"
+    done = operator.post(action, {**hidden, "action": "pause"})
+    assert done.status_code == 302 and done["Location"] == f"{base}queues/"
+    assert paused_queues() == {"emails"}
+
+    token = operator.cookies["csrftoken"].value
+    done = operator.post(
+        action, {"action": "resume", "queue": "emails", "csrfmiddlewaretoken": token}
+    )
+    assert done.status_code == 302 and done["Location"] == f"{base}queues/"
+    assert paused_queues() == set()

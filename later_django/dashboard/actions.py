@@ -1,7 +1,8 @@
 """The dashboard's actions on jobs: one job at a time, or every job a list's
 filter matches, a page at a time within a time budget (a filter matching a
 million jobs is worked through by pressing again, never by one request that
-holds the database for minutes). Each job's change is its own transaction."""
+holds the database for minutes). Each job's change is its own transaction.
+And its actions on queues: pause and resume (later_django/queues.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from django.db import connections, transaction
 
+from later_django import queues
 from later_django.conf import conf
 from later_django.dashboard import reads
 from later_django.db import dialect_for
@@ -138,3 +140,48 @@ def _force_fail(job_id: str, heads: set[tuple[str, int, int]]) -> bool:
         return force_fail_partition_head(job["topic"], job["partition"], job_id=job_id) is not None
     except ValueError:
         return False  # its topic is no longer configured
+
+
+# -- queues ---------------------------------------------------------------------------
+QUEUE_ACTIONS = {"pause": "paused", "resume": "resumed"}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueResult:
+    """What a pause or resume did: ``changed`` is False when the queue was
+    already in that state (a page older than the last change, say).
+    ``ignoring`` counts the live servers of a release before queues, which
+    ignore pause."""
+
+    action: str
+    queue: str
+    changed: bool
+    ignoring: int = 0
+
+    def message(self) -> str:
+        if not self.changed:
+            was = "already paused" if self.action == "pause" else "not paused"
+            return f"Queue {self.queue} was {was}: nothing changed."
+        if self.action == "resume":
+            return f"Queue {self.queue} resumed: servers serving it start its jobs again."
+        text = (
+            f"Queue {self.queue} paused: no server starts its jobs until it is resumed "
+            "(jobs running now finish)."
+        )
+        if self.ignoring:
+            servers = "server" if self.ignoring == 1 else "servers"
+            text += (
+                f" {self.ignoring} live {servers} of a release before queues "
+                "ignore the pause and still start its jobs."
+            )
+        return text
+
+
+def apply_to_queue(action: str, name: str) -> QueueResult:
+    """Pause or resume queue ``name`` on every server. ValueError when it is
+    not a queue declared in LATER["QUEUES"] (queues.pause_queue's)."""
+    if action == "pause":
+        changed = queues.pause_queue(name)
+        ignoring = len(reads.previous_release_servers()) if changed else 0
+        return QueueResult(action, name, changed, ignoring)
+    return QueueResult(action, name, queues.resume_queue(name))

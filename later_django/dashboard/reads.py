@@ -18,6 +18,7 @@ from django.core.cache import cache
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
+from later_django import queues as later_queues
 from later_django.conf import conf
 from later_django.dashboard import cursors
 from later_django.dashboard.waits import WaitSummary, merged
@@ -92,7 +93,7 @@ def _overview() -> dict[str, Any]:
     partitioned = {stage.value: 0 for stage in Stage}
     for count in lanes:
         counts[count.stage] = counts.get(count.stage, 0) + count.n
-        if count.lane:
+        if count.lane == later_queues.PARTITION_LANE:
             partitioned[count.stage] = partitioned.get(count.stage, 0) + count.n
     return {
         "namespace": namespace,
@@ -173,12 +174,93 @@ def _servers(
             "pid": server.pid,
             "workers": server.workers,
             "topics": server.topics,
+            "queues": _served(server),
             "started_ms": server.started_ms,
             "heartbeat_age_ms": max(0, now_ms - server.heartbeat_ms),
             "running": by_owner.get(server.id, []),
         }
         for server in servers
     ]
+
+
+def _served(server: LiveServer) -> list[str] | None:
+    """The queues ``server`` serves; None for a server of a release before
+    queues, which claims from every queue and ignores pause."""
+    if server.queues is None:
+        return None
+    return [name for name in server.queues.split(",") if name]
+
+
+# -- queues -------------------------------------------------------------------------------
+def queues() -> dict[str, Any]:
+    """Every queue: each declared in LATER["QUEUES"], then any other with
+    jobs counted or a row in later_queue (declared on another site, or no
+    longer). For each, its jobs per stage (from the counters), whether it
+    is paused, the live servers serving it, and ``stranded`` when it has
+    ready jobs and no live server serves it.
+
+    Not cached, unlike the overview: the page a pause redirects to shows
+    the pause. It reads the counters, later_queue and later_server, a few
+    rows each whatever the backlog."""
+    namespace = conf.namespace
+    with _db() as (dialect, cursor):
+        lanes = dialect.reads.lane_counts(cursor, namespace=namespace)
+        states = dialect.reads.queue_states(cursor, namespace=namespace)
+        servers = dialect.reads.live_servers(cursor, namespace=namespace, within_ms=LIVE_WITHIN_MS)
+        now_ms = dialect.clock_now(cursor)
+    counts: dict[str, dict[str, int]] = {}
+    for count in lanes:
+        name = later_queues.queue_of_lane(count.lane)
+        if name is not None:
+            by_stage = counts.setdefault(name, {stage.value: 0 for stage in Stage})
+            by_stage[count.stage] = by_stage.get(count.stage, 0) + count.n
+    declared = later_queues.declared()
+    state_of = {state.name: state for state in states}
+    # A lane whose jobs were all deleted keeps a row of zeros (its counts
+    # are sums of changes): no queue is shown for it.
+    others = {name for name, by_stage in counts.items() if any(by_stage.values())}
+    names = [*declared, *sorted((others | set(state_of)) - set(declared))]
+    rows = []
+    for name in names:
+        by_stage = counts.get(name) or {stage.value: 0 for stage in Stage}
+        state = state_of.get(name)
+        paused = state is not None and state.paused
+        serving = [s for s in servers if (served := _served(s)) is None or name in served]
+        ready = by_stage[Stage.ENQUEUED]
+        rows.append(
+            {
+                "name": name,
+                "declared": name in declared,
+                "counts": by_stage,
+                "ready": ready,
+                "delayed": by_stage[Stage.DELAYED] + by_stage[Stage.REQUEUED],
+                "running": by_stage[Stage.RUNNING],
+                "failed": by_stage[Stage.FAILED],
+                "paused": paused,
+                "paused_since_ms": state.changed_ms if state is not None and paused else None,
+                "servers": [
+                    {
+                        "id": s.id,
+                        "hostname": s.hostname,
+                        "pid": s.pid,
+                        "previous_release": s.queues is None,
+                    }
+                    for s in serving
+                ],
+                "stranded": ready > 0 and not serving,
+            }
+        )
+    return {"now_ms": now_ms, "queues": rows}
+
+
+def previous_release_servers() -> list[str]:
+    """The ids of the live servers of a release before queues: they claim
+    from every queue and ignore pause."""
+    with _db() as (dialect, cursor):
+        servers = dialect.reads.live_servers(
+            cursor, namespace=conf.namespace, within_ms=LIVE_WITHIN_MS
+        )
+    return [s.id for s in servers if s.queues is None]
 
 
 # -- queue-length graph ---------------------------------------------------------------

@@ -57,6 +57,8 @@ class Dashboard:
             ("jobs/", self.jobs, "jobs"),
             ("jobs/<str:job_id>/", self.job, "job"),
             ("topics/", self.topics, "topics"),
+            ("queues/", self.queues, "queues"),
+            ("queues/actions/", self.queue_action, "queue_action"),
             ("recurring/", self.recurring, "recurring"),
             ("actions/", self.action, "action"),
             ("api/overview", self.api_overview, "api_overview"),
@@ -64,6 +66,7 @@ class Dashboard:
             ("api/jobs", self.api_jobs, "api_jobs"),
             ("api/jobs/<str:job_id>", self.api_job, "api_job"),
             ("api/topics", self.api_topics, "api_topics"),
+            ("api/queues", self.api_queues, "api_queues"),
             ("api/recurring", self.api_recurring, "api_recurring"),
         ]
         return [path(route, wrap(view), name=f"{NAMESPACE}_{name}") for route, view, name in pages]
@@ -176,6 +179,10 @@ class Dashboard:
         _viewer(request)
         return self._render(request, "topics.html", "Topics", tab="topics", data=reads.topics())
 
+    def queues(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._render(request, "queues.html", "Queues", tab="queues", data=reads.queues())
+
     def recurring(self, request: HttpRequest) -> HttpResponse:
         _viewer(request)
         return self._render(
@@ -183,13 +190,13 @@ class Dashboard:
         )
 
     # -- actions -------------------------------------------------------------------------
-    def _back(self, request: HttpRequest) -> str:
+    def _back(self, request: HttpRequest, default: str = "overview") -> str:
         target = request.POST.get("next") or ""
         if url_has_allowed_host_and_scheme(
             target, {request.get_host()}, require_https=request.is_secure()
         ):
             return target
-        return self._reverse("overview")
+        return self._reverse(default)
 
     def action(self, request: HttpRequest) -> HttpResponse:
         if request.method != "POST":
@@ -238,6 +245,30 @@ class Dashboard:
         messages.add_message(request, level, result.message())
         return HttpResponseRedirect(self._back(request))
 
+    def queue_action(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume the queue ``queue`` on every server; a queue that
+        is already in that state (a stale page) is left as it is, and the
+        message says so."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        _viewer(request)
+        if not request.user.has_perm(CHANGE_PERMISSION):
+            raise PermissionDenied(
+                f"pausing and resuming queues needs the permission {CHANGE_PERMISSION}"
+            )
+        action = request.POST.get("action", "")
+        if action not in actions.QUEUE_ACTIONS:
+            return HttpResponseBadRequest(
+                f"unknown action {action!r}: use one of {', '.join(actions.QUEUE_ACTIONS)}"
+            )
+        try:
+            result = actions.apply_to_queue(action, request.POST.get("queue", ""))
+        except ValueError as exc:  # not a queue declared in LATER["QUEUES"]
+            return HttpResponseBadRequest(str(exc))
+        level = messages.SUCCESS if result.changed else messages.WARNING
+        messages.add_message(request, level, result.message())
+        return HttpResponseRedirect(self._back(request, "queues"))
+
     # -- JSON --------------------------------------------------------------------------------
     @staticmethod
     def _json(data: dict[str, Any]) -> JsonResponse:
@@ -275,6 +306,10 @@ class Dashboard:
     def api_topics(self, request: HttpRequest) -> HttpResponse:
         _viewer(request)
         return self._json(reads.topics())
+
+    def api_queues(self, request: HttpRequest) -> HttpResponse:
+        _viewer(request)
+        return self._json(reads.queues())
 
     def api_recurring(self, request: HttpRequest) -> HttpResponse:
         _viewer(request)

@@ -24,7 +24,7 @@ from later_django.db.rows import (
     StatReading,
     StatRow,
 )
-from later_django.db.rows.dashboard import RECENT
+from later_django.db.rows.dashboard import RECENT, QueueStateRow
 from later_django.db.sql import counters as counters_sql
 from later_django.db.sql import dashboard as dashboard_sql
 from later_django.db.sql.dashboard import ListOrder
@@ -123,6 +123,15 @@ class ReadModels(Operations):
         return [
             LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues)
             for sid, host, pid, workers, topics, started, beat, queues in cursor.fetchall()
+        ]
+
+    def queue_states(self, cursor: CursorWrapper, *, namespace: str) -> list[QueueStateRow]:
+        """Every queue of ``namespace`` with a row in later_queue (paused at
+        least once), by name."""
+        cursor.execute(self._sql(dashboard_sql.QUEUE_STATES_SQL), [namespace])
+        return [
+            QueueStateRow(name, bool(paused), int(changed))
+            for name, paused, changed in cursor.fetchall()
         ]
 
     def running_jobs(

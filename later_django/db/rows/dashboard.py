@@ -115,7 +115,7 @@ class QueueSample:
 
 @dataclass(frozen=True, slots=True)
 class LaneCount:
-    lane: str  # '' plain, 'partition'
+    lane: str  # '' the default queue, 'q:<name>' a named queue, 'partition'
     stage: str
     n: int
 
@@ -132,6 +132,15 @@ class LiveServer:
     # The queues it serves, comma-separated; None: a server of a release
     # before queues (it claims from every queue and ignores pause).
     queues: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStateRow:
+    """A queue's row of later_queue: written by its first pause, and kept."""
+
+    name: str
+    paused: bool
+    changed_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,11 @@ LANE_COUNTS_SQL: Final = """
 SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY lane, stage
 """
 
+# Every queue's row of later_queue (written by its first pause): a handful.
+QUEUE_STATES_SQL: Final = """
+SELECT name, paused, changed_ms FROM later_queue WHERE namespace = %s ORDER BY name
+"""
+
 # Every consumer group's place in every partition of the retained log.
 LOG_CONSUMERS_SQL: Final = """
 SELECT c.topic, c.consumer_group, c.part, c.committed_offset, COALESCE(p.next_offset, 0),

@@ -177,7 +177,7 @@
     if (!servers.length) {
       const row = tbody.insertRow();
       const cell = row.insertCell();
-      cell.colSpan = 7;
+      cell.colSpan = 8;
       cell.textContent = "No live server.";
       return;
     }
@@ -186,7 +186,9 @@
       const id = row.insertCell();
       id.className = "later-server-id";
       id.textContent = s.id;
-      for (const value of [s.hostname, s.pid, s.workers, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
+      // A server of a release before queues (none recorded) claims from every queue.
+      const queues = s.queues === null ? "every (previous release: ignores pause)" : s.queues.join(", ");
+      for (const value of [s.hostname, s.pid, s.workers, queues, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
         row.insertCell().textContent = String(value);
       }
       const running = row.insertCell();
