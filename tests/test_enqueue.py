@@ -551,7 +551,9 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
     async def finish_parent() -> list[tuple[str, int]]:
         path = WorkerSessions(later_db.alias)
         try:
-            claimed = await path.claim(namespace="default", owner="w", limit=1, lease_ms=30_000)
+            claimed = await path.claim(
+                ClaimRequest(namespace="default", owner="w", limit=1, lease_ms=30_000)
+            )
             assert [job.id for job in claimed] == [parent]
             thread.start()
             await asyncio.to_thread(added.wait, 10)

@@ -16,6 +16,7 @@ import pytest
 from django.db import connections
 
 import later_django as later
+from later_django.db.rows import ClaimRequest
 from later_django.db.sessions import WorkerSessions
 from tests.helpers import in_thread, sqlite_write_lock
 from tests.jobapp.jobs import Noop
@@ -27,7 +28,9 @@ LOCK_HELD = 0.3  # seconds another connection holds SQLite's write lock
 
 
 async def _claim(path: WorkerSessions, limit: int = 1) -> list[str]:
-    jobs = await path.claim(namespace="default", owner=OWNER, limit=limit, lease_ms=LEASE_MS)
+    jobs = await path.claim(
+        ClaimRequest(namespace="default", owner=OWNER, limit=limit, lease_ms=LEASE_MS)
+    )
     return [job.id for job in jobs]
 
 
@@ -124,7 +127,12 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
         path = WorkerSessions(later_db.alias)
         try:
             # Connect with a claim that finds nothing (another namespace).
-            assert await path.claim(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1) == []
+            assert (
+                await path.claim(
+                    ClaimRequest(namespace="elsewhere", owner=OWNER, limit=1, lease_ms=1)
+                )
+                == []
+            )
             assert path.postgres is not None and path.postgres._conn is not None
             pid = path.postgres._conn.info.backend_pid
             await in_thread(_terminate, later_db.alias, pid)
