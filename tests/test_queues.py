@@ -342,3 +342,16 @@ def test_a_task_of_a_named_queue_runs_only_on_a_worker_serving_it(
     ran_in = {tag: int(pid) for kind, tag, pid, _ in lines if kind == "task"}
     assert {ran_in[f"e{n}"] for n in range(4)} == {emails_proc.pid}
     assert {ran_in[f"d{n}"] for n in range(4)} == {default_proc.pid}
+
+
+def test_drain_runs_every_declared_queue_but_a_paused_one(later_db, queues, record):
+    from later_django.testing import drain
+
+    default = later.enqueue(Noop(n=1))
+    emails = later.enqueue(Noop(n=2), queue="emails")
+    reports = later.enqueue(Noop(n=3), queue="reports")
+    later.pause_queue("reports")
+    assert {run.job_id for run in drain()} == {default, emails}
+    assert later_db.stage_of(reports) == "enqueued", "a paused queue waits in drain() too"
+    later.resume_queue("reports")
+    assert [run.job_id for run in drain()] == [reports]

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import codec, registry
+from later_django import codec, queues, registry
 from later_django.conf import conf
 from later_django.context import JobContext, build_app
 from later_django.db import dialect_for
@@ -117,6 +117,8 @@ class _Drain:
         self.dialect = dialect_for(self.alias)
         self.lease_ms = conf.millis("LEASE_DURATION")
         self.retention_ms = conf.millis("DASHBOARD_RETENTION")
+        # The stored values of the queues it runs: every declared one.
+        self.queues = [queues.stored_or_none(name) for name in queues.declared()]
         # The claims' owner: the fence of this drain's writes.
         self.owner = f"drain-{os.getpid()}-{new_job_id()}"
         self._app: Any = None
@@ -141,14 +143,21 @@ class _Drain:
     # -- the database, each step in its own transaction (a savepoint inside
     # the caller's), as the worker's statements are ------------------------------
     def _claim(self) -> ClaimedJob | None:
-        with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
-            claimed = self.dialect.jobs.job_claim(
-                cursor,
-                ClaimRequest(
-                    namespace=self.namespace, owner=self.owner, limit=1, lease_ms=self.lease_ms
-                ),
+        """One job of any declared queue that is not paused, the queues in
+        their LATER["QUEUES"] order."""
+        for queue in self.queues:
+            request = ClaimRequest(
+                namespace=self.namespace,
+                owner=self.owner,
+                limit=1,
+                lease_ms=self.lease_ms,
+                queue=queue,
             )
-        return claimed[0] if claimed else None
+            with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
+                claimed = self.dialect.jobs.job_claim(cursor, request)
+            if claimed:
+                return claimed[0]
+        return None
 
     def _promote_due(self) -> int:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
@@ -158,7 +167,10 @@ class _Drain:
 
     def _ready_exists(self) -> bool:
         with connections[self.alias].cursor() as cursor:
-            return self.dialect.jobs.job_ready_exists(cursor, namespace=self.namespace)
+            return any(
+                self.dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
+                for queue in self.queues
+            )
 
     def _store(self, job: ClaimedJob, outcome: Outcome) -> None:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:

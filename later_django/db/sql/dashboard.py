@@ -114,11 +114,11 @@ STATS_PRUNE_SQL: Final = (
 SAMPLE_TAKE_SQL: Final = """
 INSERT INTO later_queue_sample (namespace, at_ms, ready, scheduled, running, waiting, partitioned)
 SELECT %s, {now},
-    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'enqueued' THEN n END), 0),
-    COALESCE(SUM(CASE WHEN lane = '' AND stage IN ('delayed', 'requeued') THEN n END), 0),
-    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'running' THEN n END), 0),
-    COALESCE(SUM(CASE WHEN lane = '' AND stage = 'waiting' THEN n END), 0),
-    COALESCE(SUM(CASE WHEN lane <> '' AND stage NOT IN ('success', 'failed', 'cancelled')
+    COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'enqueued' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage IN ('delayed', 'requeued') THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'running' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'waiting' THEN n END), 0),
+    COALESCE(SUM(CASE WHEN lane = 'partition' AND stage NOT IN ('success', 'failed', 'cancelled')
         THEN n END), 0)
 FROM later_stage_count WHERE namespace = %s
 ON CONFLICT (namespace, at_ms) DO NOTHING
