@@ -168,6 +168,7 @@ COVERED: dict[str, frozenset[str]] = {
         {
             "stage_counts",
             "plain_ready",
+            "queue_states",
             "stat_insert",
             "stats_since",
             "sample_take",

@@ -177,3 +177,16 @@ def test_log_consumers_show_each_groups_place_and_the_partitions_end(later_db, d
     )
     assert (row.committed_offset, row.next_offset) == (1, 3)
     assert row.expires_ms > db_now(later_db)
+
+
+def test_queue_states_lists_every_queue_ever_paused_with_its_state(later_db, dialect):
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.reads.queue_states(c, namespace=NS) == []
+        dialect.cluster.queue_set_paused(c, namespace=NS, name="emails", paused=True)
+        dialect.cluster.queue_set_paused(c, namespace=NS, name="alpha", paused=True)
+        dialect.cluster.queue_set_paused(c, namespace=NS, name="alpha", paused=False)
+        dialect.cluster.queue_set_paused(c, namespace="other", name="zeta", paused=True)
+        now = db_now(later_db)
+        states = dialect.reads.queue_states(c, namespace=NS)
+    assert [(s.name, s.paused) for s in states] == [("alpha", False), ("emails", True)]
+    assert all(now - 60_000 <= s.changed_ms <= now for s in states)
