@@ -1,8 +1,8 @@
 """Named queues: which exist, how a job's queue is stored, and pausing them.
 
 A queue is declared in ``LATER["QUEUES"]``; "default" always exists. A job
-of the default queue stores NULL as its queue (a plain insert never names
-the column), a named queue's its name. Each queue's jobs are counted in a
+stores its queue's name; a plain insert never names the column, whose
+database default is "default". Each queue's jobs are counted in a
 lane of their own (``lane_of``). Pausing is shared by every server through
 ``later_queue``: every claim of a queue reads its row.
 """
@@ -49,9 +49,10 @@ def declared() -> tuple[str, ...]:
 
 
 def stored(name: str, argument: str = "queue") -> str | None:
-    """The value a job of queue ``name`` stores (None for the default
-    queue); ValueError naming the setting when ``name`` is not declared, so
-    a typo never strands a job on a queue no server serves."""
+    """What an insert of a job of queue ``name`` writes to its column: None
+    for the default queue (the insert leaves the column to its database
+    default, "default"); ValueError naming the setting when ``name`` is not
+    declared, so a typo never strands a job on a queue no server serves."""
     if name == DEFAULT_QUEUE:
         return None
     if name not in conf.QUEUES:
@@ -63,19 +64,14 @@ def stored(name: str, argument: str = "queue") -> str | None:
     return name
 
 
-def stored_or_none(name: str) -> str | None:
-    """The stored value of queue ``name``, declared or not (reads)."""
-    return None if name == DEFAULT_QUEUE else name
-
-
 def name_of(queue: str | None) -> str:
-    """The queue a job's stored ``queue`` value names."""
+    """The queue a job's ``queue`` value (or a NewJob's, None) names."""
     return DEFAULT_QUEUE if queue is None else queue
 
 
-def lane_of(queue: str | None) -> str:
-    """The counter lane of the jobs of the stored ``queue`` (migration 0014)."""
-    return "" if queue is None else f"q:{queue}"
+def lane_of(queue: str) -> str:
+    """The counter lane of the jobs of ``queue`` (migration 0014)."""
+    return "" if queue == DEFAULT_QUEUE else f"q:{queue}"
 
 
 def queue_of_lane(lane: str) -> str | None:
@@ -134,7 +130,7 @@ def _set_paused(name: str, *, paused: bool) -> bool:
                 cursor, namespace=conf.namespace, name=name, paused=paused
             )
             if changed and not paused:
-                dialect.announce_ready(cursor, namespace=conf.namespace, queue=stored(name))
+                dialect.announce_ready(cursor, namespace=conf.namespace, queue=name)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

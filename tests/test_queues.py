@@ -17,6 +17,7 @@ from django.db import connections, transaction
 import later_django as later
 from later_django import registry
 from later_django.db import dialect_for
+from later_django.db.jobs import queue_filter_params
 from later_django.db.rows import ClaimRequest
 from later_django.queues import paused_queues, served
 from later_django.worker.server import Server
@@ -44,8 +45,8 @@ def queue_of(later_db: LaterDb, job_id: str) -> object:
     return later_db.scalar("SELECT queue FROM later_job WHERE id = %s", [job_id])
 
 
-def claim(later_db: LaterDb, queue: str | None, limit: int = 10) -> list[str]:
-    """Claim up to ``limit`` ready jobs of ``queue`` (stored value) as a server would."""
+def claim(later_db: LaterDb, queue: str, limit: int = 10) -> list[str]:
+    """Claim up to ``limit`` ready jobs of ``queue`` as a server would."""
     dialect = dialect_for(later_db.alias)
     request = ClaimRequest(
         namespace="default", owner="test-owner", limit=limit, lease_ms=30_000, queue=queue
@@ -62,8 +63,8 @@ def test_a_job_stores_its_queue_and_the_default_queue_stores_none(later_db, queu
     many = later.enqueue_many([Noop(n=4), Noop(n=5)], queue="reports")
     delayed = later.enqueue(Noop(n=6), queue="emails", delay=timedelta(hours=1))
     assert queue_of(later_db, emails) == "emails"
-    assert queue_of(later_db, default) is None
-    assert queue_of(later_db, plain) is None
+    assert queue_of(later_db, default) == "default"
+    assert queue_of(later_db, plain) == "default"
     assert [queue_of(later_db, job_id) for job_id in many] == ["reports", "reports"]
     assert queue_of(later_db, delayed) == "emails"
     child = later.enqueue(Noop(n=7), after=emails, queue="reports")
@@ -95,7 +96,7 @@ def test_a_types_queue_is_its_jobs_default_and_an_enqueue_overrides_it(later_db,
     try:
         assert queue_of(later_db, later.enqueue(Report(1))) == "reports"
         assert queue_of(later_db, later.enqueue(Report(2), queue="emails")) == "emails"
-        assert queue_of(later_db, later.enqueue(Report(3), queue="default")) is None
+        assert queue_of(later_db, later.enqueue(Report(3), queue="default")) == "default"
         (bulk,) = later.enqueue_many([Report(4)])
         assert queue_of(later_db, bulk) == "reports"
     finally:
@@ -159,8 +160,8 @@ def test_a_claim_of_one_queue_takes_only_its_jobs(later_db, queues):
     default = [later.enqueue(Noop(n=n), priority=n) for n in range(3)]
     emails = [later.enqueue(Noop(n=n), queue="emails", priority=50 + n) for n in range(3)]
     # The highest priority of its own queue first, never a higher one of another's.
-    assert claim(later_db, None, limit=1) == [default[2]]
-    assert sorted(claim(later_db, None)) == sorted(default[:2])
+    assert claim(later_db, "default", limit=1) == [default[2]]
+    assert sorted(claim(later_db, "default")) == sorted(default[:2])
     assert claim(later_db, "emails", limit=1) == [emails[2]]
     assert sorted(claim(later_db, "emails")) == sorted(emails[:2])
     assert claim(later_db, "reports") == []
@@ -175,11 +176,11 @@ def test_a_paused_queue_is_claimed_by_no_one_and_counts_no_backlog(later_db, que
     assert paused_queues() == {"emails"}
     with connections[later_db.alias].cursor() as cursor:
         assert not dialect.jobs.job_ready_exists(cursor, namespace="default", queue="emails")
-        assert dialect.jobs.job_ready_exists(cursor, namespace="default", queue=None)
+        assert dialect.jobs.job_ready_exists(cursor, namespace="default")
         assert dialect.reads.plain_ready(cursor, namespace="default", queue="emails") == 0
         assert dialect.reads.plain_ready(cursor, namespace="default") == 1
     assert claim(later_db, "emails") == []
-    assert claim(later_db, None) == [plain], "other queues run on"
+    assert claim(later_db, "default") == [plain], "other queues run on"
     assert later.resume_queue("emails") is True
     assert later.resume_queue("emails") is False
     assert len(claim(later_db, "emails")) == 1
@@ -190,9 +191,9 @@ def test_a_paused_queue_is_claimed_by_no_one_and_counts_no_backlog(later_db, que
 def test_the_default_queue_pauses_too(later_db, queues):
     later.enqueue(Noop(n=1))
     later.pause_queue("default")
-    assert claim(later_db, None) == []
+    assert claim(later_db, "default") == []
     later.resume_queue("default")
-    assert len(claim(later_db, None)) == 1
+    assert len(claim(later_db, "default")) == 1
 
 
 def test_each_queue_is_counted_in_its_own_lane(later_db, queues):
@@ -337,7 +338,7 @@ def test_a_task_of_a_named_queue_runs_only_on_a_worker_serving_it(
     results += [tasks.record_run.enqueue(f"d{n}") for n in range(4)]
     for result in results:
         workers.wait_stage(result.id, "success", 30)
-    assert [queue_of(later_db, r.id) for r in results] == ["emails"] * 4 + [None] * 4
+    assert [queue_of(later_db, r.id) for r in results] == ["emails"] * 4 + ["default"] * 4
     lines = [line.split() for line in workers.record.read_text().splitlines()]
     ran_in = {tag: int(pid) for kind, tag, pid, _ in lines if kind == "task"}
     assert {ran_in[f"e{n}"] for n in range(4)} == {emails_proc.pid}
@@ -355,3 +356,34 @@ def test_drain_runs_every_declared_queue_but_a_paused_one(later_db, queues, reco
     assert later_db.stage_of(reports) == "enqueued", "a paused queue waits in drain() too"
     later.resume_queue("reports")
     assert [run.job_id for run in drain()] == [reports]
+
+
+def test_a_claim_of_any_queue_reads_its_run_of_the_ready_index_without_sorting(later_db, queues):
+    """Each queue's ready jobs are a run of the ready index in claim order:
+    a claim of one queue reads its run from the start, whatever another
+    queue's backlog (a plain claim must not pay for named queues)."""
+    later.enqueue_many([Noop(n=n) for n in range(2000)])
+    later.enqueue_many([Noop(n=n) for n in range(2000)], queue="emails")
+    dialect = dialect_for(later_db.alias)
+    with connections[later_db.alias].cursor() as cursor:
+        cursor.execute("ANALYZE")
+    sqlite = later_db.vendor == "sqlite"
+    for queue in ("default", "emails"):
+        request = ClaimRequest(
+            namespace="default", owner="o", limit=8, lease_ms=30_000, queue=queue
+        )
+        if sqlite:
+            from later_django.db.sql import sqlite as vendor_sql
+
+            sql, params = (
+                dialect.jobs._sql(vendor_sql.JOB_CLAIM_SQL),
+                ["o", 30_000, *queue_filter_params(request), 8],
+            )
+        else:
+            sql = dialect.jobs._claim_sql(request)  # type: ignore[attr-defined]
+            params = [*queue_filter_params(request), "o", 30_000]
+        with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+            c.execute(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, params)
+            plan = "\n".join(str(row[-1]) if sqlite else row[0] for row in c.fetchall())
+        assert "later_job_ready" in plan, plan
+        assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan

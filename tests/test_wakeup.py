@@ -63,12 +63,12 @@ def test_a_wake_during_a_claim_is_not_slept_through():
 
 
 def test_notify_payloads_say_how_many_jobs_of_which_namespace():
-    assert ready_count("default", "default") == (None, 1)
-    assert ready_count("default\x1f500", "default") == (None, 500)
-    assert ready_count("other\x1f500", "default") == (None, 0)
-    assert ready_count("other", "default") == (None, 0)
-    assert ready_count("a\x1fb", "a") == (None, 1), "a count that is not a number wakes one"
+    assert ready_count("default", "default") == ("default", 1)
+    assert ready_count("default\x1f500", "default") == ("default", 500)
+    assert ready_count("other\x1f500", "default") == ("default", 0)
+    assert ready_count("other", "default") == ("default", 0)
+    assert ready_count("a\x1fb", "a") == ("default", 1), "a count that is not a number wakes one"
     # A named queue's jobs (migration 0014): the queue after chr(30).
     assert ready_count("default\x1eemails", "default") == ("emails", 1)
     assert ready_count("default\x1eemails\x1f7", "default") == ("emails", 7)
-    assert ready_count("other\x1eemails\x1f7", "default") == (None, 0)
+    assert ready_count("other\x1eemails\x1f7", "default") == ("default", 0)

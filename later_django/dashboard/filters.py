@@ -12,9 +12,10 @@ from later_django.dashboard import cursors
 from later_django.db.rows import JobQuery
 from later_django.db.rows.dashboard import RECENT
 from later_django.ids import ID_ALPHABET, ULID_LENGTH
+from later_django.queues import is_queue_name
 from later_django.states import Stage
 
-FIELDS = ("stage", "type", "topic", "partition", "q")
+FIELDS = ("stage", "type", "topic", "partition", "q", "queue")
 STAGES = [stage.value for stage in Stage]
 # The lists the stage menu offers, in its order: every job newest first,
 # then one list per stage.
@@ -41,6 +42,12 @@ def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQue
         raise ValueError(f"partition must be a number, got {partition!r}")
     if partition is not None and topic is None:
         raise ValueError("a partition filter needs a topic: set topic too")
+    queue = params.get("queue") or None
+    if queue is not None:
+        if not is_queue_name(queue):
+            raise ValueError(f"{queue!r} is not a queue name")
+        if stage != "enqueued":
+            raise ValueError("the queue filter picks a queue's ready jobs: set stage=enqueued")
     after = params.get("after") if with_cursor else None
     return JobQuery(
         namespace=conf.namespace,
@@ -49,6 +56,7 @@ def query_from(params: Mapping[str, str], *, with_cursor: bool = True) -> JobQue
         topic=topic,
         partition=None if partition is None else int(partition),
         id_prefix=prefix,
+        queue=queue,
         after=cursors.decode(after) if after else None,
     )
 
@@ -61,6 +69,7 @@ def fields_of(query: JobQuery) -> list[tuple[str, str]]:
         "topic": query.topic,
         "partition": None if query.partition is None else str(query.partition),
         "q": query.id_prefix,
+        "queue": query.queue,
     }
     return [(k, v) for k, v in values.items() if v]
 

@@ -31,6 +31,7 @@ from later_django.dashboard import actions, filters, reads
 from later_django.db.rows.dashboard import RECENT
 from later_django.ids import ULID_LENGTH
 from later_django.partitions.reserved import registered_topics
+from later_django.queues import declared as declared_queues
 
 VIEW_PERMISSION = "later_django.view_dashboard"
 CHANGE_PERMISSION = "later_django.change_job"
@@ -151,6 +152,7 @@ class Dashboard:
             ],
             types=registry.registered_names(),
             topic_names=sorted(registered_topics()),
+            queue_names=declared_queues(),
             page_size=query.page_size,
             scan_limit=query.scan_limit,
             actions=_actions_for(

@@ -146,8 +146,8 @@ class Dialect(abc.ABC):
         raise NotImplementedError(f"{self.vendor} needs no VACUUM")
 
     # -- wake-ups -----------------------------------------------------------------------
-    def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str | None) -> None:
-        """Tell idle workers of ``queue`` (stored value) on other hosts that
+    def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> None:
+        """Tell idle workers of ``queue`` on other hosts that
         its jobs may be ready (a resumed queue), at commit. Without LISTEN,
         their watch of the database finds the commit itself."""
         return None

@@ -204,10 +204,8 @@ class JobEngine(Operations, abc.ABC):
         """The claims of plain jobs that claims like ``request`` (its owner,
         namespace and queue) made in the last ``within_ms`` (by the
         database's clock) and that are still running."""
-        queue = request.queue
-        named = queue is not None
-        params = [request.namespace, request.owner, *([queue] if named else []), within_ms]
-        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL[named]), params)
+        params: list[Any] = [request.namespace, request.owner, request.queue, within_ms]
+        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), params)
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def job_stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> LeftAs | None:
@@ -366,25 +364,19 @@ class JobEngine(Operations, abc.ABC):
 
     # -- wake-ups --------------------------------------------------------------------------
     def job_ready_exists(
-        self, cursor: CursorWrapper, *, namespace: str, queue: str | None = None
+        self, cursor: CursorWrapper, *, namespace: str, queue: str = DEFAULT_QUEUE
     ) -> bool:
-        """Is any job of ``namespace`` in ``queue`` (stored value) ready to
-        claim, the queue not paused? A read: takes no write lock."""
+        """Is any job of ``namespace`` in ``queue`` ready to claim, the queue
+        not paused? A read: takes no write lock."""
         request = ClaimRequest(namespace=namespace, owner="", limit=0, lease_ms=0, queue=queue)
-        cursor.execute(
-            self._sql(jobs_sql.JOB_READY_EXISTS_SQL[queue is not None]),
-            queue_filter_params(request),
-        )
+        cursor.execute(self._sql(jobs_sql.JOB_READY_EXISTS_SQL), queue_filter_params(request))
         return cursor.fetchone() is not None
 
 
 def queue_filter_params(request: ClaimRequest) -> list[Any]:
-    """The parameters of a claim's filter: the namespace, the queue when
-    named (IN_QUEUE), then the queue's row of later_queue (QUEUE_RUNS)."""
-    queue = request.queue
-    if queue is None:
-        return [request.namespace, request.namespace, DEFAULT_QUEUE]
-    return [request.namespace, queue, request.namespace, queue]
+    """The parameters of a claim's filter: the namespace and the queue
+    (IN_QUEUE), then the queue's row of later_queue (QUEUE_RUNS)."""
+    return [request.namespace, request.queue, request.namespace, request.queue]
 
 
 def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:

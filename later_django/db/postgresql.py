@@ -36,6 +36,7 @@ from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.db.statements import Statements, VendorSql
+from later_django.queues import DEFAULT_QUEUE
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
@@ -58,7 +59,7 @@ class PostgresJobEngine(JobEngine):
 
     def __init__(self, sql: Statements) -> None:
         super().__init__(sql)
-        self._claim_sql_by_limit: dict[tuple[int, bool], str] = {}
+        self._claim_sql_by_limit: dict[int, str] = {}
 
     # -- enqueue ----------------------------------------------------------------------
     # Inserts run straight on the psycopg connection under Django's (the same
@@ -101,11 +102,11 @@ class PostgresJobEngine(JobEngine):
     def _claim_sql(self, request: ClaimRequest) -> str:
         """The claim of ``request.limit`` jobs of its queue: the LIMIT is in
         the text (see sql/postgresql.py)."""
-        key = (request.limit, request.queue is not None)
-        claim = self._claim_sql_by_limit.get(key)
+        limit = request.limit
+        claim = self._claim_sql_by_limit.get(limit)
         if claim is None:
-            template = pg_sql.JOB_CLAIM_SQL[key[1]]
-            claim = self._claim_sql_by_limit[key] = self._sql(template, limit=str(int(key[0])))
+            claim = self._sql(pg_sql.JOB_CLAIM_SQL, limit=str(int(limit)))
+            self._claim_sql_by_limit[limit] = claim
         return claim
 
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
@@ -252,10 +253,10 @@ class PostgresDialect(Dialect):
         cursor.execute(pg_sql.DATABASE_SIZE_SQL)
         return int(cursor.fetchone()[0])
 
-    def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str | None) -> None:
+    def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> None:
         # As the counter triggers announce jobs that became ready (migration
         # 0014), with the most workers a server runs: every idle one wakes.
-        said = namespace if queue is None else f"{namespace}\x1e{queue}"
+        said = namespace if queue == DEFAULT_QUEUE else f"{namespace}\x1e{queue}"
         cursor.execute(pg_sql.NOTIFY_SQL, [NOTIFY_CHANNEL, f"{said}\x1f{WAKE_EVERY_WORKER}"])
 
 

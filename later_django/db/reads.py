@@ -54,7 +54,7 @@ class ReadModels(Operations):
     def plain_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str = "default") -> int:
         """Plain jobs of ``namespace`` in queue ``queue`` ready to run now (0
         while it is paused)."""
-        lane = queues.lane_of(queues.stored_or_none(queue))
+        lane = queues.lane_of(queue)
         cursor.execute(self._sql(counters_sql.QUEUE_READY_SQL), [namespace, lane, namespace, queue])
         return int(cursor.fetchone()[0])
 
@@ -236,7 +236,7 @@ def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
             [query.topic, query.partition],
         )
     if stage == "enqueued":
-        return dashboard_sql.READY, "", []
+        return dashboard_sql.READY, " AND queue = %s", [query.queue or queues.DEFAULT_QUEUE]
     if stage in ("delayed", "requeued"):
         return dashboard_sql.DUE, "", []
     if stage == "running":
@@ -317,4 +317,5 @@ def _summary(row: tuple[Any, ...]) -> JobSummary:
         part,
         seq,
         bool(row[11]),
+        row[12],
     )

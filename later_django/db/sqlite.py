@@ -67,7 +67,7 @@ class SqliteJobEngine(JobEngine):
     # -- the worker's hot path, inline (db/sessions.py) ------------------------------------
     def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
         cursor.execute(
-            self._sql(sqlite_sql.JOB_CLAIM_SQL[request.queue is not None]),
+            self._sql(sqlite_sql.JOB_CLAIM_SQL),
             [request.owner, request.lease_ms, *queue_filter_params(request), request.limit],
         )
         return claimed_jobs(cursor.fetchall())

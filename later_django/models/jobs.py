@@ -57,9 +57,9 @@ class Job(models.Model):
     # When cancel() asked the running job to stop (db clock); NULL: never.
     # Its worker stops the handler and stores the job cancelled.
     cancel_requested_ms = models.BigIntegerField(null=True)
-    # The named queue the job runs on (LATER["QUEUES"]); NULL: the default
-    # queue, so a plain insert never names the column.
-    queue = models.CharField(max_length=64, null=True)
+    # The queue the job runs on (LATER["QUEUES"]). A plain insert never
+    # names the column: its database default is the default queue.
+    queue = models.CharField(max_length=64, db_default="default")
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.
@@ -103,8 +103,8 @@ class Job(models.Model):
         ]
         indexes = [
             # Every queue's ready jobs in one index, each queue a run of its
-            # own in claim order: a claim of one queue (``queue IS NULL`` for
-            # the default one) never reads past another's jobs.
+            # own in claim order: a claim of one queue (``queue = %s``, an
+            # equality) never reads past another's jobs, nor sorts its own.
             models.Index(
                 fields=["namespace", "queue", "-priority", "id"],
                 name="later_job_ready",

@@ -117,8 +117,8 @@ class _Drain:
         self.dialect = dialect_for(self.alias)
         self.lease_ms = conf.millis("LEASE_DURATION")
         self.retention_ms = conf.millis("DASHBOARD_RETENTION")
-        # The stored values of the queues it runs: every declared one.
-        self.queues = [queues.stored_or_none(name) for name in queues.declared()]
+        # The queues it runs: every declared one.
+        self.queues = queues.declared()
         # The claims' owner: the fence of this drain's writes.
         self.owner = f"drain-{os.getpid()}-{new_job_id()}"
         self._app: Any = None

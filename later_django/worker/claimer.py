@@ -42,10 +42,10 @@ class Claimer:
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
-        queue: str | None = None,
+        queue: str = "default",
     ) -> None:
         self.namespace = namespace
-        # The stored value of the queue it claims from (None: the default one).
+        # The queue it claims from.
         self.queue = queue
         self.owner = owner
         self.store = store

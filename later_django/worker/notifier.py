@@ -19,6 +19,7 @@ from later_django import wakeup
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
+from later_django.queues import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
 
@@ -73,16 +74,16 @@ class Wakeup:
                 self._waiters.remove(waiter)
 
 
-def ready_count(payload: str, namespace: str) -> tuple[str | None, int]:
-    """The queue (stored value) and how many of its jobs of ``namespace`` a
+def ready_count(payload: str, namespace: str) -> tuple[str, int]:
+    """The queue and how many of its jobs of ``namespace`` a
     NOTIFY payload announces (0: another namespace): the namespace, then
     chr(30) and the queue for a named queue's, then chr(31) and the count
     when more than one (migration 0014)."""
     said, _, count = payload.partition("\x1f")
     name, _, queue = said.partition("\x1e")
     if name != namespace:
-        return None, 0
-    return queue or None, int(count) if count.isdigit() else 1
+        return DEFAULT_QUEUE, 0
+    return queue or DEFAULT_QUEUE, int(count) if count.isdigit() else 1
 
 
 class Notifier:
@@ -96,7 +97,7 @@ class Notifier:
 
     def __init__(
         self,
-        wakes: dict[str | None, Wakeup],
+        wakes: dict[str, Wakeup],
         *,
         alias: str,
         namespace: str,
@@ -104,7 +105,7 @@ class Notifier:
         watch: bool = False,
         partition_wake: Wakeup | None = None,
     ) -> None:
-        # The wake-ups of each served queue's workers, by its stored value.
+        # The wake-ups of each served queue's workers, by its name.
         self.wakes = wakes
         # The partition pollers' wake-ups, when this server runs them.
         self.partition_wake = partition_wake
@@ -185,7 +186,7 @@ class Notifier:
                 )
                 await asyncio.sleep(LISTEN_RECONNECT_DELAY)
 
-    def _ready(self, queue: str | None, dialect: Dialect, cursor: CursorWrapper) -> bool:
+    def _ready(self, queue: str, dialect: Dialect, cursor: CursorWrapper) -> bool:
         return dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
 
     async def _watch_forever(self) -> None:

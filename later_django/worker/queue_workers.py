@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from later_django import queues
 from later_django.threaded_store import ThreadedStore
 from later_django.worker.claimer import Claimer
 from later_django.worker.notifier import Wakeup
@@ -30,10 +29,6 @@ class QueueWorkers:
     pool: WorkerPool
     store: ThreadedStore
     autoscale: tuple[int, int] | None = None
-
-    @property
-    def stored(self) -> str | None:
-        return queues.stored_or_none(self.name)
 
     @property
     def worker_count(self) -> int:

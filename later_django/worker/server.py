@@ -161,7 +161,7 @@ class Server:
         self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
         self.partition_wake = Wakeup()
         self.notifier = Notifier(
-            {later_queues.stored_or_none(name): wake for name, wake in wakes.items()},
+            wakes,
             alias=self.alias,
             namespace=self.namespace,
             listen=self.store.dialect.supports_listen,
@@ -225,7 +225,7 @@ class Server:
             pool=self._service_pool,
             leases=self.leases,
             wake=wake,
-            queue=later_queues.stored_or_none(name),
+            queue=name,
         )
         pool = WorkerPool(
             claimer=claimer,

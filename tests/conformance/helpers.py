@@ -159,7 +159,7 @@ def claim(
     limit: int = 1,
     lease_ms: int = LEASE_MS,
     namespace: str = NS,
-    queue: str | None = None,
+    queue: str = "default",
 ) -> list[ClaimedJob]:
     """The worker's claim, through the pair the dialect's capability names."""
     dialect = dialect_for(later_db.alias)

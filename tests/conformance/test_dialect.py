@@ -171,6 +171,6 @@ def test_announce_ready_wakes_listeners_of_the_queue_at_commit(later_db, dialect
         listener.execute("LISTEN later")
         with cursor_of(later_db, atomic=True) as c:
             dialect.announce_ready(c, namespace=NS, queue="emails")
-            dialect.announce_ready(c, namespace=NS, queue=None)
+            dialect.announce_ready(c, namespace=NS, queue="default")
         said = [n.payload for n in listener.notifies(timeout=5, stop_after=2)]
-    assert [ready_count(payload, NS) for payload in said] == [("emails", 255), (None, 255)]
+    assert [ready_count(payload, NS) for payload in said] == [("emails", 255), ("default", 255)]

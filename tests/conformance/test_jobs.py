@@ -957,7 +957,7 @@ def test_stage_changes_never_stamp_before_the_previous_change(later_db, dialect)
     last_stamp(grandchild)
 
 
-def since_request(namespace: str, owner: str, queue: str | None = None) -> ClaimRequest:
+def since_request(namespace: str, owner: str, queue: str = "default") -> ClaimRequest:
     return ClaimRequest(namespace=namespace, owner=owner, limit=0, lease_ms=0, queue=queue)
 
 
@@ -985,7 +985,7 @@ def test_a_claim_takes_only_its_queues_jobs_and_nothing_of_a_paused_queue(later_
     with cursor_of(later_db) as c:
         assert not dialect.jobs.job_ready_exists(c, namespace=NS, queue="emails")
         assert dialect.jobs.job_ready_exists(c, namespace=NS, queue="reports")
-        assert not dialect.jobs.job_ready_exists(c, namespace=NS, queue=None)
+        assert not dialect.jobs.job_ready_exists(c, namespace=NS)
         assert dialect.reads.plain_ready(c, namespace=NS, queue="emails") == 0
     assert claim(later_db, queue="emails") == []
     with cursor_of(later_db, atomic=True) as c:

@@ -28,6 +28,9 @@ class JobQuery:
     topic: str | None = None
     partition: int | None = None
     id_prefix: str | None = None
+    # The queue of the ``enqueued`` list (None: the default queue's): each
+    # queue's ready jobs are a run of the ready index of their own.
+    queue: str | None = None
     after: tuple[Any, ...] | None = None
     page_size: int = 50
     # Index entries one page looks at when a filter the index cannot serve
@@ -54,6 +57,7 @@ class JobSummary:
     partition: int | None
     sequence: int | None
     failed_before: bool  # has a last error
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,7 @@ class JobDetail:
     topic: str | None
     partition: int | None
     sequence: int | None
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,15 +15,14 @@ from later_django.types import ClaimedJob
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimRequest:
-    """Up to ``limit`` ready jobs of ``namespace`` in ``queue`` (its stored
-    value: None for the default queue), leased to ``owner`` for ``lease_ms``
-    from the database's now."""
+    """Up to ``limit`` ready jobs of ``namespace`` in ``queue``, leased to
+    ``owner`` for ``lease_ms`` from the database's now."""
 
     namespace: str
     owner: str
     limit: int
     lease_ms: int
-    queue: str | None = None
+    queue: str = "default"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

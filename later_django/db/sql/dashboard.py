@@ -31,7 +31,8 @@ class ListOrder:
 # the primary key serves the list. No index of its own: plain jobs pay
 # nothing for it.
 RECENT: Final = ListOrder("", (("id", True),))
-# Plain jobs ready to run, in the order workers take them.
+# Plain jobs of one queue ready to run, in the order workers take them (the
+# list pins the queue: the index's key starts with it).
 READY: Final = ListOrder(
     "stage = 'enqueued' AND topic IS NULL", (("priority", True), ("id", False))
 )
@@ -60,13 +61,13 @@ ATTEMPTS: Final = "attempts - COALESCE(uncounted, 0)"
 
 SUMMARY_COLUMNS: Final = (
     "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
-    "topic, partition, sequence, last_error IS NOT NULL AS failed_before"
+    "topic, partition, sequence, last_error IS NOT NULL AS failed_before, queue"
 )
 
 DETAIL_COLUMNS: Final = (
     "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
     "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
-    "history, parent_id, recurring, topic, partition, sequence"
+    "history, parent_id, recurring, topic, partition, sequence, queue"
 )
 
 JOB_DETAIL_SQL: Final = compose(

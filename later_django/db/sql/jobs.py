@@ -21,9 +21,10 @@ INSERT_COLUMNS: Final = (
 )
 
 # -- queues ---------------------------------------------------------------------------
-# The jobs of one queue: the default queue's store NULL (later_django/queues.py),
-# so a claim of it reads the ready index's NULL run and never a named queue's.
-IN_QUEUE: Final = {False: "queue IS NULL", True: "queue = %s"}
+# The jobs of one queue, by its name: an equality, so a claim reads the
+# queue's own run of the ready index in claim order (an IS NULL term would
+# not: PostgreSQL sorts what it finds under one).
+IN_QUEUE: Final = "queue = %s"
 # A paused queue starts nothing: one look at its row of later_queue per
 # statement (an uncorrelated subquery, evaluated once), not per job.
 QUEUE_RUNS: Final = (
@@ -161,9 +162,7 @@ SELECT id, attempts FROM later_job
 WHERE namespace = %s AND stage = 'running' AND lease_owner = %s AND topic IS NULL
   AND {in_queue} AND started_ms >= {now} - %s
 """
-JOB_CLAIMED_SINCE_SQL: Final = {
-    named: compose(_JOB_CLAIMED_SINCE, in_queue=IN_QUEUE[named]) for named in (False, True)
-}
+JOB_CLAIMED_SINCE_SQL: Final = compose(_JOB_CLAIMED_SINCE, in_queue=IN_QUEUE)
 
 # The stage a claim left its job in, once it no longer runs: what an outcome
 # whose store may or may not have committed finds.
@@ -381,10 +380,7 @@ SELECT 1 FROM later_job
 WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL AND {queue_runs}
 LIMIT 1
 """
-JOB_READY_EXISTS_SQL: Final = {
-    named: compose(_JOB_READY_EXISTS, in_queue=IN_QUEUE[named], queue_runs=QUEUE_RUNS)
-    for named in (False, True)
-}
+JOB_READY_EXISTS_SQL: Final = compose(_JOB_READY_EXISTS, in_queue=IN_QUEUE, queue_runs=QUEUE_RUNS)
 
 # The database's clock, for callers that compute times from it in Python.
 CLOCK_NOW_SQL: Final = "SELECT {now}"

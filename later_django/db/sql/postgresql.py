@@ -67,10 +67,7 @@ RETURNING {returning}""",
     returning=", ".join("j." + column for column in CLAIM_RETURNING.split(", ")),
     queue_runs=QUEUE_RUNS,
 )
-# The claim of the default queue (False) or of a named one (True).
-JOB_CLAIM_SQL: Final = {
-    named: compose(_JOB_CLAIM, in_queue=IN_QUEUE[named]) for named in (False, True)
-}
+JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
 
 # Successes in bulk, then the release of their waiting continuations, in one
 # function: one statement and one round trip for the worker (the batch

@@ -58,9 +58,7 @@ RETURNING {returning}
     returning=CLAIM_RETURNING,
     queue_runs=QUEUE_RUNS,
 )
-JOB_CLAIM_SQL: Final = {
-    named: compose(_JOB_CLAIM, in_queue=IN_QUEUE[named]) for named in (False, True)
-}
+JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone
