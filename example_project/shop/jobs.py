@@ -30,9 +30,11 @@ class SendReceipt:
     email: str
 
 
-@job
+@job(queue="emails")
 async def send_receipt(ctx: JobContext, payload: SendReceipt) -> None:
-    """An async handler: runs on the worker's event loop."""
+    """An async handler: runs on the worker's event loop. On the "emails"
+    queue (LATER["QUEUES"] in settings): `later_worker --queues emails=2`
+    would give mail its own workers; the demo's worker serves every queue."""
     await asyncio.sleep(0.05)  # stands in for an HTTP call to a mail service
 
 
