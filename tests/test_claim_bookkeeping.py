@@ -99,7 +99,9 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
     the jobs it took are given back at the next claim, as if never claimed,
     and run at once, so a job with no retry left is not failed as "lease
     expired" without ever running."""
-    set_later(settings, LEASE_DURATION=2, STUCK_JOB_GRACE=0.5, MAINTENANCE_INTERVAL=0.2)
+    # The lease outlasts the worker's back-off after the abandoned claim
+    # (up to 1.5 s) on a loaded machine: within it, the job is given back.
+    set_later(settings, LEASE_DURATION=5, STUCK_JOB_GRACE=0.5, MAINTENANCE_INTERVAL=0.2)
     job_id = later.enqueue(Gate(path=str(tmp_path)))  # the gate is open
 
     async def body(server: Any) -> None:
