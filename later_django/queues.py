@@ -1,8 +1,8 @@
 """Named queues: which exist, how a job's queue is stored, and pausing them.
 
 A queue is declared in ``LATER["QUEUES"]``; "default" always exists. A job
-stores its queue's name; a plain insert never names the column, whose
-database default is "default". Each queue's jobs are counted in a
+stores its queue's name, or '' for the default queue: a plain insert never
+names the column, whose database default that is. Each queue's jobs are counted in a
 lane of their own (``lane_of``). Pausing is shared by every server through
 ``later_queue``: every claim of a queue reads its row.
 """
@@ -64,9 +64,16 @@ def stored(name: str, argument: str = "queue") -> str | None:
     return name
 
 
+def column_value(name: str) -> str:
+    """What later_job.queue holds for the jobs of queue ``name``: '' for the
+    default queue (the column's database default), else the name."""
+    return "" if name == DEFAULT_QUEUE else name
+
+
 def name_of(queue: str | None) -> str:
-    """The queue a job's ``queue`` value (or a NewJob's, None) names."""
-    return DEFAULT_QUEUE if queue is None else queue
+    """The queue a job's ``queue`` column ('' or a name; a NewJob's None)
+    names."""
+    return queue or DEFAULT_QUEUE
 
 
 def lane_of(queue: str) -> str:

@@ -317,7 +317,7 @@ def test_the_plain_claim_reads_the_ready_index_which_holds_no_partition_job(topi
     terms imply it, so the claim keeps its index plan and never reads a
     partition job's entry (docs/design.md, the lane rule)."""
     claim_select = (
-        "SELECT id FROM later_job WHERE namespace = 'default' AND queue = 'default' "
+        "SELECT id FROM later_job WHERE namespace = 'default' AND queue = '' "
         "AND stage = 'enqueued' AND topic IS NULL ORDER BY priority DESC, id LIMIT 8"
     )
     with connections[topics.alias].cursor() as c:

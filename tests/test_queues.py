@@ -63,8 +63,8 @@ def test_a_job_stores_its_queue_and_the_default_queue_stores_none(later_db, queu
     many = later.enqueue_many([Noop(n=4), Noop(n=5)], queue="reports")
     delayed = later.enqueue(Noop(n=6), queue="emails", delay=timedelta(hours=1))
     assert queue_of(later_db, emails) == "emails"
-    assert queue_of(later_db, default) == "default"
-    assert queue_of(later_db, plain) == "default"
+    assert queue_of(later_db, default) == ""
+    assert queue_of(later_db, plain) == ""
     assert [queue_of(later_db, job_id) for job_id in many] == ["reports", "reports"]
     assert queue_of(later_db, delayed) == "emails"
     child = later.enqueue(Noop(n=7), after=emails, queue="reports")
@@ -96,7 +96,7 @@ def test_a_types_queue_is_its_jobs_default_and_an_enqueue_overrides_it(later_db,
     try:
         assert queue_of(later_db, later.enqueue(Report(1))) == "reports"
         assert queue_of(later_db, later.enqueue(Report(2), queue="emails")) == "emails"
-        assert queue_of(later_db, later.enqueue(Report(3), queue="default")) == "default"
+        assert queue_of(later_db, later.enqueue(Report(3), queue="default")) == ""
         (bulk,) = later.enqueue_many([Report(4)])
         assert queue_of(later_db, bulk) == "reports"
     finally:
@@ -338,7 +338,7 @@ def test_a_task_of_a_named_queue_runs_only_on_a_worker_serving_it(
     results += [tasks.record_run.enqueue(f"d{n}") for n in range(4)]
     for result in results:
         workers.wait_stage(result.id, "success", 30)
-    assert [queue_of(later_db, r.id) for r in results] == ["emails"] * 4 + ["default"] * 4
+    assert [queue_of(later_db, r.id) for r in results] == ["emails"] * 4 + [""] * 4
     lines = [line.split() for line in workers.record.read_text().splitlines()]
     ran_in = {tag: int(pid) for kind, tag, pid, _ in lines if kind == "task"}
     assert {ran_in[f"e{n}"] for n in range(4)} == {emails_proc.pid}

@@ -33,7 +33,7 @@ from later_django.db.rows import (
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
-from later_django.queues import DEFAULT_QUEUE
+from later_django.queues import DEFAULT_QUEUE, column_value
 from later_django.states import PARENT_CANCELLED, PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 
@@ -204,7 +204,8 @@ class JobEngine(Operations, abc.ABC):
         """The claims of plain jobs that claims like ``request`` (its owner,
         namespace and queue) made in the last ``within_ms`` (by the
         database's clock) and that are still running."""
-        params: list[Any] = [request.namespace, request.owner, request.queue, within_ms]
+        queue = column_value(request.queue)
+        params: list[Any] = [request.namespace, request.owner, queue, within_ms]
         cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), params)
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
@@ -374,9 +375,9 @@ class JobEngine(Operations, abc.ABC):
 
 
 def queue_filter_params(request: ClaimRequest) -> list[Any]:
-    """The parameters of a claim's filter: the namespace and the queue
-    (IN_QUEUE), then the queue's row of later_queue (QUEUE_RUNS)."""
-    return [request.namespace, request.queue, request.namespace, request.queue]
+    """The parameters of a claim's filter: the namespace and the queue's
+    column value (IN_QUEUE), then its row of later_queue (QUEUE_RUNS)."""
+    return [request.namespace, column_value(request.queue), request.namespace, request.queue]
 
 
 def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:

@@ -6,6 +6,7 @@ the job engine's (db/jobs.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
@@ -151,7 +152,11 @@ class ReadModels(Operations):
         """The job ``job_id`` of ``namespace`` without its payload, or None."""
         cursor.execute(self._sql(dashboard_sql.JOB_DETAIL_SQL), [job_id, namespace])
         row = cursor.fetchone()
-        return None if row is None else JobDetail(*row)
+        return (
+            None
+            if row is None
+            else dataclasses.replace(JobDetail(*row), queue=queues.name_of(row[-1]))
+        )
 
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
         cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, limit])
@@ -236,7 +241,8 @@ def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
             [query.topic, query.partition],
         )
     if stage == "enqueued":
-        return dashboard_sql.READY, " AND queue = %s", [query.queue or queues.DEFAULT_QUEUE]
+        queue = queues.column_value(query.queue or queues.DEFAULT_QUEUE)
+        return dashboard_sql.READY, " AND queue = %s", [queue]
     if stage in ("delayed", "requeued"):
         return dashboard_sql.DUE, "", []
     if stage == "running":
@@ -317,5 +323,5 @@ def _summary(row: tuple[Any, ...]) -> JobSummary:
         part,
         seq,
         bool(row[11]),
-        row[12],
+        queues.name_of(row[12]),
     )

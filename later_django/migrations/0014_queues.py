@@ -1,7 +1,8 @@
 """Named queues (docs/queues.md).
 
-- ``later_job`` gains ``queue``, NOT NULL with the database default
-  'default' (the default queue): a plain job's insert never names it, and a
+- ``later_job`` gains ``queue``, NOT NULL with the database default ''
+  (the empty string: the default queue, in the narrowest key the ready
+  index and each row can hold): a plain job's insert never names it, and a
   server of the previous release still enqueues plain jobs while this
   migrates. Both databases add it without rewriting the table (PostgreSQL
   stores the default in the catalog; SQLite adds the column in place, which
@@ -110,12 +111,12 @@ LANGUAGE plpgsql AS $$
 DECLARE ns text; plain boolean; q text; ready bigint; said text;
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-        SELECT namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = 'default' THEN '' ELSE 'q:' || queue END, count(*) FROM new_rows
-        GROUP BY namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = 'default' THEN '' ELSE 'q:' || queue END;
+        SELECT namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = '' THEN '' ELSE 'q:' || queue END, count(*) FROM new_rows
+        GROUP BY namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = '' THEN '' ELSE 'q:' || queue END;
     FOR ns, plain, q, ready IN SELECT namespace, topic IS NULL, queue, count(*) FROM new_rows
             WHERE stage = 'enqueued' GROUP BY namespace, topic IS NULL, queue LOOP
         IF plain THEN
-            said := CASE WHEN q = 'default' THEN ns ELSE ns || chr(30) || q END;
+            said := CASE WHEN q = '' THEN ns ELSE ns || chr(30) || q END;
             PERFORM pg_notify('later', CASE WHEN ready = 1 THEN said ELSE said || chr(31) || ready END);
         ELSE
             PERFORM pg_notify('later_partition', ns);
@@ -131,11 +132,11 @@ DECLARE ns text; plain boolean; q text; ready bigint; said text;
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
         SELECT namespace, stage, lane, sum(d) FROM (
-            SELECT o.namespace, o.stage, CASE WHEN o.topic IS NOT NULL THEN 'partition' WHEN o.queue = 'default' THEN '' ELSE 'q:' || o.queue END
+            SELECT o.namespace, o.stage, CASE WHEN o.topic IS NOT NULL THEN 'partition' WHEN o.queue = '' THEN '' ELSE 'q:' || o.queue END
                     AS lane, -1 AS d
                 FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
             UNION ALL
-            SELECT n.namespace, n.stage, CASE WHEN n.topic IS NOT NULL THEN 'partition' WHEN n.queue = 'default' THEN '' ELSE 'q:' || n.queue END, 1
+            SELECT n.namespace, n.stage, CASE WHEN n.topic IS NOT NULL THEN 'partition' WHEN n.queue = '' THEN '' ELSE 'q:' || n.queue END, 1
                 FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.stage <> n.stage
         ) changes GROUP BY namespace, stage, lane;
     FOR ns, plain, q, ready IN SELECT r.namespace, r.topic IS NULL, r.queue, count(*)
@@ -144,7 +145,7 @@ BEGIN
                 AND r.stage IN ('success', 'failed', 'cancelled')))
             GROUP BY r.namespace, r.topic IS NULL, r.queue LOOP
         IF plain THEN
-            said := CASE WHEN q = 'default' THEN ns ELSE ns || chr(30) || q END;
+            said := CASE WHEN q = '' THEN ns ELSE ns || chr(30) || q END;
             PERFORM pg_notify('later', CASE WHEN ready = 1 THEN said ELSE said || chr(31) || ready END);
         ELSE
             PERFORM pg_notify('later_partition', ns);
@@ -158,8 +159,8 @@ CREATE OR REPLACE FUNCTION later_job_after_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-        SELECT namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = 'default' THEN '' ELSE 'q:' || queue END, -count(*) FROM old_rows
-        GROUP BY namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = 'default' THEN '' ELSE 'q:' || queue END;
+        SELECT namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = '' THEN '' ELSE 'q:' || queue END, -count(*) FROM old_rows
+        GROUP BY namespace, stage, CASE WHEN topic IS NOT NULL THEN 'partition' WHEN queue = '' THEN '' ELSE 'q:' || queue END;
     RETURN NULL;
 END $$;
 """,
@@ -240,7 +241,7 @@ DROP TRIGGER IF EXISTS later_job_count_insert
 CREATE TRIGGER later_job_count_insert AFTER INSERT ON later_job
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-    VALUES (NEW.namespace, NEW.stage, CASE WHEN NEW.topic IS NOT NULL THEN 'partition' WHEN NEW.queue = 'default' THEN '' ELSE 'q:' || NEW.queue END, 1)
+    VALUES (NEW.namespace, NEW.stage, CASE WHEN NEW.topic IS NOT NULL THEN 'partition' WHEN NEW.queue = '' THEN '' ELSE 'q:' || NEW.queue END, 1)
     ON CONFLICT (namespace, stage, lane) DO UPDATE SET n = n + 1;
 END
 """,
@@ -252,10 +253,10 @@ CREATE TRIGGER later_job_count_update
 AFTER UPDATE OF stage ON later_job WHEN OLD.stage <> NEW.stage
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-    VALUES (OLD.namespace, OLD.stage, CASE WHEN OLD.topic IS NOT NULL THEN 'partition' WHEN OLD.queue = 'default' THEN '' ELSE 'q:' || OLD.queue END, -1)
+    VALUES (OLD.namespace, OLD.stage, CASE WHEN OLD.topic IS NOT NULL THEN 'partition' WHEN OLD.queue = '' THEN '' ELSE 'q:' || OLD.queue END, -1)
     ON CONFLICT (namespace, stage, lane) DO UPDATE SET n = n - 1;
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-    VALUES (NEW.namespace, NEW.stage, CASE WHEN NEW.topic IS NOT NULL THEN 'partition' WHEN NEW.queue = 'default' THEN '' ELSE 'q:' || NEW.queue END, 1)
+    VALUES (NEW.namespace, NEW.stage, CASE WHEN NEW.topic IS NOT NULL THEN 'partition' WHEN NEW.queue = '' THEN '' ELSE 'q:' || NEW.queue END, 1)
     ON CONFLICT (namespace, stage, lane) DO UPDATE SET n = n + 1;
 END
 """,
@@ -266,7 +267,7 @@ DROP TRIGGER IF EXISTS later_job_count_delete
 CREATE TRIGGER later_job_count_delete AFTER DELETE ON later_job
 BEGIN
     INSERT INTO later_stage_count (namespace, stage, lane, n)
-    VALUES (OLD.namespace, OLD.stage, CASE WHEN OLD.topic IS NOT NULL THEN 'partition' WHEN OLD.queue = 'default' THEN '' ELSE 'q:' || OLD.queue END, -1)
+    VALUES (OLD.namespace, OLD.stage, CASE WHEN OLD.topic IS NOT NULL THEN 'partition' WHEN OLD.queue = '' THEN '' ELSE 'q:' || OLD.queue END, -1)
     ON CONFLICT (namespace, stage, lane) DO UPDATE SET n = n - 1;
 END
 """,
@@ -317,12 +318,12 @@ class Migration(migrations.Migration):
                 migrations.AddField(
                     model_name="job",
                     name="queue",
-                    field=models.CharField(db_default="default", max_length=64),
+                    field=models.CharField(db_default="", max_length=64),
                 ),
             ],
             database_operations=[
                 migrations.RunSQL(
-                    "ALTER TABLE later_job ADD COLUMN queue varchar(64) DEFAULT 'default' NOT NULL",
+                    "ALTER TABLE later_job ADD COLUMN queue varchar(64) DEFAULT '' NOT NULL",
                     "ALTER TABLE later_job DROP COLUMN queue",
                 ),
             ],

@@ -57,9 +57,10 @@ class Job(models.Model):
     # When cancel() asked the running job to stop (db clock); NULL: never.
     # Its worker stops the handler and stores the job cancelled.
     cancel_requested_ms = models.BigIntegerField(null=True)
-    # The queue the job runs on (LATER["QUEUES"]). A plain insert never
-    # names the column: its database default is the default queue.
-    queue = models.CharField(max_length=64, db_default="default")
+    # The queue the job runs on (LATER["QUEUES"]); '' for the default
+    # queue, the narrowest key: a plain insert never names the column, its
+    # database default (later_django/queues.py column_value).
+    queue = models.CharField(max_length=64, db_default="")
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
     # No foreign key: parents expire and are pruned independently.
