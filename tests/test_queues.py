@@ -19,6 +19,8 @@ from later_django import registry
 from later_django.db import dialect_for
 from later_django.db.jobs import queue_filter_params
 from later_django.db.rows import ClaimRequest
+from later_django.db.sql import compose
+from later_django.db.sql.jobs import JOB_INSERT_SQL, TO_RUNNING
 from later_django.queues import paused_queues, served
 from later_django.worker.server import Server
 from tests.helpers import (
@@ -387,3 +389,45 @@ def test_a_claim_of_any_queue_reads_its_run_of_the_ready_index_without_sorting(l
             plan = "\n".join(str(row[-1]) if sqlite else row[0] for row in c.fetchall())
         assert "later_job_ready" in plan, plan
         assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+
+
+# The claim of the release before queues, frozen: it names no queue.
+PREVIOUS_RELEASE_CLAIM = compose(
+    """
+UPDATE later_job SET {to_running}
+WHERE id IN (
+    SELECT id FROM later_job
+    WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
+    ORDER BY priority DESC, id
+    LIMIT %s)
+RETURNING id
+""",
+    to_running=TO_RUNNING,
+)
+
+
+def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_db, queues):
+    """Servers of the previous release run beside this one while a deploy
+    rolls (docs/queues.md, "Upgrading"): their plain inserts name no queue
+    column and land in the default queue, which this release claims; their
+    claims still work on the migrated tables, and take any queue's jobs,
+    paused or not, as documented; the counters stay exact either way."""
+    columns = JOB_INSERT_SQL.split("(", 1)[1].split(")", 1)[0].split(", ")
+    assert "queue" not in columns, "a plain insert is the previous release's insert"
+    plain = later.enqueue(Noop(n=1))
+    emails = later.enqueue(Noop(n=2), queue="emails", priority=5)
+    later.pause_queue("emails")
+    dialect = dialect_for(later_db.alias)
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        c.execute(dialect.jobs._sql(PREVIOUS_RELEASE_CLAIM), ["old", 30_000, "default", 10])
+        taken = [row[0] for row in c.fetchall()]
+    assert sorted(taken) == sorted([plain, emails])
+    counts = {stage: n for stage, n in later.stage_counts().items() if n}
+    assert counts == {"running": 2}
+    with connections[later_db.alias].cursor() as cursor:
+        lanes = {
+            (row.lane, row.stage): row.n
+            for row in dialect.reads.lane_counts(cursor, namespace="default")
+            if row.n
+        }
+    assert lanes == {("", "running"): 1, ("q:emails", "running"): 1}
