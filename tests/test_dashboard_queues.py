@@ -393,3 +393,20 @@ def test_an_unknown_action_or_queue_is_refused_with_a_message(
         assert response.status_code == 400, (action, queue)
         assert message in html.unescape(response.content.decode()), response.content
     assert paused_queues() == set()
+
+
+def test_a_queue_links_to_its_ready_jobs_in_the_order_its_workers_take_them(
+    viewer: Client,
+) -> None:
+    plain = later.enqueue(Noop(n=1))
+    low = later.enqueue(Noop(n=2), queue="emails")
+    high = later.enqueue(Noop(n=3), queue="emails", priority=9)
+    link = "?stage=enqueued&amp;queue=emails"
+    assert link in _row(viewer, "emails")
+    page = viewer.get(f"{BASE}jobs/" + html.unescape(link)).content.decode()
+    assert page.index(high) < page.index(low), "by priority"
+    assert plain not in page, "another queue's job is not listed"
+    default = viewer.get(f"{BASE}jobs/?stage=enqueued").content.decode()
+    assert plain in default and low not in default
+    refused = viewer.get(f"{BASE}jobs/?stage=failed&queue=emails")
+    assert b"set stage=enqueued" in refused.content
