@@ -431,3 +431,11 @@ def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_
             if row.n
         }
     assert lanes == {("", "running"): 1, ("q:emails", "running"): 1}
+
+
+def test_later_worker_refuses_an_undeclared_queue_before_it_starts(later_db, queues):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match=r"--queues='nope' is not declared in LATER\['QUEUES'\]"):
+        call_command("later_worker", queues="emails,nope")
+    assert later_db.rows("SELECT id FROM later_server") == [], "no server started"
