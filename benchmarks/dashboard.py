@@ -165,7 +165,11 @@ def configure(db: str, folder: str) -> None:
                 },
             }
         ],
-        LATER={"DATABASE": "default", "TOPICS": {TOPIC: PARTITIONS}},
+        LATER={
+            "DATABASE": "default",
+            "TOPICS": {TOPIC: PARTITIONS},
+            "QUEUES": {"default": {}, "emails": {}},
+        },
     )
     django.setup()
 
@@ -643,6 +647,8 @@ def endpoints(client: Any, seeder: Seeder) -> list[Endpoint]:
         Endpoint("job detail (failed)", f"{base}jobs/{seeder.detail_failed}/"),
         Endpoint("topics page", f"{base}topics/"),
         Endpoint("recurring page", f"{base}recurring/"),
+        Endpoint("queues page", f"{base}queues/"),
+        Endpoint("jobs: enqueued, another queue", f"{base}jobs/?stage=enqueued&queue=emails"),
         Endpoint("api/overview", f"{base}api/overview"),
         Endpoint("api/overview (cached)", f"{base}api/overview", cached=True),
         *(Endpoint(f"api/samples {r}", f"{base}api/samples?range={r}") for r in SAMPLE_RANGES),
@@ -653,6 +659,7 @@ def endpoints(client: Any, seeder: Seeder) -> list[Endpoint]:
         Endpoint("api/jobs/<id>", f"{base}api/jobs/{seeder.detail_parent}"),
         Endpoint("api/topics", f"{base}api/topics"),
         Endpoint("api/recurring", f"{base}api/recurring"),
+        Endpoint("api/queues", f"{base}api/queues"),
     ]  # fmt: skip
     return [e for e in found if e is not None]
 
