@@ -2,8 +2,8 @@
 
 A queue is declared in ``LATER["QUEUES"]``; "default" always exists. A job
 stores its queue's name, or '' for the default queue: a plain insert never
-names the column, whose database default that is. Each queue's jobs are counted in a
-lane of their own (``lane_of``). Pausing is shared by every server through
+names the column, whose database default that is. Each queue's jobs are
+counted in a lane of their own (``lane_of``). Pausing is shared by every server through
 ``later_queue``: every claim of a queue reads its row.
 """
 
@@ -51,8 +51,9 @@ def declared() -> tuple[str, ...]:
 def stored(name: str, argument: str = "queue") -> str | None:
     """What an insert of a job of queue ``name`` writes to its column: None
     for the default queue (the insert leaves the column to its database
-    default, "default"); ValueError naming the setting when ``name`` is not
-    declared, so a typo never strands a job on a queue no server serves."""
+    default, ''); ValueError naming the setting when ``name`` is not
+    declared (TypeError when it is no str), so a typo never strands a job on
+    a queue no server serves."""
     if name == DEFAULT_QUEUE:
         return None
     if name not in conf.QUEUES:
@@ -126,9 +127,7 @@ def _set_paused(name: str, *, paused: bool) -> bool:
     from later_django import schema
     from later_django.db import dialect_for
 
-    check_queue_name(name, "name")
-    if name != DEFAULT_QUEUE and name not in conf.QUEUES:
-        stored(name, "name")  # raises, naming the setting
+    stored(name, "name")  # refuses an undeclared queue, naming the setting
     alias = conf.database
     dialect = dialect_for(alias)
     try:
@@ -182,9 +181,3 @@ def served(spec: str | None, workers: int) -> dict[str, int]:
             )
         result[name] = int(count)
     return result
-
-
-def options_of(name: str) -> dict[str, Any]:
-    """The options LATER["QUEUES"] gives queue ``name`` ({} when none)."""
-    value = conf.QUEUES.get(name)
-    return value if isinstance(value, dict) else {}

@@ -295,8 +295,10 @@ class Server:
     def abandon_hung_calls(self, threshold: float) -> list[str]:
         """Give up on a shared claim or completion stuck longer than ``threshold``."""
         now = time.monotonic()
-        parts = [(f"claim {q.name}", q.claimer) for q in self.queues]
-        parts.append(("complete", self.completer))  # type: ignore[arg-type]
+        parts: list[tuple[str, Claimer | Completer]] = [
+            (f"claim {q.name}", q.claimer) for q in self.queues
+        ]
+        parts.append(("complete", self.completer))
         hung = [
             (n, p) for n, p in parts if (t := p.hung_since()) is not None and now - t > threshold
         ]
