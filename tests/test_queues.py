@@ -439,3 +439,19 @@ def test_later_worker_refuses_an_undeclared_queue_before_it_starts(later_db, que
     with pytest.raises(CommandError, match=r"--queues='nope' is not declared in LATER\['QUEUES'\]"):
         call_command("later_worker", queues="emails,nope")
     assert later_db.rows("SELECT id FROM later_server") == [], "no server started"
+
+
+def test_a_pause_inside_a_transaction_that_rolls_back_never_happened(later_db, queues):
+    """pause_queue joins the caller's transaction: rolled back with it, the
+    queue was never paused and its jobs are claimed as before."""
+
+    class Undo(Exception):
+        pass
+
+    later.enqueue(Noop(n=1), queue="emails")
+    with pytest.raises(Undo), transaction.atomic(using=later_db.alias):
+        assert later.pause_queue("emails") is True
+        assert paused_queues() == {"emails"}, "paused inside the transaction"
+        raise Undo
+    assert paused_queues() == set()
+    assert len(claim(later_db, "emails")) == 1
