@@ -29,6 +29,7 @@ from later_django.worker.notifier import Wakeup
 logger = logging.getLogger(__name__)
 
 MAX_CLAIM_BATCH = 255  # the most workers a server runs
+SINCE_MARGIN_MS = 100  # how far before an abandoned claim's send its jobs are looked for
 
 
 class Claimer:
@@ -146,11 +147,20 @@ class Claimer:
         every earlier claim was answered (and held) before it was sent, and
         every later one is held once answered. Raises when the database
         cannot tell; the next claim tries again."""
-        within_ms = int((time.monotonic() - sent) * 1000) + 1
-        claims = await self.store.run(
-            self.pool,
-            lambda d, c: d.jobs.job_claimed_since(c, self._request(0), within_ms=within_ms),
-        )
+
+        def since_sent(dialect: Any, cursor: Any) -> list[Claim]:
+            # Measured here, in the pool's thread as the statement runs: a
+            # window measured before the call waited for a thread ends short
+            # of the claim it looks for. The margin covers the time to the
+            # statement's clock; claims of this server that it reaches back
+            # to were held before ``sent`` and none can have lost its lease
+            # so soon, so none is given back wrongly.
+            within_ms = int((time.monotonic() - sent) * 1000) + SINCE_MARGIN_MS
+            return list(
+                dialect.jobs.job_claimed_since(cursor, self._request(0), within_ms=within_ms)
+            )
+
+        claims = await self.store.run(self.pool, since_sent)
         # Read here, on the loop: no claim of this server runs meanwhile.
         unheld = [claim for claim in claims if self.leases.until(claim) is None]
         given = [job_id for job_id, attempts in unheld if await self._unclaim_now(job_id, attempts)]
