@@ -16,7 +16,7 @@ from later_django import codec, queues, registry
 from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
-from later_django.options import EnqueueOptions
+from later_django.options import EnqueueOptions, check_unique_key
 from later_django.types import NewJob
 
 # What every job of one payload type shares, looked up once per builder: its
@@ -57,6 +57,11 @@ class JobBuilder:
         annotations, and PayloadTooLarge above LATER["MAX_PAYLOAD_BYTES"].
         """
         handler, retry_policy = self._type_facts(payload)
+        unique = (
+            handler.unique_key is not None
+            or options.unique_key is not None
+            or options.unique_for_ms is not None
+        )
         try:
             # Refuse now what the worker could not decode later (e.g. a str in
             # an int field), instead of storing a job that can only fail.
@@ -87,6 +92,7 @@ class JobBuilder:
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,
             queue=self._queue(options.queue or handler.queue),
+            **(self._unique(payload, handler, options) if unique else {}),
         )
 
     def build_many(
@@ -120,6 +126,33 @@ class JobBuilder:
         if name not in self._queues:
             self._queues[name] = queues.stored(name)
         return self._queues[name]
+
+    def _unique(
+        self, payload: object, handler: registry.Handler, options: EnqueueOptions
+    ) -> dict[str, Any]:
+        """The unique key and window of a job of ``payload``: the enqueue's,
+        else its type's (the type's callable given the payload)."""
+        key = options.unique_key
+        if key is None and handler.unique_key is not None:
+            if isinstance(handler.unique_key, str):
+                key = handler.unique_key
+            else:
+                key = handler.unique_key(payload)
+                check_unique_key(key, f"the unique_key callable of {handler.name}")
+        window = options.unique_for_ms or handler.unique_for_ms
+        if key is None:
+            if window is not None:
+                raise TypeError(
+                    "unique_for needs a unique_key: pass unique_key=... too, or give the "
+                    "type's @job a unique_key"
+                )
+            return {}
+        if self.partitioned:
+            raise TypeError(
+                "unique_key does not apply to a partition job: a partition runs every job "
+                "it is given, in order; enqueue without unique_key="
+            )
+        return {"unique_key": key, "unique_for_ms": window}
 
     def _type_facts(self, payload: object) -> _TypeFacts:
         facts = self._types.get(type(payload))

@@ -23,7 +23,7 @@ from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.exceptions import JobNotFound, TransactionRequired
-from later_django.ids import JobId, as_job_id, new_job_ids
+from later_django.ids import DuplicateJobId, JobId, as_job_id, new_job_ids
 from later_django.options import (
     AFTER_IS_PARENT,
     AT_IS_WHEN,
@@ -46,6 +46,8 @@ def enqueue(
     after: str | None = None,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
+    unique_key: str | None = None,
+    unique_for: dt.timedelta | None = None,
 ) -> JobId:
     """Enqueue ``payload``; return its id.
 
@@ -59,11 +61,23 @@ def enqueue(
     (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
     the named queue it runs on (default: the type's ``@job(queue=...)``, else
     "default"; ValueError naming LATER["QUEUES"] when it is not declared there).
+    ``unique_key`` (a str; default: the type's ``@job(unique_key=...)``):
+    while an unfinished job of the type holds the key, nothing is written
+    and that job's id is returned, its ``duplicate`` True; ``unique_for`` (a
+    timedelta) widens that to any job of the key enqueued in the same window
+    of that length, finished ones included (docs/unique-jobs.md).
     Keywords that conflict (``delay`` and ``at``; either with ``after``) raise TypeError
     naming both, and nothing is written.
     """
     options = keyword_options(
-        priority=priority, delay=delay, at=at, after=after, timeout=timeout, queue=queue
+        priority=priority,
+        delay=delay,
+        at=at,
+        after=after,
+        timeout=timeout,
+        queue=queue,
+        unique_key=unique_key,
+        unique_for=unique_for,
     )
     return enqueue_with(payload, options)
 
@@ -115,7 +129,9 @@ def enqueue_many(payloads: Iterable[object], **options: Unpack[EnqueueKeywords])
     Returns the ids in the order of ``payloads``. A bad payload raises the
     error ``enqueue`` would, its message prefixed with ``payloads[<index>]: ``,
     and nothing is written. Ready jobs take one round trip per batch of
-    rows; delayed jobs and continuations one per job, in one transaction.
+    rows; delayed jobs, continuations and unique jobs one per job, in one
+    transaction. A unique job whose key was held is not written: its place
+    holds the holder's id, whose ``duplicate`` is True.
     """
     return enqueue_many_with(payloads, keyword_options(**options))
 
@@ -170,6 +186,8 @@ def insert_built(job: NewJob) -> JobId:
 
 
 def _insert(job: NewJob) -> JobId:
+    if job.unique_key is not None:
+        return _insert_unique(job)
     if job.parent_id is not None:
         return _insert_continuation(job)
     return _insert_one(job)
@@ -196,6 +214,12 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     # below, which rolls back to where it began: nothing is written, and an
     # enclosing atomic block stays usable (a savepoint guards it).
     jobs = JobBuilder().build_many(payloads, options, ids)
+    if registry.any_unique():
+        # A type gives its jobs unique keys: those are written one by one.
+        listed = list(jobs)
+        if any(job.unique_key is not None for job in listed):
+            return _insert_one_by_one(listed)
+        jobs = iter(listed)
     built: list[NewJob] | None = None
     if events.JobEnqueued in events.listening:  # the rows are needed after the commit
         built = list(jobs)
@@ -225,7 +249,10 @@ def _enqueue_one_by_one(
     timeout): each its own insert (its stage follows the clock or its
     parent), all in one transaction. Every row is built before the first is
     written."""
-    jobs = list(JobBuilder().build_many(payloads, options, ids))
+    return _insert_one_by_one(list(JobBuilder().build_many(payloads, options, ids)))
+
+
+def _insert_one_by_one(jobs: list[NewJob]) -> list[JobId]:
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):
         return [insert_built(job) for job in jobs]
@@ -279,6 +306,37 @@ def _insert_continuation(job: NewJob) -> JobId:
             f"parent job {job.parent_id} does not exist in namespace "
             f"{job.namespace!r} (it may have expired)"
         )
+    if events.JobEnqueued in events.listening:
+        tell_on_commit(alias, [job], stage)
+    if stage == Stage.ENQUEUED:
+        _wake_on_commit(alias)
+    elif stage == Stage.WAITING:
+        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1))
+    return JobId(job.id)
+
+
+def _insert_unique(job: NewJob) -> JobId:
+    """Write ``job`` unless another job holds its unique key; return its
+    id, or the holder's (a DuplicateJobId) when it was not written."""
+    alias = conf.database
+    retention = conf.millis("DASHBOARD_RETENTION")
+    try:
+        with connections[alias].cursor() as cursor:
+            inserted = dialect_for(alias).jobs.job_insert_unique(cursor, job, retention)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+    if inserted is None:
+        raise JobNotFound(
+            f"parent job {job.parent_id} does not exist in namespace "
+            f"{job.namespace!r} (it may have expired)"
+        )
+    stage = inserted.stage
+    if stage is None:
+        if events.JobDuplicate in events.listening:
+            queue = queues.name_of(job.queue)
+            events.emit(events.JobDuplicate(inserted.job_id, job.type_name, job.namespace, queue))
+        return DuplicateJobId(inserted.job_id)
     if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [job], stage)
     if stage == Stage.ENQUEUED:

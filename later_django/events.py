@@ -50,6 +50,18 @@ class JobEnqueued(Event):
 
 
 @dataclass(slots=True)
+class JobDuplicate(Event):
+    """An enqueue found its unique key held by another job and wrote
+    nothing (emitted at once: the refusal stands whatever the caller's
+    transaction does)."""
+
+    job_id: str  # the job that holds the key
+    job_type: str
+    namespace: str
+    queue: str = "default"  # the queue the refused job would have run on
+
+
+@dataclass(slots=True)
 class JobStarted(Event):
     """A worker started a job's handler."""
 

@@ -36,9 +36,20 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class JobId(str):
-    """A job's id: a 26-character lowercase ULID; sorts by creation time."""
+    """A job's id: a 26-character lowercase ULID; sorts by creation time.
+
+    ``duplicate`` is True on the id an enqueue with a unique key returned
+    when another job already held the key: that job's id, nothing written."""
 
     __slots__ = ()
+    duplicate = False
+
+
+class DuplicateJobId(JobId):
+    """The id of the job that held an enqueue's unique key (docs/unique-jobs.md)."""
+
+    __slots__ = ()
+    duplicate = True
 
 
 def new_job_id(now_ms: int | None = None) -> JobId:

@@ -63,6 +63,10 @@ class EnqueueOptions:
     # The queue's name (None: the type's @job(queue=...), else "default");
     # whether LATER["QUEUES"] declares it is the builder's check.
     queue: str | None = None
+    # The job's unique key (None: the type's @job(unique_key=...), if any),
+    # and the window over finished jobs too (docs/unique-jobs.md).
+    unique_key: str | None = None
+    unique_for: dt.timedelta | Unset = UNSET
     # What the call that made these options names a keyword, where it names
     # it otherwise (enqueue_continue's ``parent`` is ``after``): errors say
     # the caller's name.
@@ -72,6 +76,7 @@ class EnqueueOptions:
     run_at_ms: int | None = field(default=None, init=False, repr=False, compare=False)
     parent_id: str | None = field(default=None, init=False, repr=False, compare=False)
     timeout_ms: int | None = field(default=None, init=False, repr=False, compare=False)
+    unique_for_ms: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Timing, then parent, then priority: the order in which the enqueue
@@ -105,16 +110,22 @@ class EnqueueOptions:
             object.__setattr__(self, "timeout_ms", timeout_ms(self.timeout, "timeout"))
         if self.queue is not None:
             check_queue_name(self.queue)
+        if self.unique_key is not None:
+            check_unique_key(self.unique_key, "unique_key")
+        if self.unique_for is not UNSET:
+            object.__setattr__(self, "unique_for_ms", timeout_ms(self.unique_for, "unique_for"))
 
     @property
     def bulk_ready(self) -> bool:
         """Are these a ready job's options that a bulk insert stores (no
-        delay, time, parent or timeout)?"""
+        delay, time, parent, timeout or unique key)?"""
         return (
             self.delay is UNSET
             and self.at is UNSET
             and self.after is UNSET
             and self.timeout is UNSET
+            and self.unique_key is None
+            and self.unique_for is UNSET
         )
 
 
@@ -127,6 +138,8 @@ class EnqueueKeywords(TypedDict, total=False):
     after: str | None
     timeout: dt.timedelta | None
     queue: str | None
+    unique_key: str | None
+    unique_for: dt.timedelta | None
 
 
 def keyword_options(
@@ -137,6 +150,8 @@ def keyword_options(
     after: str | None = None,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
+    unique_key: str | None = None,
+    unique_for: dt.timedelta | None = None,
 ) -> EnqueueOptions:
     """The options of the enqueue keywords, where None means "not given"."""
     if (
@@ -146,6 +161,8 @@ def keyword_options(
         and after is None
         and timeout is None
         and queue is None
+        and unique_key is None
+        and unique_for is None
     ):
         return PLAIN
     return EnqueueOptions(
@@ -155,6 +172,8 @@ def keyword_options(
         after=UNSET if after is None else after,
         timeout=UNSET if timeout is None else timeout,
         queue=queue,
+        unique_key=unique_key,
+        unique_for=UNSET if unique_for is None else unique_for,
     )
 
 
@@ -165,6 +184,24 @@ def check_priority(priority: object) -> None:
         raise ValueError(
             f"priority={priority} is out of range; use {MIN_PRIORITY}..{MAX_PRIORITY} "
             "(higher runs first)"
+        )
+
+
+# The longest unique key: the column's width.
+MAX_UNIQUE_KEY = 255
+
+
+def check_unique_key(key: object, argument: str) -> None:
+    """A unique key is a non-empty str of at most MAX_UNIQUE_KEY characters."""
+    if not isinstance(key, str):
+        raise TypeError(
+            f"{argument} must be a str, got {type(key).__name__}; build the key from the "
+            'payload\'s fields, e.g. f"user-{payload.user_id}"'
+        )
+    if not key or len(key) > MAX_UNIQUE_KEY:
+        raise ValueError(
+            f"{argument} has {len(key)} characters; use 1 to {MAX_UNIQUE_KEY} (hash a longer "
+            "key, e.g. with hashlib.sha256)"
         )
 
 

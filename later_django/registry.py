@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
-from later_django.options import check_priority, timeout_ms
+from later_django.options import check_priority, check_unique_key, timeout_ms
 from later_django.queues import DEFAULT_QUEUE, check_queue_name
 from later_django.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])
 RetrySpec = RetryPolicy | Callable[..., RetryPolicy] | None
+# A type's unique key: one for all its jobs, or made from each payload.
+UniqueKeySpec = str | Callable[[Any], str] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +39,10 @@ class Handler:
     timeout_ms: int | None = None
     # The queue of its jobs when an enqueue names none (None: "default").
     queue: str | None = None
+    # Its jobs' unique key when an enqueue gives none, and the window of
+    # unique_for in ms (docs/unique-jobs.md).
+    unique_key: UniqueKeySpec = None
+    unique_for_ms: int | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -65,6 +71,8 @@ def job(
     priority: int = ...,
     timeout: dt.timedelta | None = ...,
     queue: str | None = ...,
+    unique_key: UniqueKeySpec = ...,
+    unique_for: dt.timedelta | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -78,6 +86,8 @@ def job(
     priority: int = 0,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
+    unique_key: UniqueKeySpec = None,
+    unique_for: dt.timedelta | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -90,7 +100,11 @@ def job(
     ``priority`` is its jobs' priority when an enqueue gives none, and
     ``timeout`` how long one attempt may run when an enqueue gives none,
     and ``queue`` the named queue its jobs run on when an enqueue names
-    none (declared in LATER["QUEUES"]; check later.E026).
+    none (declared in LATER["QUEUES"]; check later.E026). ``unique_key``
+    (a str, or a callable given the payload that returns one) makes its
+    jobs unique, and ``unique_for`` (a timedelta) widens that to a window
+    over finished jobs too, when an enqueue gives neither
+    (docs/unique-jobs.md).
     """
 
     def register(func: F) -> F:
@@ -113,6 +127,7 @@ def job(
                         "a topic's jobs run in partition order on partition workers, not "
                         "on a queue; pass one of them"
                     )
+            window = _check_unique(unique_key, unique_for, topic)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"@job(...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
@@ -125,6 +140,8 @@ def job(
             priority=priority,
             timeout_ms=limit,
             queue=None if queue == DEFAULT_QUEUE else queue,
+            unique_key=unique_key,
+            unique_for_ms=window,
         )
         _register(handler)
         return func
@@ -132,6 +149,37 @@ def job(
     if func is not None:
         return register(func)
     return register
+
+
+def _check_unique(
+    unique_key: UniqueKeySpec, unique_for: dt.timedelta | None, topic: str | None
+) -> int | None:
+    """The window of @job(unique_for=...) in ms, once the unique options are
+    checked."""
+    if unique_key is None and unique_for is None:
+        return None
+    if topic is not None:
+        raise TypeError(
+            "unique_key and unique_for do not apply to a topic's jobs: a partition runs "
+            "every job it is given, in order"
+        )
+    if isinstance(unique_key, str):
+        check_unique_key(unique_key, "unique_key")
+    elif unique_key is not None and not callable(unique_key):
+        raise TypeError(
+            f"unique_key must be a str or a callable given the payload, got "
+            f"{type(unique_key).__name__}"
+        )
+    if unique_for is None:
+        return None
+    if unique_key is None:
+        raise TypeError("unique_for needs a unique_key: pass @job(unique_key=...) too")
+    return timeout_ms(unique_for, "unique_for")
+
+
+def any_unique() -> bool:
+    """Does any registered type give its jobs a unique key?"""
+    return any(handler.unique_key is not None for handler in _by_type.values())
 
 
 def _payload_type_of(func: Callable[..., Any]) -> type[Any]:

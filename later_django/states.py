@@ -17,6 +17,9 @@ class Stage(models.TextChoices):
 
 
 TERMINAL = frozenset({Stage.SUCCESS, Stage.FAILED, Stage.CANCELLED})
+# The stages of a job that has not finished, in a fixed order: the unique
+# index's condition (models/jobs.py) is written from it.
+UNFINISHED = ("enqueued", "delayed", "waiting", "running", "requeued")
 
 PARENT_FAILED = "parent failed"
 # A continuation whose parent was gone (pruned) when it was resolved.

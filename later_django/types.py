@@ -32,6 +32,10 @@ class NewJob(NamedTuple):
     timeout_ms: int | None = None
     # Its named queue; None: the default queue.
     queue: str | None = None
+    # Its unique key, and the length of its uniqueness window in ms
+    # (docs/unique-jobs.md); None: not unique, no window.
+    unique_key: str | None = None
+    unique_for_ms: int | None = None
 
 
 class PartitionLane(NamedTuple):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
@@ -33,6 +33,7 @@ from later_django.db.rows import (
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
+from later_django.exceptions import LaterBusy
 from later_django.queues import DEFAULT_QUEUE, column_value
 from later_django.states import PARENT_CANCELLED, PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
@@ -41,6 +42,20 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
 
 Settled = Literal["released", "failed", "waiting"]
+# How often a unique enqueue tries again when the key it found taken was
+# freed before it could read the holder: each time another enqueue took it
+# meanwhile, so more than a few means a key churned by many at once.
+UNIQUE_TRIES = 5
+
+
+class Inserted(NamedTuple):
+    """What a unique enqueue found: the id of the job holding the key, and
+    its stage if this enqueue wrote it (None: a duplicate, nothing written)."""
+
+    job_id: str
+    stage: str | None
+
+
 # Ids per statement when tracing marks a bulk enqueue's jobs.
 TRACE_BATCH = 500
 
@@ -73,11 +88,57 @@ class JobEngine(Operations, abc.ABC):
     ) -> str | None:
         """Insert ``job`` as a child of ``job.parent_id``; return its stage,
         or None when the parent does not exist in the namespace."""
-        columns, values = option_columns(job)
-        cursor.execute(
-            self._sql(jobs_sql.continuation_insert(extra_columns=columns)),
-            continuation_params(job, retention_ms, values),
+        cursor.execute(*self._continuation_insert(job, retention_ms))
+        row = cursor.fetchone()
+        return None if row is None else str(row[0])
+
+    def _continuation_insert(self, job: NewJob, retention_ms: int) -> tuple[str, list[Any]]:
+        columns, value_sql, values = option_columns(job)
+        sql = jobs_sql.continuation_insert(extra_columns=columns, extra_values=value_sql)
+        return self._sql(sql), continuation_params(job, retention_ms, values)
+
+    def job_insert_unique(
+        self, cursor: CursorWrapper, job: NewJob, retention_ms: int
+    ) -> Inserted | None:
+        """Insert ``job``, which has a unique key, unless another job holds
+        the key; return what was found, or None when ``job`` is a
+        continuation whose parent does not exist.
+
+        The unique index decides, inside the insert: an enqueue in another
+        transaction that holds the key makes this one wait for its end (on
+        PostgreSQL; SQLite has one writer at a time), so a key is never
+        taken twice and never refused for a rollback. The holder found
+        afterwards may finish, or its window end, before it is read: then
+        the key is free and the insert is tried again."""
+        for _ in range(UNIQUE_TRIES):
+            if job.parent_id is None:
+                template, params = insert_with_options(job)
+                cursor.execute(self._sql(template), params)
+            else:
+                cursor.execute(*self._continuation_insert(job, retention_ms))
+            row = cursor.fetchone()
+            if row is not None:
+                return Inserted(job.id, str(row[0]))
+            holder = self._unique_holder(cursor, job)
+            if holder is not None:
+                return Inserted(holder, None)
+            if job.parent_id is not None:
+                cursor.execute(self._sql(jobs_sql.JOB_EXISTS_SQL), [job.parent_id, job.namespace])
+                if cursor.fetchone() is None:
+                    return None
+        raise LaterBusy(
+            f"the unique key {job.unique_key!r} of {job.type_name} was taken and freed "
+            f"{UNIQUE_TRIES} times while this enqueue ran; try again"
         )
+
+    def _unique_holder(self, cursor: CursorWrapper, job: NewJob) -> str | None:
+        """The id of the job holding ``job``'s unique key, if one does."""
+        key: list[Any] = [job.namespace, job.type_name, job.unique_key]
+        if job.unique_for_ms is None:
+            cursor.execute(self._sql(jobs_sql.UNIQUE_HOLDER_SQL), key)
+        else:
+            window = [job.unique_for_ms, job.unique_for_ms]
+            cursor.execute(self._sql(jobs_sql.UNIQUE_HOLDER_IN_WINDOW_SQL), key + key + window)
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
@@ -395,8 +456,9 @@ def continuation_params(job: NewJob, retention_ms: int, extra: Sequence[Any] = (
     return [*own, *extra, retention_ms, job.parent_id, job.namespace]
 
 
-def option_columns(job: NewJob) -> tuple[str, list[Any]]:
-    """The columns of the options ``job`` sets (", a, b") and their values.
+def option_columns(job: NewJob) -> tuple[str, str, list[Any]]:
+    """The columns of the options ``job`` sets (", a, b"), their values'
+    SQL (", %s, ...") and their parameters.
 
     An insert names only the option columns its job sets, so a job that sets
     none is written as before the options existed: a web server of this
@@ -406,13 +468,33 @@ def option_columns(job: NewJob) -> tuple[str, list[Any]]:
         columns, values = ", timeout_ms", [job.timeout_ms]
     if job.queue is not None:
         columns, values = columns + ", queue", [*values, job.queue]
-    return columns, values
+    value_sql = ", %s" * len(values)
+    if job.unique_key is not None:
+        columns, value_sql, values = (
+            columns + ", unique_key",
+            value_sql + ", %s",
+            [
+                *values,
+                job.unique_key,
+            ],
+        )
+        if job.unique_for_ms is not None:
+            columns += ", unique_slot_ms"
+            value_sql += ", " + jobs_sql.UNIQUE_SLOT
+            values += [job.unique_for_ms, job.unique_for_ms]
+    return columns, value_sql, values
 
 
 def insert_one(job: NewJob) -> tuple[str, list[Any]]:
     """The insert of one ready or delayed ``job`` (a template) and its parameters."""
     if job.timeout_ms is None and job.queue is None:  # the common case: no option set
         return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
-    columns, values = option_columns(job)
-    template = jobs_sql.job_insert(extra_columns=columns)
+    return insert_with_options(job)
+
+
+def insert_with_options(job: NewJob) -> tuple[str, list[Any]]:
+    """insert_one's form for a job that sets options (a unique job's always:
+    insert_one's test for none does not look at its key)."""
+    columns, value_sql, values = option_columns(job)
+    template = jobs_sql.job_insert(extra_columns=columns, extra_values=value_sql)
     return template, [*job[:6], *values, job.run_at_ms, job.delay_ms]

@@ -72,7 +72,7 @@ class PartitionStore(Operations):
         """Insert ``job`` at ``slot`` (a partition and a sequence taken from
         it): ready, delayed or (with a parent) a continuation. Return its
         stage, or None when its parent does not exist in the namespace."""
-        options, values = option_columns(job)
+        options, _, values = option_columns(job)  # a partition job has no unique key
         columns = partitions_sql.LANE_COLUMNS + options
         extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
         if job.parent_id is None:

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from later_django.states import Stage
+from later_django.states import UNFINISHED, Stage
 
 
 class JobIdField(models.CharField):  # type: ignore[type-arg]  # django-stubs generics
@@ -89,6 +89,12 @@ class Job(models.Model):
     topic = models.CharField(max_length=100, null=True)
     partition = models.IntegerField(null=True)
     sequence = models.BigIntegerField(null=True)
+    # Unique jobs (docs/unique-jobs.md): no two unfinished jobs of one type
+    # share a key, and with ``unique_for`` none of those enqueued in the same
+    # window of that length (its start, by the database's clock). Both NULL
+    # for every other job: the unique indexes below never hold its entry.
+    unique_key = models.CharField(max_length=255, null=True)
+    unique_slot_ms = models.BigIntegerField(null=True)
 
     class Meta:
         db_table = "later_job"
@@ -100,6 +106,19 @@ class Job(models.Model):
                 condition=Q(stage="running")
                 | Q(lease_owner__isnull=True, lease_expires_ms__isnull=True),
                 name="later_job_lease_only_running",
+            ),
+            # What an enqueue with a unique key checks, in the same insert
+            # (ON CONFLICT DO NOTHING): held by the database, so enqueuers in
+            # separate transactions and processes never both get in.
+            models.UniqueConstraint(
+                fields=["namespace", "type_name", "unique_key"],
+                name="later_job_unique",
+                condition=Q(unique_key__isnull=False, stage__in=UNFINISHED),
+            ),
+            models.UniqueConstraint(
+                fields=["namespace", "type_name", "unique_key", "unique_slot_ms"],
+                name="later_job_unique_window",
+                condition=Q(unique_slot_ms__isnull=False),
             ),
         ]
         indexes = [

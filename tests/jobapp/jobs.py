@@ -492,3 +492,28 @@ class TickChild:
 def run_tick_child(ctx: JobContext, payload: TickChild) -> None:
     _record("tick-start", ctx, payload.parent)
     _record("tick-end", ctx, payload.parent)
+
+
+@dataclass
+class Refresh:
+    """Unique per account while unfinished (docs/unique-jobs.md)."""
+
+    account: int
+    n: int = 0
+
+
+@job(unique_key=lambda payload: f"account-{payload.account}")
+def run_refresh(ctx: JobContext, payload: Refresh) -> None:
+    _record("refresh", ctx, str(payload.n))
+
+
+@dataclass
+class Digest:
+    """One per hour-long window, finished ones included."""
+
+    n: int = 0
+
+
+@job(unique_key="digest", unique_for=timedelta(hours=1))
+def run_digest(ctx: JobContext, payload: Digest) -> None:
+    _record("digest", ctx, str(payload.n))

@@ -59,18 +59,27 @@ FROM (
     SELECT r.now, {run_at} AS run_at,
         CASE WHEN r.due > r.now THEN 'delayed' ELSE 'enqueued' END AS stage
     FROM (SELECT n.now, {due} AS due FROM (SELECT {now} AS now) n) r
-) t
+) t{on_conflict}
 RETURNING stage"""
+
+# A job with a unique key is not written while another holds the key (a
+# unique index of migration 0015 says so): the insert then returns no row.
+# The WHERE lets SQLite read an INSERT ... SELECT with an ON CONFLICT.
+UNIQUE_CONFLICT: Final = "\nWHERE true ON CONFLICT DO NOTHING"
+# The start of the current window of unique_for (%s ms): a multiple of its
+# length on the database's clock, the same on every host.
+UNIQUE_SLOT: Final = "{now} / %s * %s"
 
 
 @functools.cache
-def job_insert(*, extra_columns: str = "", exact_time: bool = False) -> str:
-    """The insert of one job with ``extra_columns`` (", a, b", their values
-    after the six of NewJob). Due at a given time or after a delay (the
-    time, or NULL and the delay, as the last two parameters), a time already
-    past made now; or, ``exact_time``, due at exactly the time given (the
-    last parameter), past or not."""
-    extra_values = ", %s" * extra_columns.count(",")
+def job_insert(*, extra_columns: str = "", extra_values: str = "", exact_time: bool = False) -> str:
+    """The insert of one job with ``extra_columns`` (", a, b"), whose
+    values, after the six of NewJob, are ``extra_values`` (", %s, %s" when
+    not given). Due at a given time or after a delay (the time, or NULL and
+    the delay, as the last two parameters), a time already past made now;
+    or, ``exact_time``, due at exactly the time given (the last parameter),
+    past or not. A unique job's insert (its columns name unique_key) writes
+    nothing while another job holds its key."""
     if exact_time:
         run_at, due = "r.due", "CAST(%s AS BIGINT)"
     else:
@@ -79,9 +88,10 @@ def job_insert(*, extra_columns: str = "", exact_time: bool = False) -> str:
         _INSERT,
         columns=INSERT_COLUMNS,
         extra_columns=extra_columns,
-        extra_values=extra_values,
+        extra_values=extra_values or ", %s" * extra_columns.count(","),
         run_at=run_at,
         due=due,
+        on_conflict=UNIQUE_CONFLICT if "unique_key" in extra_columns else "",
     )
 
 
@@ -106,22 +116,46 @@ FROM (
         WHEN 'cancelled' THEN 'failed'
         ELSE 'waiting' END AS child_stage
     FROM later_job WHERE id = %s AND namespace = %s
-) p
+) p{on_conflict}
 RETURNING stage
 """
 
 
 @functools.cache
-def continuation_insert(*, extra_columns: str = "") -> str:
-    """The insert of a continuation with ``extra_columns`` (their values
-    after the five of the job's own, before the retention)."""
+def continuation_insert(*, extra_columns: str = "", extra_values: str = "") -> str:
+    """The insert of a continuation with ``extra_columns`` and their
+    ``extra_values`` as job_insert's (their parameters after the five of
+    the job's own, before the retention)."""
     return compose(
         _CONTINUATION_INSERT,
         columns=INSERT_COLUMNS,
         extra_columns=extra_columns,
-        extra_values=", %s" * extra_columns.count(","),
+        extra_values=extra_values or ", %s" * extra_columns.count(","),
         parent_failed=PARENT_FAILED,
+        on_conflict=UNIQUE_CONFLICT if "unique_key" in extra_columns else "",
     )
+
+
+# The job holding a unique key that an insert found taken: the unfinished
+# job of the key, or (a window given) the job of the key in the current
+# window. Each half reads one of migration 0015's unique indexes.
+_UNIQUE_HOLDER: Final = """
+SELECT id FROM later_job
+WHERE namespace = %s AND type_name = %s AND unique_key = %s
+  AND stage IN ('enqueued', 'delayed', 'waiting', 'running', 'requeued')"""
+UNIQUE_HOLDER_SQL: Final = _UNIQUE_HOLDER
+UNIQUE_HOLDER_IN_WINDOW_SQL: Final = compose(
+    """{holder}
+UNION ALL
+SELECT id FROM later_job
+WHERE namespace = %s AND type_name = %s AND unique_key = %s AND unique_slot_ms = {slot}""",
+    holder=_UNIQUE_HOLDER,
+    slot=UNIQUE_SLOT,
+)
+
+# Whether a continuation's parent exists (an insert of a unique
+# continuation that wrote nothing: its parent missing, or its key taken).
+JOB_EXISTS_SQL: Final = "SELECT 1 FROM later_job WHERE id = %s AND namespace = %s"
 
 
 # A continuation's parent, read after the continuation committed. The share
