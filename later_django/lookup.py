@@ -62,6 +62,7 @@ def get_job(job_id: str) -> JobInfo | None:
         topic=row.topic,
         partition=row.partition,
         sequence=row.sequence,
+        unique_key=row.unique_key,
     )
 
 

@@ -152,6 +152,11 @@ class Metrics:
             "Attempts a worker finished: succeeded, failed, or discarded (lease lost).",
             ("worker_id", "outcome"),
         )
+        self.duplicates = CounterFamily(
+            "later_job_duplicates",
+            "Enqueues that found their unique key held by another job and wrote nothing.",
+            ("queue", "job_type"),
+        )
         # The series each JobFinished adds to, by its labels.
         self._finished: dict[tuple[str, str, int, str], FinishedSeries] = {}
         self.queue = QueueCollector()
@@ -169,6 +174,7 @@ class Metrics:
         events.subscribe(self.on_finished, events.JobFinished)
         events.subscribe(self.on_enqueued, events.JobEnqueued)
         events.subscribe(self.on_lease_lost, events.LeaseLost)
+        events.subscribe(self.on_duplicate, events.JobDuplicate)
 
     # A worker's one event per job (JobFinished: it also says when the handler
     # started) finds the series it adds to in one lookup of its few labels,
@@ -210,6 +216,10 @@ class Metrics:
         with self.lock:
             self.commands.inc((str(event.worker), "discarded"))
 
+    def on_duplicate(self, event: events.JobDuplicate) -> None:
+        with self.lock:
+            self.duplicates.inc((event.queue, event.job_type))
+
 
 class _Locked(Collector):
     """The event-fed families, read under the lock their updates take."""
@@ -219,7 +229,14 @@ class _Locked(Collector):
 
     def collect(self) -> Iterator[Any]:
         m = self.metrics
-        families = (m.transitions, m.handler_duration, m.job_duration, m.wait_duration, m.commands)
+        families = (
+            m.transitions,
+            m.handler_duration,
+            m.job_duration,
+            m.wait_duration,
+            m.commands,
+            m.duplicates,
+        )
         with m.lock:
             collected = [family for source in families for family in source.collect()]
         yield from collected

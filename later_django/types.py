@@ -110,6 +110,8 @@ class JobInfo:
     sequence: int | None = None
     # The identifier of the schedule this job is an occurrence of.
     recurring: str | None = None
+    # Its unique key (docs/unique-jobs.md), if it was enqueued with one.
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

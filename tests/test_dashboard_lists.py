@@ -35,7 +35,7 @@ from later_django.db.rows import ClaimRequest, JobPage, JobQuery
 from later_django.partitions.hashing import partition_for_key
 from later_django.testing import drain
 from tests.helpers import LaterDb, history_stages, set_later
-from tests.jobapp.jobs import Noop, NoRetry, Order, Ordered
+from tests.jobapp.jobs import Digest, Noop, NoRetry, Order, Ordered, Refresh
 
 # Django's version changes nothing in what these check (later's SQL and
 # actions): they run in the first tox env only (tox.ini), like the process tests.
@@ -570,6 +570,18 @@ def test_the_job_page_shows_durations_history_parent_and_continuations(
 
     assert viewer.get(f"{BASE}api/jobs/{'0' * 26}").status_code == 404
     assert viewer.get(f"{BASE}jobs/{'0' * 26}/").status_code == 404
+
+
+def test_the_job_page_shows_a_unique_jobs_key_and_window(later_db: LaterDb, viewer: Client) -> None:
+    keyed = later.enqueue(Refresh(account=3))
+    windowed = later.enqueue(Digest(n=1))
+    plain = later.enqueue(Noop(n=1))
+    assert _json(viewer, f"{BASE}api/jobs/{keyed}")["unique_key"] == "account-3"
+    page = html.unescape(viewer.get(f"{BASE}jobs/{keyed}/").content.decode())
+    assert re.search(r'id="later-unique-key">account-3 \(one unfinished job\)<', page)
+    page = html.unescape(viewer.get(f"{BASE}jobs/{windowed}/").content.decode())
+    assert re.search(r'id="later-unique-key">digest \(one job in the window from <time', page)
+    assert "later-unique-key" not in viewer.get(f"{BASE}jobs/{plain}/").content.decode()
 
 
 def test_a_running_job_counts_its_time_so_far(later_db: LaterDb, viewer: Client) -> None:

@@ -31,6 +31,7 @@ FAMILIES = {
     "later_job_wait_duration_seconds",
     "later_queue_jobs",
     "later_worker_commands",
+    "later_job_duplicates",
     "later_workers",
     "later_retained_log_consumer_lag",
     "later_partition_queue_depth",
@@ -103,9 +104,11 @@ def test_events_feed_every_family_with_bounded_labels():
             )
         )  # fmt: skip
     fed.on_lease_lost(events.LeaseLost(job_id, 2, why="lease expired", worker=1, server_id=server))
+    fed.on_duplicate(events.JobDuplicate(job_id, "app.jobs.Mail", "default", queue="emails"))
     samples, families = parse(generate_latest(registry).decode())
     assert {f.name for f in families} == FAMILIES
     mail = {"queue": "default", "job_type": "app.jobs.Mail"}
+    assert total(samples, "later_job_duplicates_total", queue="emails") == 1
     assert total(samples, "later_job_transitions_total", state="enqueued", **mail) == 1
     assert total(samples, "later_job_transitions_total", state="running", **mail) == 3
     assert total(samples, "later_job_transitions_total", state="requeued", **mail) == 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from django.db import connections, transaction
+from django.db import IntegrityError, connections, transaction
 
 from later_django import queues
 from later_django.conf import conf
@@ -119,13 +119,20 @@ def _apply_one(
     elif action == "force_fail":
         changed = _force_fail(job_id, heads or set())
     else:
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            if action == "run_now":
-                changed = dialect.jobs.job_run_now(cursor, namespace=namespace, job_id=job_id)
-            else:
-                revived = dialect.jobs.job_retry_failed(cursor, namespace=namespace, job_id=job_id)
-                changed = revived is not None
-                result.revived += revived or 0
+        try:
+            with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+                if action == "run_now":
+                    changed = dialect.jobs.job_run_now(cursor, namespace=namespace, job_id=job_id)
+                else:
+                    revived = dialect.jobs.job_retry_failed(
+                        cursor, namespace=namespace, job_id=job_id
+                    )
+                    changed = revived is not None
+                    result.revived += revived or 0
+        except IntegrityError:
+            # A unique job whose key another enqueue took as it ran: the
+            # key is that job's, and this one is left as it was.
+            changed = False
     if changed:
         result.done += 1
     else:

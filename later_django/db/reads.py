@@ -152,11 +152,10 @@ class ReadModels(Operations):
         """The job ``job_id`` of ``namespace`` without its payload, or None."""
         cursor.execute(self._sql(dashboard_sql.JOB_DETAIL_SQL), [job_id, namespace])
         row = cursor.fetchone()
-        return (
-            None
-            if row is None
-            else dataclasses.replace(JobDetail(*row), queue=queues.name_of(row[-1]))
-        )
+        if row is None:
+            return None
+        detail = JobDetail(*row)
+        return dataclasses.replace(detail, queue=queues.name_of(detail.queue))
 
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
         cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, limit])

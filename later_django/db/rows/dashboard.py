@@ -96,6 +96,9 @@ class JobDetail:
     partition: int | None
     sequence: int | None
     queue: str = "default"
+    # Its unique key, and the start of its uniqueness window (unique_for).
+    unique_key: str | None = None
+    unique_slot_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

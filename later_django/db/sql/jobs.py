@@ -359,6 +359,14 @@ JOB_FAIL_WAITING_SQL: Final = compose(
 )
 
 # -- an operator's actions (the dashboard) ---------------------------------------------
+# A unique job that would run again while another unfinished job of its type
+# holds its key stays as it is: the key is that job's now.
+KEY_FREE: Final = """NOT (unique_key IS NOT NULL AND EXISTS (
+    SELECT 1 FROM later_job o
+    WHERE o.namespace = later_job.namespace AND o.type_name = later_job.type_name
+      AND o.unique_key = later_job.unique_key
+      AND o.stage IN ('enqueued', 'delayed', 'waiting', 'running', 'requeued')))"""
+
 # A failed plain job runs again: it is ready now, and its attempts go on
 # counting (so its retry policy, already spent, gives it this one run). A
 # continuation that failed because its parent did is not run without it:
@@ -368,10 +376,12 @@ JOB_RETRY_FAILED_SQL: Final = compose(
 UPDATE later_job SET {release}, finished_ms = NULL, expires_ms = NULL
 WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
   AND NOT (parent_id IS NOT NULL AND last_error IN ('{parent_failed}', '{parent_missing}'))
+  AND {key_free}
 """,
     release=RELEASE,
     parent_failed=PARENT_FAILED,
     parent_missing=PARENT_MISSING,
+    key_free=KEY_FREE,
 )
 
 # The plain continuations (and theirs) that failed only because this job
@@ -393,9 +403,10 @@ WHERE id IN (
         WHERE j.stage = 'failed' AND j.last_error = '{parent_failed}' AND j.topic IS NULL
     )
     SELECT id FROM d)
-  AND stage = 'failed'
+  AND stage = 'failed' AND {key_free}
 """,
     parent_failed=PARENT_FAILED,
+    key_free=KEY_FREE,
 )
 
 # A delayed or requeued job is due now.
