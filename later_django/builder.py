@@ -152,6 +152,14 @@ class JobBuilder:
                 "unique_key does not apply to a partition job: a partition runs every job "
                 "it is given, in order; enqueue without unique_key="
             )
+        if window is not None and window > (retention := conf.millis("DASHBOARD_RETENTION")):
+            # A finished job is deleted a retention after it finished: kept
+            # that long, it holds its key to the end of any shorter window.
+            raise ValueError(
+                f"unique_for of {window} ms is longer than LATER['DASHBOARD_RETENTION'] "
+                f"({retention} ms), after which finished jobs are deleted and no longer "
+                "hold their key; use a shorter unique_for or a longer retention"
+            )
         return {"unique_key": key, "unique_for_ms": window}
 
     def _type_facts(self, payload: object) -> _TypeFacts:

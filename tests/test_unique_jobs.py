@@ -167,6 +167,11 @@ def test_a_unique_continuation_of_a_missing_parent_raises_and_writes_nothing(lat
             "unique_for=.* is not positive",
         ),
         (
+            lambda: later.enqueue(Noop(), unique_key="k", unique_for=dt.timedelta(days=2)),
+            ValueError,
+            r"longer than LATER\['DASHBOARD_RETENTION'\] \(86400000 ms\)",
+        ),
+        (
             lambda: later.enqueue_many([Noop(), Noop()], unique_for=HOUR),
             TypeError,
             r"^payloads\[0\]: unique_for needs",

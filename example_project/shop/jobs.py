@@ -30,11 +30,13 @@ class SendReceipt:
     email: str
 
 
-@job(queue="emails")
+@job(queue="emails", unique_key=lambda payload: f"receipt-{payload.order_id}")
 async def send_receipt(ctx: JobContext, payload: SendReceipt) -> None:
     """An async handler: runs on the worker's event loop. On the "emails"
     queue (LATER["QUEUES"] in settings): `later_worker --queues emails=2`
-    would give mail its own workers; the demo's worker serves every queue."""
+    would give mail its own workers; the demo's worker serves every queue.
+    One receipt per order: while one is unfinished, enqueueing another
+    returns its id and writes nothing (a double-clicked "resend")."""
     await asyncio.sleep(0.05)  # stands in for an HTTP call to a mail service
 
 

@@ -68,6 +68,9 @@ class Command(BaseCommand):
             partition, offset = order_events.order_placed(order)
             charge = later.enqueue_in(ChargeCard(order_id=order.pk), priority=10)
             receipt = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
+            # A second receipt for the order is a duplicate: the unique key
+            # (shop/jobs.py) gives back the first one's id, writing nothing.
+            resend = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
             warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
             review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
@@ -98,7 +101,9 @@ class Command(BaseCommand):
             "order total (a Django @task)": total.id,
         }
         self.stdout.write(
-            f"enqueued {len(jobs) + len(ledger)} jobs for {order}; starting later_worker"
+            f"enqueued {len(jobs) + len(ledger)} jobs for {order}; a second receipt was "
+            f"{'a duplicate of ' + resend if resend.duplicate else 'written'}; starting "
+            "later_worker"
         )
 
         worker = subprocess.Popen(
