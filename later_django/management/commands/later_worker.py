@@ -14,10 +14,11 @@ from typing import Any
 
 from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from later_django import queues, schema
 from later_django.conf import conf
+from later_django.worker.processes import Parent, child_env, die_with_parent, process_count
 from later_django.worker.server import MAX_WORKERS, Server
 
 logger = logging.getLogger("later_django.worker")
@@ -53,6 +54,13 @@ def seconds(value: str) -> float:
     return result
 
 
+def processes(value: str) -> int:
+    try:
+        return process_count(value)
+    except ValueError as exc:
+        raise ArgumentTypeError(str(exc)) from None
+
+
 def port(value: str) -> int:
     try:
         number = int(value)
@@ -80,6 +88,14 @@ class Command(BaseCommand):
             help="the queues this process serves and their workers, e.g. emails=4,default=8 "
             "(a queue without a count gets --workers; default: every queue of "
             "LATER['QUEUES'], --workers each)",
+        )
+        parser.add_argument(
+            "--processes",
+            type=processes,
+            default=1,
+            metavar="N|auto",
+            help="run N worker processes under this one (auto: one per core), each with "
+            "these options; for sync handlers that use the CPU (default 1)",
         )
         parser.add_argument(
             "--autoscale",
@@ -116,19 +132,26 @@ class Command(BaseCommand):
                 "LATER['RUN_INLINE'] is True: jobs run in the process that enqueues "
                 "them, with no worker. Turn it off to run later_worker."
             )
+        die_with_parent()
         _check_tables(conf.database)
         # Checks that read the database (e.g. a topic's changed partition
         # count, later.E015) must stop a worker before it claims anything.
         self.check(databases=[conf.database], tags=[Tags.database])
         _configure_logging(int(options["verbosity"]))
-        endpoint = fed = None
-        if options["metrics_port"] is not None:
-            fed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
         workers = options["workers"] if options["workers"] is not None else conf.WORKERS
         try:
             served = queues.served(options["queues"], int(workers))
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        if options["processes"] > 1:
+            connections.close_all()  # the children connect for themselves
+            code = Parent(_child_argvs(options), child_env()).run()
+            if code:
+                sys.exit(code)
+            return
+        endpoint = fed = None
+        if options["metrics_port"] is not None:
+            fed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
         server = Server(
             queues=served,
             workers=options["workers"],
@@ -149,6 +172,25 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             sys.exit(code)
+
+
+def _child_argvs(options: dict[str, Any]) -> list[list[str]]:
+    """The command line of each child of --processes: this command with
+    this one's options, and --metrics-port plus the child's index."""
+    common = [sys.executable, "-m", "django", "later_worker", "-v", str(options["verbosity"])]
+    for name in ("workers", "queues", "shutdown_timeout"):
+        if options[name] is not None:
+            common += [f"--{name.replace('_', '-')}", str(options[name])]
+    if options["autoscale"] is not None:
+        common += ["--autoscale", "{}:{}".format(*options["autoscale"])]
+    argvs = []
+    for index in range(options["processes"]):
+        argv = list(common)
+        if options["metrics_port"] is not None:
+            port = options["metrics_port"] + index
+            argv += ["--metrics-port", str(port), "--metrics-addr", options["metrics_addr"]]
+        argvs.append(argv)
+    return argvs
 
 
 def _serve_metrics(addr: str, port: int) -> tuple[Any, Any]:

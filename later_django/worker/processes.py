@@ -1,0 +1,211 @@
+"""``later_worker --processes N``: N server processes under one parent.
+
+One Python process runs Python code on one core at a time; sync handlers
+doing CPU work need more processes to use the machine. The parent runs no
+server and touches no database after its start-up checks: it starts N
+children, each a whole ``later_worker`` (its own connections, server id and
+heartbeat; jobs are shared among them like among servers on many hosts),
+restarts a child that dies, passes SIGTERM/SIGINT on, and exits once every
+child has stopped.
+
+Children are new interpreters (``python -m django later_worker ...``), not
+forks: a fork would copy the parent's database connections and threads.
+Each child dies with its parent (PR_SET_PDEATHSIG on Linux), so a parent
+killed with SIGKILL leaves no server running unsupervised; the leases of
+its children's jobs recover them, as for any server that died.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+logger = logging.getLogger("later_django.worker")
+
+# A child that exits with an error (not a signal) within this long of its
+# first start failed to start (bad settings, a database it cannot reach):
+# the parent stops instead of restarting it for ever.
+START_GRACE_SECONDS = 10.0
+# Restarts of a child that keeps dying wait longer each time, up to this.
+MAX_RESTART_DELAY = 30.0
+# A child that ran this long is healthy again: its next restart is immediate.
+HEALTHY_AFTER_SECONDS = 60.0
+# The environment variables that tell a child its index (for its logs) and
+# its parent's pid.
+CHILD_INDEX_ENV = "LATER_WORKER_PROCESS"
+PARENT_PID_ENV = "LATER_WORKER_PARENT"
+
+
+def process_count(value: str) -> int:
+    """``--processes``: a number >= 1, or ``auto`` for this machine's cores."""
+    if value == "auto":
+        if hasattr(os, "sched_getaffinity"):  # the cores this process may use
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 1
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"--processes takes a number or auto, got {value!r}") from None
+    if count < 1:
+        raise ValueError(f"--processes must be at least 1, got {count}")
+    return count
+
+
+@dataclasses.dataclass
+class Child:
+    """One child slot: its process now, and how its restarts go."""
+
+    index: int
+    argv: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    starts: int = 0
+    restart_at: float | None = None
+    delay: float = 1.0
+
+
+class Parent:
+    """Start, watch and stop the children; ``run()`` returns the exit code."""
+
+    def __init__(self, child_argvs: Sequence[list[str]], env: dict[str, str]) -> None:
+        self.children = [Child(index, argv) for index, argv in enumerate(child_argvs)]
+        self.env = env
+        self.changed = threading.Event()
+        self.signals = 0
+        self.stopping = False
+
+    def run(self) -> int:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        for child in self.children:
+            self._start(child)
+        logger.info(
+            "started %d worker processes: %s",
+            len(self.children),
+            ", ".join(str(c.proc.pid) for c in self.children if c.proc),
+            extra={"action": "processes_started"},
+        )
+        code = 0
+        while True:
+            self.changed.wait(self._next_timeout())
+            self.changed.clear()
+            failed = self._reap()
+            if failed is not None and not self.stopping:
+                logger.error(
+                    "worker process %d exited with code %s within %gs of its start; "
+                    "stopping the others (see its output above)",
+                    failed.index,
+                    failed.proc.returncode if failed.proc else None,
+                    START_GRACE_SECONDS,
+                    extra={"action": "process_failed_to_start"},
+                )
+                code = failed.proc.returncode if failed.proc else 1
+                self._stop_all(signal.SIGTERM)
+            if self.stopping:
+                if all(c.proc is None or c.proc.poll() is not None for c in self.children):
+                    return code
+                continue
+            self._restart_due()
+
+    # -- signals -------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signals += 1
+        self.stopping = True
+        # Each signal goes on to every child, which counts it as its own:
+        # the first drains, the second hurries, the third exits at once.
+        self._stop_all(signal.Signals(signum))
+        self.changed.set()
+
+    def _stop_all(self, signum: signal.Signals) -> None:
+        self.stopping = True
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.send_signal(signum)
+
+    # -- children --------------------------------------------------------------------------
+    def _start(self, child: Child) -> None:
+        env = {**self.env, CHILD_INDEX_ENV: str(child.index), PARENT_PID_ENV: str(os.getpid())}
+        child.proc = subprocess.Popen(child.argv, env=env)
+        child.started_at = time.monotonic()
+        child.starts += 1
+        child.restart_at = None
+        threading.Thread(
+            target=_wait_then(child.proc, self.changed.set),
+            name=f"later-child-{child.index}",
+            daemon=True,
+        ).start()
+
+    def _reap(self) -> Child | None:
+        """Schedule the restart of every child that exited; return one that
+        failed to start, if any."""
+        now = time.monotonic()
+        for child in self.children:
+            proc = child.proc
+            if proc is None or proc.poll() is None or child.restart_at is not None:
+                continue
+            if self.stopping:
+                continue
+            ran = now - child.started_at
+            if child.starts == 1 and ran < START_GRACE_SECONDS and proc.returncode > 0:
+                return child
+            if ran >= HEALTHY_AFTER_SECONDS:
+                child.delay = 1.0
+            logger.warning(
+                "worker process %d (pid %d) exited with code %s after %.0fs; restarting it in %gs",
+                child.index,
+                proc.pid,
+                proc.returncode,
+                ran,
+                child.delay,
+                extra={"action": "process_restart"},
+            )
+            child.restart_at = now + child.delay
+            child.delay = min(child.delay * 2, MAX_RESTART_DELAY)
+        return None
+
+    def _restart_due(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            if child.restart_at is not None and child.restart_at <= now:
+                self._start(child)
+
+    def _next_timeout(self) -> float | None:
+        due = [c.restart_at for c in self.children if c.restart_at is not None]
+        return None if not due else max(0.0, min(due) - time.monotonic())
+
+
+def _wait_then(proc: subprocess.Popen[bytes], then: Callable[[], None]) -> Callable[[], None]:
+    def wait() -> None:
+        proc.wait()
+        then()
+
+    return wait
+
+
+def die_with_parent() -> None:
+    """In a child, first thing: receive SIGKILL when the parent dies (Linux;
+    elsewhere a child outlives a killed parent until it is stopped). A
+    parent that died before this ran is noticed by its pid: exit then."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if parent is None:
+        return
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != int(parent):
+        os._exit(1)
+
+
+def child_env() -> dict[str, str]:
+    """The children's environment: this one, with this process's import
+    path, so a child finds the project's settings wherever it was started."""
+    paths = [os.getcwd() if entry == "" else entry for entry in sys.path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
