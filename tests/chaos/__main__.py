@@ -38,6 +38,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers", type=int, default=4, help="worker tasks per process (default 4)"
     )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="later_worker --processes of each worker process: a fault hits a parent and "
+        "all its children at once (default 1)",
+    )
     parser.add_argument("--jobs", type=int, default=None, help="override the profile's job count")
     parser.add_argument(
         "--load-seconds", type=float, default=None, help="override how long the producer enqueues"
@@ -166,11 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.5)
             raise AssertionError("unreachable")
 
-        pool = WorkerPool(args.workers_processes, args.workers, dict(os.environ), log_dir)
+        pool = WorkerPool(
+            args.workers_processes, args.workers, dict(os.environ), log_dir, args.processes
+        )
         pool.start_all()
         deadline = time.monotonic() + 90
-        want = {pool.pid_of(s) for s in range(pool.count)}
-        while {int(r[0]) for r in query("SELECT pid FROM later_server")} < want:
+        # One server per process, or per child with --processes.
+        want = pool.count * args.processes
+        while len(query("SELECT pid FROM later_server")) < want:
             if pool.check_exits() or time.monotonic() > deadline:
                 raise RuntimeError("worker processes did not start; see " + str(log_dir))
             time.sleep(0.2)
@@ -285,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             "profile": profile.name,
             "seed": seed,
             "processes": args.workers_processes,
+            "processes_each": args.processes,
             "workers": args.workers,
             "plan": plan,
             "rows": rows,

@@ -33,9 +33,14 @@ class Life:
 class WorkerPool:
     """``count`` slots, each running one ``later_worker`` process at a time."""
 
-    def __init__(self, count: int, workers: int, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, count: int, workers: int, env: dict[str, str], log_dir: Path, processes: int = 1
+    ) -> None:
         self.count = count
         self.workers = workers
+        # Each slot's later_worker --processes: its children share its fate,
+        # since every signal goes to the slot's process group.
+        self.processes = processes
         self.env = env
         self.log_dir = log_dir
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -56,6 +61,7 @@ class WorkerPool:
             str(self.workers),
             "-v",
             "1",
+            *(["--processes", str(self.processes)] if self.processes > 1 else []),
         ]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
@@ -95,19 +101,21 @@ class WorkerPool:
         """SIGKILL the slot's process and wait for it; return its PID."""
         proc = self.procs[slot]
         life = self.current[slot]
-        os.kill(proc.pid, signal.SIGKILL)
+        # The slot's process group: the process and, with --processes, its
+        # children (started in a session of its own, the group is its pid).
+        os.killpg(proc.pid, signal.SIGKILL)
         code = proc.wait(30)
         life.ended, life.end_reason, life.exit_code = time.time(), "killed", code
         return proc.pid
 
     def pause(self, slot: int) -> int:
         pid = self.procs[slot].pid
-        os.kill(pid, signal.SIGSTOP)
+        os.killpg(pid, signal.SIGSTOP)
         self.paused.add(pid)
         return pid
 
     def resume(self, pid: int) -> None:
-        os.kill(pid, signal.SIGCONT)
+        os.killpg(pid, signal.SIGCONT)
         self.paused.discard(pid)
 
     def check_exits(self) -> list[Life]:

@@ -891,6 +891,7 @@ def analyse(
     processes: int,
     workers: int,
     plan: Plan,
+    processes_each: int = 1,
     rows: dict[str, Row],
     runs: list[Run],
     faults: list[FaultEvent],
@@ -1337,6 +1338,7 @@ def analyse(
         "profile": profile,
         "seed": seed,
         "processes": processes,
+        "processes_each": processes_each,
         "workers_per_process": workers,
         "lease_seconds": lease,
         "grace_seconds": grace,
@@ -1529,7 +1531,9 @@ def render(result: dict[str, Any], t0: float) -> str:
     expect = jobs["expected"]
     lines = [
         f"later chaos report: db={result['db']} profile={result['profile']} "
-        f"seed={result['seed']} processes={result['processes']}x{result['workers_per_process']} "
+        f"seed={result['seed']} processes={result['processes']}"
+        f"{'x' + str(result['processes_each']) if result.get('processes_each', 1) > 1 else ''}"
+        f"x{result['workers_per_process']} "
         f"lease={result['lease_seconds']}s grace={result['grace_seconds']}s",
         f"  duration {result['duration_seconds']}s (load {result['load_seconds']}s, "
         f"drain {result['drain_seconds']}s), {result['handler_runs']} handler runs",

@@ -69,14 +69,21 @@ def _write(line: str) -> None:
     os.write(_fd, line.encode())  # one O_APPEND write: whole lines only
 
 
+def _family() -> int:
+    """The pid of the worker process a fault hits: this one, or with
+    later_worker --processes, its parent (faults hit a parent's whole
+    process group)."""
+    return int(os.environ.get("LATER_WORKER_PARENT") or os.getpid())
+
+
 def record_start(ctx: JobContext, kind: str, n: int, place: str = "") -> None:
     """``place``: ``<key> <seq>`` of a partitioned job, else empty."""
     tail = f" {place}" if place else ""
-    _write(f"S {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {kind} {n}{tail}\n")
+    _write(f"S {ctx.job_id} {ctx.attempt} {_family()} {time.time():.6f} {kind} {n}{tail}\n")
 
 
 def record_end(ctx: JobContext, outcome: str) -> None:
-    _write(f"E {ctx.job_id} {ctx.attempt} {os.getpid()} {time.time():.6f} {outcome}\n")
+    _write(f"E {ctx.job_id} {ctx.attempt} {_family()} {time.time():.6f} {outcome}\n")
 
 
 @dataclass
