@@ -162,6 +162,22 @@ def test_append_many_is_one_transaction_in_the_given_order(later_db):
     assert log.append_many(TOPIC, []) == []
 
 
+def test_appends_above_one_statement_place_records_as_smaller_ones(later_db):
+    """PostgreSQL writes an append of up to 1,000 records in one statement
+    and a larger one a statement per step: both give gapless offsets in the
+    order given, following each other."""
+    log.register_topic(TOPIC, partitions=3)
+    small = [(f"s{n}", b"s%d" % n) for n in range(900)]
+    large = [(f"l{n}", b"l%d" % n) for n in range(2500)]
+    placed = log.append_many(TOPIC, small) + log.append_many(TOPIC, large)
+    pairs = small + large
+    for partition in range(3):
+        offsets = [o for p, o in placed if p == partition]
+        assert offsets == list(range(len(offsets)))
+        stored = [r.value for r in log.read(TOPIC, partition, 0, 10_000)]
+        assert stored == [v for (_, v), (p, _) in zip(pairs, placed, strict=True) if p == partition]
+
+
 @pytest.mark.parametrize(
     ("records", "error", "message"),
     [

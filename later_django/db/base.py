@@ -78,6 +78,7 @@ class Dialect(abc.ABC):
     # Its job engine, and its partition store where it has one of its own.
     job_engine: ClassVar[type[JobEngine]]
     partition_store: ClassVar[type[PartitionStore]] = PartitionStore
+    log_store: ClassVar[type[LogStore]] = LogStore
 
     def __init__(self) -> None:
         sql = Statements(self.vendor_sql)
@@ -85,7 +86,7 @@ class Dialect(abc.ABC):
         self.jobs: JobEngine = self.job_engine(sql)
         self.schedules = ScheduleStore(sql, self.jobs)
         self.partitions: PartitionStore = self.partition_store(sql, self.jobs)
-        self.log = LogStore(sql)
+        self.log = self.log_store(sql)
         self.reads = ReadModels(sql)
         self.cluster = Cluster(sql)
 

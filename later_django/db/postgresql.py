@@ -24,9 +24,11 @@ from later_django.db.errors import UNDEFINED_TABLE, sqlstate
 from later_django.db.jobs import JobEngine, insert_one, queue_filter_params
 from later_django.db.partitions import PartitionStore
 from later_django.db.past_django import log_query, ready
+from later_django.db.retained_log import LogStore
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    LogAppend,
     PartitionClaim,
     PartitionClaimRequest,
     PartitionCompletion,
@@ -216,6 +218,42 @@ class PostgresPartitionStore(PartitionStore):
         return row is not None and bool(row[0])
 
 
+class PostgresLogStore(LogStore):
+    # Records an append writes in one statement: 4 parameters each keeps the
+    # statement far below PostgreSQL's 65,535 parameters, and its text (made
+    # per call) short. Larger appends take the form of a statement per step.
+    ONE_STATEMENT_RECORDS: ClassVar[int] = 1000
+
+    def log_append_is_one_statement(self, count: int) -> bool:
+        return count <= self.ONE_STATEMENT_RECORDS
+
+    def log_append(self, cursor: CursorWrapper, append: LogAppend) -> dict[int, int] | None:
+        if not self.log_append_is_one_statement(append.count):
+            return super().log_append(cursor, append)
+        wanted: list[Any] = []
+        given: list[Any] = []
+        for partition, records in append.groups:
+            wanted += [partition, len(records)]
+            for index, (key, value) in enumerate(records):
+                given += [partition, index, key, value]
+        sql = self._sql(
+            pg_sql.LOG_APPEND_SQL,
+            wanted=", ".join([pg_sql.LOG_APPEND_WANTED] * len(append.groups)),
+            records=", ".join([pg_sql.LOG_APPEND_RECORD] * append.count),
+        )
+        topic = [append.namespace, append.topic]
+        params = [*wanted, *topic, append.partitions, *given, *topic]
+        # Bound on the server and prepared, like an enqueue's insert: a
+        # single append's text never changes, so it is planned once.
+        db = cursor.db
+        ready(db)
+        started = time.monotonic()
+        with db.wrap_database_errors:
+            rows = _fetch_prepared(db.connection, sql, params)
+        log_query(db, sql, started)
+        return {int(part): int(first) for part, first in rows} or None
+
+
 class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
     supports_listen: ClassVar[bool] = True
@@ -228,6 +266,7 @@ class PostgresDialect(Dialect):
     )
     job_engine: ClassVar[type[JobEngine]] = PostgresJobEngine
     partition_store: ClassVar[type[PartitionStore]] = PostgresPartitionStore
+    log_store: ClassVar[type[LogStore]] = PostgresLogStore
 
     # -- schema -------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
@@ -318,7 +357,17 @@ def _copy_value(value: object) -> str:
 
 def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> Any:
     """Run ``sql`` on a Django connection's psycopg connection, bound on the
-    server and, when LATER["PREPARED_STATEMENTS"] allows, prepared.
+    server and, when LATER["PREPARED_STATEMENTS"] allows, prepared; return
+    the first column of its first row (None without a row)."""
+    rows = _fetch_prepared(raw, sql, params, first_only=True)
+    return rows[0][0] if rows else None
+
+
+def _fetch_prepared(
+    raw: psycopg.Connection[Any], sql: str, params: Sequence[Any], *, first_only: bool = False
+) -> list[tuple[Any, ...]]:
+    """_execute_prepared's statement, returning its rows (the first alone
+    with ``first_only``).
 
     Django opens its connections with prepare_threshold=None, which turns
     psycopg's statement cache off; it is switched on for this call only, so
@@ -330,8 +379,10 @@ def _execute_prepared(raw: psycopg.Connection[Any], sql: str, params: Sequence[A
     try:
         with psycopg.Cursor(raw) as cursor:
             cursor.execute(sql, params, prepare=prepare)
-            row = cursor.fetchone()
-            return None if row is None else row[0]
+            if first_only:
+                row = cursor.fetchone()
+                return [] if row is None else [row]
+            return cursor.fetchall()
     finally:
         raw.prepare_threshold = threshold
 

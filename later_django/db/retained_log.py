@@ -14,12 +14,14 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.rows import (
     LogAcquired,
     LogAdvance,
+    LogAppend,
     LogCommit,
     LogConsumerKey,
     LogConsumerState,
     LogFence,
     LogLag,
     LogLeaseRequest,
+    LogPartitionKey,
     LogPrune,
     LogRead,
     LogTopicRow,
@@ -40,6 +42,40 @@ def _consumer_params(key: LogConsumerKey) -> list[str | int]:
 
 class LogStore(Operations):
     """Appending, reading and consuming retained-log records."""
+
+    def log_append_is_one_statement(self, count: int) -> bool:
+        """Does ``log_append`` of ``count`` records run as one statement (so
+        needs no transaction of its own)?"""
+        return False
+
+    def log_append(self, cursor: CursorWrapper, append: LogAppend) -> dict[int, int] | None:
+        """Reserve offsets for ``append``'s records and store them; return
+        each partition's first offset, or None, writing nothing, when the
+        topic is not stored with ``append.partitions`` partitions.
+
+        Here a statement per partition and per chunk of records: run it in a
+        transaction (log_append_is_one_statement says whether it must be)."""
+        firsts: dict[int, int] = {}
+        rows: list[NewLogRecord] = []
+        for partition, records in append.groups:
+            key = LogPartitionKey(
+                namespace=append.namespace, topic=append.topic, partition=partition
+            )
+            advance = LogAdvance(key=key, count=len(records), partitions=append.partitions)
+            end = self.log_partition_advance(cursor, advance)
+            if end is None:
+                if rows:  # the topic row was deleted meanwhile: roll back
+                    raise RuntimeError(
+                        f"retained-log topic {append.topic!r} was removed during an append"
+                    )
+                return None  # nothing was written
+            firsts[partition] = first = end - len(records)
+            rows += [
+                NewLogRecord(partition, offset, key_, value)
+                for offset, (key_, value) in enumerate(records, start=first)
+            ]
+        self.log_record_insert(cursor, namespace=append.namespace, topic=append.topic, records=rows)
+        return firsts
 
     def log_topic_register(self, cursor: CursorWrapper, topic: LogTopicRow, namespace: str) -> bool:
         """Store ``topic``, or update the retention of the stored one with the

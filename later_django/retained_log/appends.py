@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from later_django.db.rows import LogAdvance, LogPartitionKey, NewLogRecord
+from later_django.conf import conf
+from later_django.db import dialect_for
+from later_django.db.rows import LogAppend
 from later_django.partitions import partition_for_key
 from later_django.retained_log.connection import session
 from later_django.retained_log.records import key_bytes, value_bytes
@@ -72,20 +74,18 @@ def _write(
     by_partition: dict[int, list[int]] = {}
     for index, (key, _) in enumerate(pairs):
         by_partition.setdefault(partition_for_key(key, partitions), []).append(index)
+    order = sorted(by_partition)
+    groups = [(partition, [pairs[i] for i in by_partition[partition]]) for partition in order]
+    # A transaction of its own only where the append takes several
+    # statements; one statement is atomic by itself.
+    one = dialect_for(conf.database).log.log_append_is_one_statement(len(pairs))
+    with session(atomic=not one) as s:
+        append = LogAppend(namespace=s.namespace, topic=topic, partitions=partitions, groups=groups)
+        firsts = s.dialect.log.log_append(s.cursor, append)
+    if firsts is None:
+        return None
     placed: list[tuple[int, int]] = [(0, 0)] * len(pairs)
-    rows: list[NewLogRecord] = []
-    with session(atomic=True) as s:
-        for partition in sorted(by_partition):
-            indexes = by_partition[partition]
-            where = LogPartitionKey(namespace=s.namespace, topic=topic, partition=partition)
-            advance = LogAdvance(key=where, count=len(indexes), partitions=partitions)
-            end = s.dialect.log.log_partition_advance(s.cursor, advance)
-            if end is None:
-                if rows:  # the topic row was deleted meanwhile: roll back
-                    raise RuntimeError(f"retained-log topic {topic!r} was removed during an append")
-                return None  # nothing was written
-            for offset, index in enumerate(indexes, start=end - len(indexes)):
-                placed[index] = (partition, offset)
-                rows.append(NewLogRecord(partition, offset, *pairs[index]))
-        s.dialect.log.log_record_insert(s.cursor, namespace=s.namespace, topic=topic, records=rows)
+    for partition in order:
+        for offset, index in enumerate(by_partition[partition], start=firsts[partition]):
+            placed[index] = (partition, offset)
     return placed

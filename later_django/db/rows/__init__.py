@@ -46,6 +46,7 @@ from .partitions import (
 from .retained_log import (
     LogAcquired,
     LogAdvance,
+    LogAppend,
     LogCommit,
     LogConsumerKey,
     LogConsumerState,
@@ -92,6 +93,7 @@ __all__ = [
     "LiveServer",
     "LogAcquired",
     "LogAdvance",
+    "LogAppend",
     "LogCommit",
     "LogConsumerKey",
     "LogConsumerRow",

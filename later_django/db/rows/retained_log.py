@@ -4,6 +4,7 @@ reads of a partition, pruning, and consumer groups' fenced leases and offsets.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -36,6 +37,22 @@ class LogAdvance:
     key: LogPartitionKey
     count: int
     partitions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogAppend:
+    """Records to append to ``topic`` (stored with ``partitions``
+    partitions), grouped by partition in ascending order: each group's
+    records take consecutive offsets in the order given."""
+
+    namespace: str
+    topic: str
+    partitions: int
+    groups: Sequence[tuple[int, Sequence[tuple[bytes, bytes]]]]
+
+    @property
+    def count(self) -> int:
+        return sum(len(records) for _, records in self.groups)
 
 
 class NewLogRecord(NamedTuple):

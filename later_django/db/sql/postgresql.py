@@ -158,3 +158,37 @@ WHERE EXISTS (SELECT 1 FROM fence)
 
 # The whole database's size on disk.
 DATABASE_SIZE_SQL: Final = "SELECT pg_database_size(current_database())"
+
+
+# -- retained log -------------------------------------------------------------------
+# An append in one statement, one round trip, atomic by itself: the offset
+# counters of its partitions raised in ascending order (the order every
+# append locks them in, so two appends never deadlock), and its records
+# stored at the offsets reserved; the rows stay locked until the
+# transaction ends, as in the form of one statement per step. {wanted} is
+# a row (partition, count) per partition, {records} a row (partition,
+# index in its partition's records, key, value) per record. Returns each
+# partition's first offset; no row when the topic is not stored with the
+# partition count given (nothing is written then).
+LOG_APPEND_WANTED: Final = "(%s::integer, %s::bigint)"
+LOG_APPEND_RECORD: Final = "(%s::integer, %s::bigint, %s::bytea, %s::bytea)"
+LOG_APPEND_SQL: Final = """
+WITH wanted(part, n) AS (VALUES {wanted}),
+advanced AS (
+    INSERT INTO later_log_partition (namespace, topic, part, next_offset)
+    SELECT t.namespace, t.name, w.part, w.n FROM later_log_topic t CROSS JOIN wanted w
+    WHERE t.namespace = %s AND t.name = %s AND t.partitions = %s
+    ORDER BY w.part
+    ON CONFLICT (namespace, topic, part) DO UPDATE
+    SET next_offset = later_log_partition.next_offset + excluded.next_offset
+    RETURNING part, next_offset
+),
+given(part, idx, record_key, record_value) AS (VALUES {records}),
+stored AS (
+    INSERT INTO later_log_record
+        (namespace, topic, part, log_offset, record_key, record_value, appended_ms)
+    SELECT %s, %s, g.part, a.next_offset - w.n + g.idx, g.record_key, g.record_value, {now}
+    FROM given g JOIN advanced a ON a.part = g.part JOIN wanted w ON w.part = g.part
+)
+SELECT a.part, a.next_offset - w.n FROM advanced a JOIN wanted w ON w.part = a.part
+"""
