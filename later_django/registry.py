@@ -37,6 +37,9 @@ class Handler:
     timeout_ms: int | None = None
     # The queue of its jobs when an enqueue names none (None: "default").
     queue: str | None = None
+    # Its writes on the LATER database commit with its job's success, in one
+    # transaction, or roll back with a failure (docs/atomic-jobs.md).
+    atomic: bool = False
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -65,6 +68,7 @@ def job(
     priority: int = ...,
     timeout: dt.timedelta | None = ...,
     queue: str | None = ...,
+    atomic: bool = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -78,6 +82,7 @@ def job(
     priority: int = 0,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
+    atomic: bool = False,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -90,7 +95,10 @@ def job(
     ``priority`` is its jobs' priority when an enqueue gives none, and
     ``timeout`` how long one attempt may run when an enqueue gives none,
     and ``queue`` the named queue its jobs run on when an enqueue names
-    none (declared in LATER["QUEUES"]; check later.E026).
+    none (declared in LATER["QUEUES"]; check later.E026). ``atomic=True``
+    runs a sync handler in a transaction of the LATER database that also
+    stores its job's success: its writes there commit exactly when the job
+    succeeds (docs/atomic-jobs.md); an async handler is refused.
     """
 
     def register(func: F) -> F:
@@ -102,6 +110,7 @@ def job(
             )
         if topic is not None:
             _check_topic(func, payload_type, topic)
+        _check_atomic(func, atomic)
         try:
             check_priority(priority)
             limit = None if timeout is None else timeout_ms(timeout, "timeout")
@@ -125,6 +134,7 @@ def job(
             priority=priority,
             timeout_ms=limit,
             queue=None if queue == DEFAULT_QUEUE else queue,
+            atomic=atomic,
         )
         _register(handler)
         return func
@@ -166,6 +176,22 @@ def _check_topic(func: Callable[..., Any], payload_type: type[Any], topic: objec
             f"@job(topic={topic!r}) of {func.__qualname__}: its payload type "
             f"{payload_type.__qualname__} needs a partition_key(self) method returning "
             "the str, int or bytes key whose jobs run in order"
+        )
+
+
+def _check_atomic(func: Callable[..., Any], atomic: object) -> None:
+    if not isinstance(atomic, bool):
+        raise TypeError(
+            f"@job(atomic=...) of {func.__qualname__} must be True or False, "
+            f"got {type(atomic).__name__}"
+        )
+    if atomic and inspect.iscoroutinefunction(func):
+        # An async handler's queries run on threads of their own (Django's
+        # async ORM), outside any transaction the worker could open for it.
+        raise TypeError(
+            f"@job(atomic=True) of {func.__qualname__}: an async handler cannot be "
+            "atomic, its database calls run outside the job's transaction; use a sync "
+            "handler (def, not async def)"
         )
 
 
