@@ -11,6 +11,7 @@ its lease).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -44,7 +45,14 @@ from tests.helpers import (
     set_later,
     wait_until,
 )
-from tests.jobapp.jobs import AtomicNested, AtomicNote, AtomicOverrun, WriteNote, run_atomic_note
+from tests.jobapp.jobs import (
+    AtomicNested,
+    AtomicNote,
+    AtomicOrdered,
+    AtomicOverrun,
+    WriteNote,
+    run_atomic_note,
+)
 from tests.jobapp.models import Note
 
 OWNER = "atomic-test-owner"
@@ -554,3 +562,26 @@ def test_worker_stops_an_atomic_handler_that_outlives_its_lease(later_db, worker
     else:
         assert notes(later_db) == [("outlived", 1)]
         assert later_db.job_field(job_id, "attempts") == 1
+
+
+@pytest.mark.one_env
+def test_worker_runs_atomic_partition_heads_in_order(later_db, workers, settings):
+    """A topic's atomic jobs: a head whose first attempt fails rolls its
+    Note back and keeps its place; its retry's success, fenced by the
+    partition's lease too, commits with its Note and lets the next head run."""
+    topics = {"ordered": 2}
+    set_later(settings, TOPICS=topics)
+    proc = workers.start(workers=2, env={"LATER_TEST_SETTINGS": json.dumps({"TOPICS": topics})})
+    workers.wait_registered(proc)
+    with transaction.atomic(using=later_db.alias):
+        ids = [
+            later.enqueue_to_partition_in(AtomicOrdered("k", n, fail_first=n == 0))
+            for n in range(3)
+        ]
+
+    for job_id in ids:
+        workers.wait_stage(job_id, "success", PROCESS_TIMEOUT)
+
+    assert notes(later_db) == [("k:0", 2), ("k:1", 1), ("k:2", 1)]
+    wrote = read_records(workers.record, "atomic-wrote")
+    assert [(r.tag, r.attempt) for r in wrote] == [("k:0", 1), ("k:0", 2), ("k:1", 1), ("k:2", 1)]

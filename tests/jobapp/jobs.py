@@ -574,3 +574,25 @@ def run_atomic_nested(ctx: JobContext, payload: AtomicNested) -> None:
     except IntegrityError:
         pass
     _notes().create(text=f"{payload.text} (after)", job_id=ctx.job_id)
+
+
+@dataclass
+class AtomicOrdered:
+    """An atomic job of topic "ordered": writes the Note "<key>:<n>"; with
+    ``fail_first``, attempt 1 raises after writing."""
+
+    key: str
+    n: int
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic="ordered", atomic=True, retry=RetryPolicy.fixed(3, timedelta(milliseconds=50)))
+def run_atomic_ordered(ctx: JobContext, payload: AtomicOrdered) -> None:
+    tag = f"{payload.key}:{payload.n}"
+    _notes().create(text=tag, job_id=ctx.job_id, attempt=ctx.attempt)
+    _record("atomic-wrote", ctx, tag)
+    if payload.fail_first and ctx.attempt == 1:
+        raise RuntimeError(f"first attempt of {tag} fails")
