@@ -585,3 +585,37 @@ def test_worker_runs_atomic_partition_heads_in_order(later_db, workers, settings
     assert notes(later_db) == [("k:0", 2), ("k:1", 1), ("k:2", 1)]
     wrote = read_records(workers.record, "atomic-wrote")
     assert [(r.tag, r.attempt) for r in wrote] == [("k:0", 1), ("k:0", 2), ("k:1", 1), ("k:2", 1)]
+
+
+@pytest.mark.one_env
+def test_worker_cancel_of_a_running_atomic_job_rolls_its_writes_back(
+    later_db, workers, tmp_path: Path
+):
+    """cancel() of a running atomic job: its handler is told, and when it
+    returns its writes roll back; the job ends cancelled, not succeeded."""
+    if dialect_for(later_db.alias).single_writer:
+        pytest.skip(
+            "a single writer: cancel() waits for the write lock the running handler "
+            "holds, so it comes after the handler's commit or rollback"
+        )
+    proc = workers.start(workers=2)
+    workers.wait_registered(proc)
+    gate = tmp_path / "gate"
+    job_id = later.enqueue(AtomicNote(text="cancelled", hold_on=1, gate=str(gate)))
+    wait_until(
+        lambda: read_records(workers.record, "atomic-wrote", job_id),
+        PROCESS_TIMEOUT,
+        lambda: f"the handler to write\n{workers.logs()}",
+    )
+
+    assert later.cancel(job_id) is True
+    wait_until(
+        lambda: "was asked to stop (cancel)" in proc.output(),
+        PROCESS_TIMEOUT,
+        lambda: f"the worker to tell the handler\n{workers.logs()}",
+    )
+    gate.touch()
+    workers.wait_stage(job_id, "cancelled", PROCESS_TIMEOUT)
+
+    assert read_records(workers.record, "atomic-returns", job_id), "the handler returned"
+    assert notes(later_db) == []
