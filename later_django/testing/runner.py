@@ -2,8 +2,9 @@
 
 For users' test suites. The claim, the completion, the retry and failure
 writes and the outcome of each run are the worker's own (db/jobs.py,
-worker/executor.py, worker/completer.py); only where the handler runs
-differs: here, in the caller's thread and transaction, one job at a time.
+worker/executor.py, worker/completer.py, and worker/atomic.py for an atomic
+job's run and success); only where the handler runs differs: here, in the
+caller's thread and transaction, one job at a time.
 It must not be used as a worker: nothing renews a lease or rescues a job.
 """
 
