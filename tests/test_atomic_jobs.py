@@ -6,7 +6,7 @@ On both databases: the registry's refusals, the atomic run itself (its
 fence, a failure, an abandoned attempt, SQLite's write lock), drain() and the
 inline mode, and real ``later_worker`` processes (a failure and its retries,
 one commit, kill -9, a timeout, a claim taken over, a handler that outlives
-its lease).
+its lease, cancel(), partition heads).
 """
 
 from __future__ import annotations
@@ -63,11 +63,9 @@ SHORT_LEASE = {"LEASE_DURATION": 1, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVA
 PROCESS_TIMEOUT = 30.0  # seconds a worker process gets to bring a job where a test expects
 
 
-def notes(later_db: LaterDb, job_id: str | None = None) -> list[tuple[str, int]]:
-    """The committed Notes (text, attempt), of one job if given, by text."""
+def notes(later_db: LaterDb) -> list[tuple[str, int]]:
+    """The committed Notes as (text, attempt), by text."""
     rows = Note.objects.using(later_db.alias).order_by("text")
-    if job_id is not None:
-        rows = rows.filter(job_id=job_id)
     return list(rows.values_list("text", "attempt"))
 
 
