@@ -43,6 +43,9 @@ class Handler:
     # unique_for in ms (docs/unique-jobs.md).
     unique_key: UniqueKeySpec = None
     unique_for_ms: int | None = None
+    # Its writes on the LATER database commit with its job's success, in one
+    # transaction, or roll back with a failure (docs/atomic-jobs.md).
+    atomic: bool = False
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -73,6 +76,7 @@ def job(
     queue: str | None = ...,
     unique_key: UniqueKeySpec = ...,
     unique_for: dt.timedelta | None = ...,
+    atomic: bool = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -88,6 +92,7 @@ def job(
     queue: str | None = None,
     unique_key: UniqueKeySpec = None,
     unique_for: dt.timedelta | None = None,
+    atomic: bool = False,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -104,7 +109,10 @@ def job(
     (a str, or a callable given the payload that returns one) makes its
     jobs unique, and ``unique_for`` (a timedelta) widens that to a window
     over finished jobs too, when an enqueue gives neither
-    (docs/unique-jobs.md).
+    (docs/unique-jobs.md). ``atomic=True``
+    runs a sync handler in a transaction of the LATER database that also
+    stores its job's success: its writes there commit exactly when the job
+    succeeds (docs/atomic-jobs.md); an async handler is refused.
     """
 
     def register(func: F) -> F:
@@ -116,6 +124,7 @@ def job(
             )
         if topic is not None:
             _check_topic(func, payload_type, topic)
+        _check_atomic(func, atomic)
         try:
             check_priority(priority)
             limit = None if timeout is None else timeout_ms(timeout, "timeout")
@@ -142,6 +151,7 @@ def job(
             queue=None if queue == DEFAULT_QUEUE else queue,
             unique_key=unique_key,
             unique_for_ms=window,
+            atomic=atomic,
         )
         _register(handler)
         return func
@@ -214,6 +224,22 @@ def _check_topic(func: Callable[..., Any], payload_type: type[Any], topic: objec
             f"@job(topic={topic!r}) of {func.__qualname__}: its payload type "
             f"{payload_type.__qualname__} needs a partition_key(self) method returning "
             "the str, int or bytes key whose jobs run in order"
+        )
+
+
+def _check_atomic(func: Callable[..., Any], atomic: object) -> None:
+    if not isinstance(atomic, bool):
+        raise TypeError(
+            f"@job(atomic=...) of {func.__qualname__} must be True or False, "
+            f"got {type(atomic).__name__}"
+        )
+    if atomic and inspect.iscoroutinefunction(func):
+        # An async handler's queries run on threads of their own (Django's
+        # async ORM), outside any transaction the worker could open for it.
+        raise TypeError(
+            f"@job(atomic=True) of {func.__qualname__}: an async handler cannot be "
+            "atomic, its database calls run outside the job's transaction; use a sync "
+            "handler (def, not async def)"
         )
 
 

@@ -18,9 +18,11 @@ class ChargeCard:
     order_id: int
 
 
-@job(retry=RetryPolicy.fixed(3, timedelta(seconds=1)))
+@job(atomic=True, retry=RetryPolicy.fixed(3, timedelta(seconds=1)))
 def charge_card(ctx: JobContext, payload: ChargeCard) -> None:
-    """A sync handler: runs in a worker thread and may use the ORM freely."""
+    """A sync handler: runs in a worker thread and may use the ORM freely.
+    Atomic: the order is marked paid in the same commit as the job's
+    success, so a failed or interrupted attempt never leaves it paid."""
     Order.objects.filter(pk=payload.order_id).update(paid=True)
 
 

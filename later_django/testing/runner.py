@@ -2,8 +2,9 @@
 
 For users' test suites. The claim, the completion, the retry and failure
 writes and the outcome of each run are the worker's own (db/jobs.py,
-worker/executor.py, worker/completer.py); only where the handler runs
-differs: here, in the caller's thread and transaction, one job at a time.
+worker/executor.py, worker/completer.py, and worker/atomic.py for an atomic
+job's run and success); only where the handler runs differs: here, in the
+caller's thread and transaction, one job at a time.
 It must not be used as a worker: nothing renews a lease or rescues a job.
 """
 
@@ -27,10 +28,12 @@ from later_django.db.rows import ClaimRequest
 from later_django.exceptions import LeaseLost
 from later_django.ids import JobId, new_job_id
 from later_django.types import ClaimedJob
+from later_django.worker.atomic import AtomicRunner
 from later_django.worker.completer import store_failure
 from later_django.worker.executor import (
     SUCCEEDED,
     Outcome,
+    committed_outcome,
     outcome_of_bad_payload,
     outcome_of_error,
     outcome_without_handler,
@@ -121,6 +124,9 @@ class _Drain:
         self.queues = queues.declared()
         # The claims' owner: the fence of this drain's writes.
         self.owner = f"drain-{os.getpid()}-{new_job_id()}"
+        self.atomic = AtomicRunner(
+            alias=self.alias, owner=self.owner, retention_ms=self.retention_ms
+        )
         self._app: Any = None
         self._app_built = False
 
@@ -194,16 +200,15 @@ class _Drain:
                     retention_ms=self.retention_ms,
                 )
         if not stored:
-            raise LeaseLost(
-                f"job {job.id} attempt {job.attempts} was taken over while drain() ran "
-                "it (is a later_worker running on this database?); its outcome was "
-                "not stored"
-            )
+            raise _taken_over(job)
 
     # -- the handler ---------------------------------------------------------------
     def _run(self, job: ClaimedJob) -> JobRun:
         outcome = self._outcome(job)
-        self._store(job, outcome)
+        if outcome.committed is None:
+            self._store(job, outcome)
+        elif not outcome.committed:
+            raise _taken_over(job)
         _log(job, outcome)
         return JobRun(
             job_id=JobId(job.id),
@@ -223,6 +228,10 @@ class _Drain:
             return outcome_of_bad_payload(job, exc)
         ctx = JobContext(job_id=JobId(job.id), attempt=job.attempt, app=self._context())
         try:
+            if handler.atomic:
+                # Its writes and its success in one transaction (a savepoint
+                # inside the caller's), as under a worker.
+                return committed_outcome(self.atomic.run(job, handler.func, ctx, payload))
             self._call(handler, ctx, payload)
         except KeyboardInterrupt:
             raise  # stops the test run, as Ctrl-C should
@@ -259,6 +268,13 @@ class _Drain:
         if not self._app_built:
             self._app, self._app_built = build_app(), True
         return self._app
+
+
+def _taken_over(job: ClaimedJob) -> LeaseLost:
+    return LeaseLost(
+        f"job {job.id} attempt {job.attempts} was taken over while drain() ran it (is a "
+        "later_worker running on this database?); its outcome was not stored"
+    )
 
 
 def _log(job: ClaimedJob, outcome: Outcome) -> None:

@@ -92,6 +92,8 @@ class Completer:
         """Store ``outcome`` of a handler that ran as ``ran`` says, apart from
         the worker (a cancelled worker must still record what its job did);
         the future is done once it is stored."""
+        if outcome.committed is not None:
+            return self._committed(job, outcome, ran)
         claim = (job.id, job.attempts)
         self.unstored[claim] = job
         if outcome.kind != "succeeded" or job.lane is not None:
@@ -119,6 +121,19 @@ class Completer:
 
         self._completions.submit_nowait(claim).add_done_callback(on_stored)
         return finished
+
+    def _committed(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
+        """An atomic job's success, committed (or refused by its fence) in its
+        handler's transaction: what follows a store is all that is left."""
+        self.leases.release((job.id, job.attempts))
+        if outcome.released:
+            self.wake(outcome.released)
+        self._stored(job, outcome, bool(outcome.committed), ran)
+        if job.lane is not None:
+            self.on_lane_done(job)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def _complete_batch(self, requests: list[Claim]) -> list[bool]:
         completion = await self.sessions.complete_many(
@@ -276,9 +291,10 @@ class Completer:
         extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
         if not stored:
             logger.warning(
-                "job %s (%s) finished after its lease was taken over; its outcome was discarded",
+                "job %s (%s) finished after its lease was taken over; its outcome was discarded%s",
                 job.id,
                 job.type_name,
+                " and its writes rolled back" if outcome.committed is False else "",
                 extra={**extra, "action": "lease_lost"},
             )
             return

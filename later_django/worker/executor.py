@@ -1,7 +1,9 @@
 """Runs exactly one claimed job and says what should happen to it.
 
-The executor never touches the database: it resolves the handler, decodes
-the payload, calls the handler and classifies the result as an Outcome.
+The executor resolves the handler, decodes the payload, calls the handler
+and classifies the result as an Outcome. It stores nothing, except the
+success of an atomic job, which commits in its handler's own transaction
+(worker/atomic.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
 from later_django.threaded_store import call_sync
 from later_django.types import ClaimedJob
+from later_django.worker.atomic import AtomicRunner, Committed
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,12 @@ class Outcome:
     resolved_policy: str | None = None
     # The handler's exception, for the log only (its text is in ``error``).
     exc: BaseException | None = None
+    # An atomic job's success, written in its handler's transaction: True
+    # when it committed, False when the claim's fence no longer held and it
+    # rolled back; None for every other outcome, which the completer stores.
+    committed: bool | None = None
+    # The continuations that committed success released.
+    released: int = 0
 
 
 SUCCEEDED = Outcome(kind="succeeded")
@@ -55,13 +64,20 @@ def describe(exc: BaseException) -> str:
 
 
 class Executor:
-    """Runs handlers: async ones on the loop, sync ones in ``handler_pool``."""
+    """Runs handlers: async ones on the loop, sync ones in ``handler_pool``;
+    atomic ones through ``atomic``, in their thread's transaction."""
 
     def __init__(
-        self, handler_pool: ThreadPoolExecutor, app: Any = None, *, traced: bool = False
+        self,
+        handler_pool: ThreadPoolExecutor,
+        app: Any = None,
+        *,
+        atomic: AtomicRunner,
+        traced: bool = False,
     ) -> None:
         self.handler_pool = handler_pool
         self.app = app
+        self.atomic = atomic
         # With tracing, a sync handler's thread runs in a copy of the
         # caller's context, so the job's span is current there too.
         self.traced = traced
@@ -102,12 +118,21 @@ class Executor:
                 call: Any = call_sync
                 if self.traced:
                     call = functools.partial(contextvars.copy_context().run, call_sync)  # type: ignore[arg-type]
-                ran = loop.run_in_executor(self.handler_pool, call, handler.func, ctx, payload)
+                func = handler.func
+                if handler.atomic:
+                    func = functools.partial(self.atomic.run, job, handler.func)
+                ran = loop.run_in_executor(self.handler_pool, call, func, ctx, payload)
                 if limit_ms is None:
-                    await ran
+                    result = await ran
                 else:
-                    await _wait_sync_within(limit_ms, ran, ctx)
+                    result = await _wait_sync_within(limit_ms, ran, ctx)
+                if handler.atomic:
+                    return committed_outcome(result)
         except asyncio.CancelledError:
+            if handler.atomic:
+                # Its thread goes on: once the handler returns, it must roll
+                # back rather than commit an attempt nobody waits for.
+                ctx.cancel_requested.set()
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             return outcome_of_error(job, handler, ctx, payload, exc)
@@ -131,12 +156,13 @@ async def _run_async_within(
         raise _timed_out(limit_ms) from None
 
 
-async def _wait_sync_within(limit_ms: int, ran: asyncio.Future[Any], ctx: JobContext) -> None:
-    """Wait for a sync handler's thread; past ``limit_ms`` stop waiting: its
-    thread cannot be stopped, so it is told (``ctx.cancel_requested``),
-    reported and abandoned, its outcome never stored, and JobTimeout raised."""
+async def _wait_sync_within(limit_ms: int, ran: asyncio.Future[Any], ctx: JobContext) -> Any:
+    """Wait for a sync handler's thread and return its result; past
+    ``limit_ms`` stop waiting: its thread cannot be stopped, so it is told
+    (``ctx.cancel_requested``), reported and abandoned, its outcome never
+    stored (an atomic one rolls back), and JobTimeout raised."""
     try:
-        await asyncio.wait_for(ran, limit_ms / 1000)
+        return await asyncio.wait_for(ran, limit_ms / 1000)
     except TimeoutError:
         if not ran.cancelled():
             raise  # the handler's own TimeoutError
@@ -160,6 +186,12 @@ def _timed_out(limit_ms: int) -> JobTimeout:
 # What a job's run that did not succeed means. The worker's executor and
 # later_django.testing's drain() both decide through these, so a job fails,
 # retries and resolves its policy the same way under both.
+
+
+def committed_outcome(committed: Committed) -> Outcome:
+    """An atomic job's success, stored (or refused by its fence) with its
+    handler's writes."""
+    return Outcome(kind="succeeded", committed=committed.stored, released=committed.released)
 
 
 def outcome_without_handler(job: ClaimedJob) -> Outcome:

@@ -34,6 +34,7 @@ from later_django.partitions.reserved import recurring_partitions, registered_to
 from later_django.threaded_store import ThreadedStore, new_pool
 from later_django.types import PartitionLocal
 from later_django.worker import extensions, supervisor
+from later_django.worker.atomic import AtomicRunner
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
@@ -170,7 +171,12 @@ class Server:
         )
         poll = conf.seconds("POLL_INTERVAL")
         poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
-        executor = Executor(self._handler_pool, app=build_app(), traced=tracing.enabled())
+        executor = Executor(
+            self._handler_pool,
+            app=build_app(),
+            atomic=AtomicRunner(alias=self.alias, owner=self.server_id, retention_ms=retention_ms),
+            traced=tracing.enabled(),
+        )
         self.queues: list[QueueWorkers] = []
         for name, count in served.items():
             # Workers are numbered across queues, so logs and metrics tell them apart.

@@ -220,8 +220,10 @@ class WorkerPool:
                             self.stopped_jobs.append(job)
                         raise
                     outcome = CANCELLED  # cancel() stopped the handler
-                if slot.cancel_asked:
-                    outcome = CANCELLED  # however the handler ended after the request
+                if slot.cancel_asked and outcome.committed is None:
+                    # However the handler ended after the request; an atomic
+                    # success that committed first stands.
+                    outcome = CANCELLED
                 ran = Ran(time.monotonic() - slot.busy_since, slot.id, self.queue)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)

@@ -517,3 +517,107 @@ class Digest:
 @job(unique_key="digest", unique_for=timedelta(hours=1))
 def run_digest(ctx: JobContext, payload: Digest) -> None:
     _record("digest", ctx, str(payload.n))
+
+
+# -- atomic jobs (tests/test_atomic_jobs.py) -----------------------------------------
+ATOMIC_GATE_TIMEOUT = 60.0  # seconds a gated handler waits for its gate at most
+
+
+@dataclass
+class AtomicNote:
+    """An atomic job: writes a Note of ``text`` in its job's transaction,
+    records "atomic-wrote", then raises on attempts up to ``fail_until``, and
+    on attempt ``hold_on`` holds its transaction open for ``hold`` seconds,
+    or until the file ``gate`` exists, whatever ``ctx.cancel_requested``
+    says. A second committed Note of one text would fail (unique)."""
+
+    text: str
+    fail_until: int = 0
+    hold_on: int = 0
+    hold: float = 0.0
+    gate: str = ""
+
+
+@job(atomic=True, retry=RetryPolicy.fixed(3, timedelta(milliseconds=50)))
+def run_atomic_note(ctx: JobContext, payload: AtomicNote) -> None:
+    _notes().create(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+    _record("atomic-wrote", ctx, payload.text)
+    if ctx.attempt <= payload.fail_until:
+        raise RuntimeError(f"attempt {ctx.attempt} fails after writing {payload.text!r}")
+    if ctx.attempt == payload.hold_on:
+        _hold(payload.hold, payload.gate)
+    _record("atomic-returns", ctx, payload.text)
+
+
+def _hold(seconds: float, gate: str) -> None:
+    deadline = time.monotonic() + (seconds if not gate else ATOMIC_GATE_TIMEOUT)
+    while time.monotonic() < deadline and not (gate and os.path.exists(gate)):
+        time.sleep(0.01)
+
+
+@dataclass
+class AtomicOverrun:
+    """An atomic job that writes and then runs past its timeout on attempt 1.
+    Its retry is due once that attempt has returned: before, the retry's
+    insert of the same text would wait for the row it holds (PostgreSQL)."""
+
+    text: str
+
+
+@job(
+    atomic=True,
+    timeout=timedelta(milliseconds=300),
+    retry=RetryPolicy.fixed(1, timedelta(seconds=2)),
+)
+def run_atomic_overrun(ctx: JobContext, payload: AtomicOverrun) -> None:
+    _notes().create(text=payload.text, job_id=ctx.job_id, attempt=ctx.attempt)
+    _record("atomic-wrote", ctx, payload.text)
+    if ctx.attempt == 1:
+        time.sleep(1.0)  # past the timeout, not looking at ctx.cancel_requested
+    _record("atomic-returns", ctx, payload.text)
+
+
+@dataclass
+class AtomicNested:
+    """An atomic job whose own atomic block fails and is caught: the block
+    rolls back to its savepoint, the job's other writes commit."""
+
+    text: str
+
+
+@job(atomic=True, retry=RetryPolicy.no_retries())
+def run_atomic_nested(ctx: JobContext, payload: AtomicNested) -> None:
+    from django.db import IntegrityError, transaction
+
+    from later_django.conf import conf
+
+    _notes().create(text=payload.text, job_id=ctx.job_id)
+    try:
+        with transaction.atomic(using=conf.database):
+            _notes().create(text=f"{payload.text} (inner)", job_id=ctx.job_id)
+            _notes().create(text=payload.text, job_id=ctx.job_id)  # a duplicate
+    except IntegrityError:
+        pass
+    _notes().create(text=f"{payload.text} (after)", job_id=ctx.job_id)
+
+
+@dataclass
+class AtomicOrdered:
+    """An atomic job of topic "ordered": writes the Note "<key>:<n>"; with
+    ``fail_first``, attempt 1 raises after writing."""
+
+    key: str
+    n: int
+    fail_first: bool = False
+
+    def partition_key(self) -> str:
+        return self.key
+
+
+@job(topic="ordered", atomic=True, retry=RetryPolicy.fixed(3, timedelta(milliseconds=50)))
+def run_atomic_ordered(ctx: JobContext, payload: AtomicOrdered) -> None:
+    tag = f"{payload.key}:{payload.n}"
+    _notes().create(text=tag, job_id=ctx.job_id, attempt=ctx.attempt)
+    _record("atomic-wrote", ctx, tag)
+    if payload.fail_first and ctx.attempt == 1:
+        raise RuntimeError(f"first attempt of {tag} fails")

@@ -92,7 +92,7 @@ class Command(BaseCommand):
         later.remove_recurring("sales-report")
         report = later.enqueue_recurring("sales-report", SalesReport("2s"), "*/2 * * * * *")
         jobs = {
-            "charge card (sync, priority 10)": charge,
+            "charge card (sync, atomic, priority 10)": charge,
             "send receipt (async continuation)": receipt,
             "notify warehouse (fails once, retried)": warehouse,
             "ask for review (delayed 2 s)": review,
