@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from later_django import codec, queues, registry
+from later_django import codec, limits, queues, registry
 from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
@@ -72,6 +72,9 @@ class JobBuilder:
                 f"LATER['MAX_PAYLOAD_BYTES']={self.max_payload_bytes}; store large data "
                 "elsewhere and pass a reference"
             )
+        queue = self._queue(options.queue or handler.queue)
+        if handler.concurrency is not None:
+            return self._keyed(handler, payload, options, job_id, data, retry_policy, queue)
         return NewJob(
             # The id's time part is this host's clock: ids stay unique and
             # roughly ordered whatever the clock; every stored time is the
@@ -86,7 +89,44 @@ class JobBuilder:
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,
-            queue=self._queue(options.queue or handler.queue),
+            queue=queue,
+        )
+
+    def _keyed(
+        self,
+        handler: registry.Handler,
+        payload: object,
+        options: EnqueueOptions,
+        job_id: str | None,
+        data: bytes,
+        retry_policy: str | None,
+        queue: str | None,
+    ) -> NewJob:
+        """The row of a job whose type has a concurrency limit: its key and
+        limit are columns of its own. Its queue must be one whose claims keep
+        concurrency limits (a queue some keyed type runs on)."""
+        name = queues.name_of(queue)
+        if name not in registry.keyed_queues():
+            raise ValueError(
+                f"queue={name!r}: jobs of {handler.name} have a concurrency limit, which "
+                "only the claims of a queue that a type with one runs on keep "
+                f"({', '.join(sorted(registry.keyed_queues()))}); enqueue it on "
+                f"{queues.name_of(handler.queue)!r}"
+            )
+        return NewJob(
+            id=new_job_id() if job_id is None else job_id,
+            namespace=self.namespace,
+            type_name=handler.name,
+            payload=data,
+            priority=handler.priority if options.priority is None else options.priority,
+            retry_policy=retry_policy,
+            parent_id=options.parent_id,
+            run_at_ms=options.run_at_ms,
+            delay_ms=options.delay_ms,
+            timeout_ms=options.timeout_ms,
+            queue=queue,
+            concurrency_key=limits.key_of(handler.concurrency_key, payload, handler.name),
+            concurrency_limit=handler.concurrency,
         )
 
     def build_many(

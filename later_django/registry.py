@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
+from later_django.limits import KeyFunction, check_concurrency
 from later_django.options import check_priority, timeout_ms
 from later_django.queues import DEFAULT_QUEUE, check_queue_name
 from later_django.retry import RetryPolicy
@@ -37,6 +38,12 @@ class Handler:
     timeout_ms: int | None = None
     # The queue of its jobs when an enqueue names none (None: "default").
     queue: str | None = None
+    # Per-key concurrency (docs/concurrency-limits.md): at most
+    # ``concurrency`` of its jobs of one key run at once across every
+    # server; the key is what ``concurrency_key`` returns for the payload
+    # (None: the type's name, one limit over all its jobs). None: no limit.
+    concurrency_key: KeyFunction | None = None
+    concurrency: int | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -65,6 +72,8 @@ def job(
     priority: int = ...,
     timeout: dt.timedelta | None = ...,
     queue: str | None = ...,
+    concurrency_key: KeyFunction | None = ...,
+    concurrency: int | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -78,6 +87,8 @@ def job(
     priority: int = 0,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
+    concurrency_key: KeyFunction | None = None,
+    concurrency: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -91,6 +102,11 @@ def job(
     ``timeout`` how long one attempt may run when an enqueue gives none,
     and ``queue`` the named queue its jobs run on when an enqueue names
     none (declared in LATER["QUEUES"]; check later.E026).
+    ``concurrency_key`` (a callable taking the payload, returning a str)
+    and ``concurrency`` (an int >= 1; 1 when only a key is given) limit how
+    many jobs of one key run at once across every server; ``concurrency``
+    alone limits every job of the type as one key
+    (docs/concurrency-limits.md). Neither applies to a topic's jobs.
     """
 
     def register(func: F) -> F:
@@ -104,7 +120,7 @@ def job(
             _check_topic(func, payload_type, topic)
         try:
             check_priority(priority)
-            limit = None if timeout is None else timeout_ms(timeout, "timeout")
+            attempt_ms = None if timeout is None else timeout_ms(timeout, "timeout")
             if queue is not None:
                 check_queue_name(queue)
                 if topic is not None:
@@ -113,6 +129,13 @@ def job(
                         "a topic's jobs run in partition order on partition workers, not "
                         "on a queue; pass one of them"
                     )
+            limit = check_concurrency(concurrency_key, concurrency)
+            if limit is not None and topic is not None:
+                raise TypeError(
+                    f"concurrency limits do not apply to topic={topic!r}: a partition "
+                    "runs one job at a time already; drop concurrency_key/concurrency, "
+                    "or the topic"
+                )
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"@job(...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
@@ -123,8 +146,10 @@ def job(
             retry=retry,
             topic=topic,
             priority=priority,
-            timeout_ms=limit,
+            timeout_ms=attempt_ms,
             queue=None if queue == DEFAULT_QUEUE else queue,
+            concurrency_key=concurrency_key,
+            concurrency=limit,
         )
         _register(handler)
         return func
@@ -219,6 +244,22 @@ def any_queue() -> bool:
     """Does any registered type name a queue (bulk inserts then carry the
     queue column)?"""
     return any(handler.queue is not None for handler in _by_type.values())
+
+
+def keyed_queues() -> set[str]:
+    """The queues some registered type with a concurrency limit runs on by
+    its @job(queue=...): the claims of those keep concurrency limits."""
+    return {
+        handler.queue or DEFAULT_QUEUE
+        for handler in _by_type.values()
+        if handler.concurrency is not None
+    }
+
+
+def any_keyed() -> bool:
+    """Does any registered type have a concurrency limit (a bulk enqueue of
+    its jobs then takes one insert per job)?"""
+    return any(handler.concurrency is not None for handler in _by_type.values())
 
 
 def registered_names() -> list[str]:

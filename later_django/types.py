@@ -32,6 +32,9 @@ class NewJob(NamedTuple):
     timeout_ms: int | None = None
     # Its named queue; None: the default queue.
     queue: str | None = None
+    # Its concurrency key and limit when its type has one; None otherwise.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 class PartitionLane(NamedTuple):

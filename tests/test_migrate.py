@@ -190,7 +190,7 @@ def test_a_worker_of_this_release_refuses_to_start_before_the_migrations_it_need
     latest = MigrationExecutor(connection).loader.graph.leaf_nodes("later_django")
     MigrationExecutor(connection).migrate([("later_django", "0013_job_control")])
     try:
-        assert schema.unapplied_migrations(later_db.alias) == ["0014_queues"]
+        assert schema.unapplied_migrations(later_db.alias) == ["0014_queues", "0015_limits"]
         with pytest.raises(CommandError, match=r"missing.*later_queue.*later_migrate"):
             _check_tables(later_db.alias)
         # A plain enqueue of this release still works on the older schema.

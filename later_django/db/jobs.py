@@ -406,12 +406,16 @@ def option_columns(job: NewJob) -> tuple[str, list[Any]]:
         columns, values = ", timeout_ms", [job.timeout_ms]
     if job.queue is not None:
         columns, values = columns + ", queue", [*values, job.queue]
+    if job.concurrency_key is not None:
+        columns += ", concurrency_key, concurrency_limit"
+        values += [job.concurrency_key, job.concurrency_limit]
     return columns, values
 
 
 def insert_one(job: NewJob) -> tuple[str, list[Any]]:
     """The insert of one ready or delayed ``job`` (a template) and its parameters."""
-    if job.timeout_ms is None and job.queue is None:  # the common case: no option set
+    # The common case: no option set.
+    if job.timeout_ms is None and job.queue is None and job.concurrency_key is None:
         return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
     columns, values = option_columns(job)
     template = jobs_sql.job_insert(extra_columns=columns)

@@ -34,6 +34,7 @@ from .jobs import (
     TaskAttemptEnd,
     claimed_jobs,
 )
+from .limits import LimitedClaim, LimitedClaimRequest, RateWindow
 from .partitions import (
     HeadFailure,
     JobPlace,
@@ -106,6 +107,8 @@ __all__ = [
     "NewLogRecord",
     "JobPlace",
     "LeftAs",
+    "LimitedClaim",
+    "LimitedClaimRequest",
     "Orphan",
     "OwnerFence",
     "PartitionClaim",
@@ -114,6 +117,7 @@ __all__ = [
     "PartitionHead",
     "PartitionSlot",
     "QueueSample",
+    "RateWindow",
     "RetryWrite",
     "RunningJob",
     "ScheduleAdvance",
