@@ -35,7 +35,14 @@ class JobBuilder:
     would not see a settings change, or a type's handler registered anew.
     """
 
-    __slots__ = ("max_payload_bytes", "namespace", "partitioned", "_queues", "_types")
+    __slots__ = (
+        "max_payload_bytes",
+        "namespace",
+        "partitioned",
+        "_keyed_queues",
+        "_queues",
+        "_types",
+    )
 
     def __init__(self, *, partitioned: bool = False) -> None:
         self.namespace = conf.namespace
@@ -45,6 +52,9 @@ class JobBuilder:
         self.partitioned = partitioned
         self._types: dict[type[Any], _TypeFacts] = {}
         self._queues: dict[str, str | None] = {}
+        # The queues whose claims keep concurrency keys, read on the first
+        # keyed job.
+        self._keyed_queues: set[str] | None = None
 
     def build(
         self, payload: object, options: EnqueueOptions, *, job_id: str | None = None
@@ -106,11 +116,13 @@ class JobBuilder:
         limit are columns of its own. Its queue must be one whose claims keep
         concurrency limits (a queue some keyed type runs on)."""
         name = queues.name_of(queue)
-        if name not in registry.keyed_queues():
+        if self._keyed_queues is None:
+            self._keyed_queues = registry.keyed_queues()
+        if name not in self._keyed_queues:
             raise ValueError(
                 f"queue={name!r}: jobs of {handler.name} have a concurrency limit, which "
                 "only the claims of a queue that a type with one runs on keep "
-                f"({', '.join(sorted(registry.keyed_queues()))}); enqueue it on "
+                f"({', '.join(sorted(self._keyed_queues))}); enqueue it on "
                 f"{queues.name_of(handler.queue)!r}"
             )
         return NewJob(

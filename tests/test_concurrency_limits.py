@@ -440,3 +440,10 @@ def test_a_keyed_recurring_schedule_stores_its_occurrences_key(later_db, limited
     assert fired >= 1
     keys = later_db.rows("SELECT DISTINCT concurrency_key, concurrency_limit FROM later_job")
     assert keys == [("nightly", 1)]
+
+
+def test_the_queues_panel_marks_a_queue_whose_claims_keep_keys(later_db, limited, admin_client):
+    data = json.loads(admin_client.get("/admin/later/api/queues").content)
+    assert {row["name"]: row["keyed"] for row in data["queues"]} == {"default": True}
+    page = admin_client.get("/admin/later/queues/").content.decode()
+    assert ">concurrency keys</span>" in page
