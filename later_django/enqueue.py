@@ -221,8 +221,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
 def _any_keyed(payloads: list[object]) -> bool:
     """Does a payload's type have a concurrency limit? Its key is a column
     the bulk inserts do not write."""
-    keyed = {h.payload_type for h in registry.handlers() if h.concurrency is not None}
-    return any(type(payload) in keyed for payload in payloads)
+    return any(registry.is_keyed(type(payload)) for payload in payloads)
 
 
 def _enqueue_one_by_one(

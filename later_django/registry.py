@@ -52,6 +52,9 @@ class Handler:
 
 _by_type: dict[type[Any], Handler] = {}
 _by_name: dict[str, Handler] = {}
+# The handlers with a concurrency limit, by payload type: a plain enqueue
+# asks whether there are any without looking at every handler.
+_keyed: dict[type[Any], Handler] = {}
 # Find handlers of names no @job registered, on first use: the Django Tasks
 # backend's jobs are named by their task's import path (later_django.tasks).
 _resolvers: list[Callable[[str], Handler | None]] = []
@@ -213,7 +216,10 @@ def _register(handler: Handler) -> None:
         if replaced is not None:
             _by_type.pop(replaced.payload_type, None)
             _by_name.pop(replaced.name, None)
+            _keyed.pop(replaced.payload_type, None)
     _by_type[handler.payload_type] = handler
+    if handler.concurrency is not None:
+        _keyed[handler.payload_type] = handler
     _by_name[handler.name] = handler
 
 
@@ -249,17 +255,18 @@ def any_queue() -> bool:
 def keyed_queues() -> set[str]:
     """The queues some registered type with a concurrency limit runs on by
     its @job(queue=...): the claims of those keep concurrency limits."""
-    return {
-        handler.queue or DEFAULT_QUEUE
-        for handler in _by_type.values()
-        if handler.concurrency is not None
-    }
+    return {handler.queue or DEFAULT_QUEUE for handler in _keyed.values()}
 
 
 def any_keyed() -> bool:
     """Does any registered type have a concurrency limit (a bulk enqueue of
     its jobs then takes one insert per job)?"""
-    return any(handler.concurrency is not None for handler in _by_type.values())
+    return bool(_keyed)
+
+
+def is_keyed(payload_type: type[Any]) -> bool:
+    """Does the registered handler of ``payload_type`` have a concurrency limit?"""
+    return payload_type in _keyed
 
 
 def registered_names() -> list[str]:
@@ -303,5 +310,6 @@ def autodiscover(module_name: str) -> None:
 def unregister(payload_type: type[Any]) -> None:
     """Remove the handler of ``payload_type`` (for tests)."""
     handler = _by_type.pop(payload_type, None)
+    _keyed.pop(payload_type, None)
     if handler is not None:
         _by_name.pop(handler.name, None)

@@ -242,7 +242,12 @@ class WorkerSessions:
         if self.postgres is not None:
             return await self.postgres.run(lambda d, conn: d.limits.aclaim_limited(conn, request))
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.limits.claim_limited(c, request), atomic=True)
+        # A keyed claim is one statement; a rate-limited one reads and counts
+        # the window around its claim, under one write lock.
+        return await self.sqlite.run(
+            lambda d, c: d.limits.claim_limited(c, request),
+            atomic=request.limits.rate is not None,
+        )
 
     async def complete_many(
         self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int

@@ -366,6 +366,16 @@ class Server:
             self.served_queues,
             extra={"action": "server_started"},
         )
+        for name, found in self.limits.items():
+            logger.info(
+                "queue %s: %s",
+                name,
+                ", ".join(
+                    ([f"at most {found.rate} starts across every server"] if found.rate else [])
+                    + (["concurrency keys kept"] if found.keyed else [])
+                ),
+                extra={"action": "queue_limits", "queue": name},
+            )
 
     @property
     def served_queues(self) -> str:
