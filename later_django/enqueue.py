@@ -228,9 +228,9 @@ def _enqueue_one_by_one(
     payloads: list[object], options: EnqueueOptions, ids: list[JobId]
 ) -> list[JobId]:
     """Jobs a bulk insert does not store (delayed, continuations, with a
-    timeout or a concurrency key): each its own insert (its stage follows the clock or its
-    parent), all in one transaction. Every row is built before the first is
-    written."""
+    timeout or a concurrency key): each its own insert (its stage follows
+    the clock or its parent), all in one transaction. Every row is built
+    before the first is written."""
     jobs = list(JobBuilder().build_many(payloads, options, ids))
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):
