@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from later_django import codec, queues, registry
+from later_django import codec, limits, queues, registry
 from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
@@ -35,7 +35,14 @@ class JobBuilder:
     would not see a settings change, or a type's handler registered anew.
     """
 
-    __slots__ = ("max_payload_bytes", "namespace", "partitioned", "_queues", "_types")
+    __slots__ = (
+        "max_payload_bytes",
+        "namespace",
+        "partitioned",
+        "_keyed_queues",
+        "_queues",
+        "_types",
+    )
 
     def __init__(self, *, partitioned: bool = False) -> None:
         self.namespace = conf.namespace
@@ -45,6 +52,9 @@ class JobBuilder:
         self.partitioned = partitioned
         self._types: dict[type[Any], _TypeFacts] = {}
         self._queues: dict[str, str | None] = {}
+        # The queues whose claims keep concurrency keys, read on the first
+        # keyed job.
+        self._keyed_queues: set[str] | None = None
 
     def build(
         self, payload: object, options: EnqueueOptions, *, job_id: str | None = None
@@ -77,6 +87,12 @@ class JobBuilder:
                 f"LATER['MAX_PAYLOAD_BYTES']={self.max_payload_bytes}; store large data "
                 "elsewhere and pass a reference"
             )
+        queue = self._queue(options.queue or handler.queue)
+        extra: dict[str, Any] = {}
+        if unique:
+            extra.update(self._unique(payload, handler, options))
+        if handler.concurrency is not None:
+            extra.update(self._keyed(handler, payload, queue))
         return NewJob(
             # The id's time part is this host's clock: ids stay unique and
             # roughly ordered whatever the clock; every stored time is the
@@ -91,9 +107,30 @@ class JobBuilder:
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,
-            queue=self._queue(options.queue or handler.queue),
-            **(self._unique(payload, handler, options) if unique else {}),
+            queue=queue,
+            **extra,
         )
+
+    def _keyed(
+        self, handler: registry.Handler, payload: object, queue: str | None
+    ) -> dict[str, Any]:
+        """The concurrency key and limit of a job whose type has a
+        concurrency limit. Its queue must be one whose claims keep
+        concurrency limits (a queue some keyed type runs on)."""
+        name = queues.name_of(queue)
+        if self._keyed_queues is None:
+            self._keyed_queues = registry.keyed_queues()
+        if name not in self._keyed_queues:
+            raise ValueError(
+                f"queue={name!r}: jobs of {handler.name} have a concurrency limit, which "
+                "only the claims of a queue that a type with one runs on keep "
+                f"({', '.join(sorted(self._keyed_queues))}); enqueue it on "
+                f"{queues.name_of(handler.queue)!r}"
+            )
+        return {
+            "concurrency_key": limits.key_of(handler.concurrency_key, payload, handler.name),
+            "concurrency_limit": handler.concurrency,
+        }
 
     def build_many(
         self, payloads: Sequence[object], options: EnqueueOptions, ids: Sequence[str]

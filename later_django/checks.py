@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string, module_has_submodule
 from later_django import registry
 from later_django.conf import DEFAULTS, TIMING_KEYS, conf
 from later_django.db import dialect_for
+from later_django.limits import queue_option_errors
 from later_django.partitions.reserved import RECURRING_TOPIC, registered_topics
 from later_django.queues import DEFAULT_QUEUE, is_queue_name
 from later_django.registry import TOPIC_NAME, is_module_name
@@ -77,6 +78,16 @@ def _check_queues(value: object) -> list[CheckMessage]:
                     "Write e.g. LATER['QUEUES'] = {'default': {}, 'emails': {}}.",
                 )
             )
+            continue
+        messages += [
+            _error(
+                "E025",
+                f"{problem}.",
+                "Write e.g. LATER['QUEUES'] = {'default': {}, 'emails': {'rate_limit': "
+                "'100/m'}}; see docs/rate-limits.md.",
+            )
+            for problem in queue_option_errors(name, options)
+        ]
     declared = set(value) | {DEFAULT_QUEUE}
     for handler in registry.handlers():
         if handler.queue is not None and handler.queue not in declared:

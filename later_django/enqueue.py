@@ -207,7 +207,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     if not payloads:
         return []
     ids = new_job_ids(len(payloads))
-    if not options.bulk_ready:
+    if not options.bulk_ready or (registry.any_keyed() and _any_keyed(payloads)):
         return _enqueue_one_by_one(payloads, options, ids)
     # Built while they are written: PostgreSQL stores the first rows while the
     # next are encoded. A bad payload part-way raises inside the transaction
@@ -242,12 +242,18 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     return ids
 
 
+def _any_keyed(payloads: list[object]) -> bool:
+    """Does a payload's type have a concurrency limit? Its key is a column
+    the bulk inserts do not write."""
+    return any(registry.is_keyed(type(payload)) for payload in payloads)
+
+
 def _enqueue_one_by_one(
     payloads: list[object], options: EnqueueOptions, ids: list[JobId]
 ) -> list[JobId]:
     """Jobs a bulk insert does not store (delayed, continuations, with a
-    timeout): each its own insert (its stage follows the clock or its
-    parent), all in one transaction. Every row is built before the first is
+    timeout or a concurrency key): each its own insert (its stage follows
+    the clock or its parent), all in one transaction. Every row is built before the first is
     written."""
     return _insert_one_by_one(list(JobBuilder().build_many(payloads, options, ids)))
 

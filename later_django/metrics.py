@@ -163,11 +163,13 @@ class Metrics:
         self.workers = WorkersCollector()
         self.lag = LagCollector()
         self.partitions = PartitionCollector()
+        self.held = HeldCollector()
         registry.register(_Locked(self))
         registry.register(self.queue)
         registry.register(self.workers)
         registry.register(self.lag)
         registry.register(self.partitions)
+        registry.register(self.held)
 
     def subscribe(self) -> None:
         """Feed these families from the events of this process."""
@@ -273,6 +275,43 @@ class QueueCollector(Collector):
         with self._lock:
             for (queue, stage), count in self._counts.items():
                 family.add_metric([queue, stage], count)
+        yield family
+
+
+class HeldCollector(Collector):
+    """``later_queue_limited_jobs``: ready jobs a limit holds back now, per
+    queue with limits (a rate limit spent for the window, or a concurrency
+    key at its limit; never a key as a label), read at most once per
+    refresh interval.
+
+    Fed like QueueCollector: by the worker's metrics service (``set``, the
+    queues it serves), or on scrape in a process without a worker (every
+    declared queue with limits). The same shared value in every process:
+    aggregate with ``max``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._read_at = float("-inf")
+        self.read: Callable[[], dict[str, int]] | None = None
+        self.max_age = 5.0
+
+    def set(self, held: dict[str, int]) -> None:
+        with self._lock:
+            self._held, self._read_at = dict(held), time.monotonic()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.read is not None and time.monotonic() - self._read_at >= self.max_age:
+            self.set(self.read())
+        family = GaugeMetricFamily(
+            "later_queue_limited_jobs",
+            "Ready jobs a rate limit or a concurrency key's limit holds back now "
+            "(use max across instances).",
+            labels=["queue"],
+        )
+        with self._lock:
+            for queue, held in sorted(self._held.items()):
+                family.add_metric([queue], held)
         yield family
 
 
@@ -472,10 +511,29 @@ def read_retained_log_lag() -> LagValues:
     return configured_lag()
 
 
+def read_limited_jobs() -> dict[str, int]:
+    """The ready jobs a limit holds back, per declared queue with limits,
+    through the calling thread's connection; nothing is read when no queue
+    has limits."""
+    from django.db import connections
+
+    from later_django import limits, registry
+    from later_django.conf import conf
+    from later_django.db import dialect_for
+
+    limited = limits.served_limits(conf.QUEUES, registry.keyed_queues())
+    if not limited:
+        return {}
+    alias = conf.database
+    with connections[alias].cursor() as cursor:
+        return dialect_for(alias).limits.held(cursor, namespace=conf.namespace, limits=limited)
+
+
 def install_for_web(refresh_seconds: float) -> Metrics:
-    """Metrics in a web process: stage counts and retained-log lag read on
-    scrape, at most once per ``refresh_seconds``."""
+    """Metrics in a web process: stage counts, retained-log lag and the
+    jobs limits hold back read on scrape, at most once per ``refresh_seconds``."""
     metrics = install()
     metrics.queue.read, metrics.queue.max_age = read_stage_counts, refresh_seconds
     metrics.lag.read, metrics.lag.max_age = read_retained_log_lag, refresh_seconds
+    metrics.held.read, metrics.held.max_age = read_limited_jobs, refresh_seconds
     return metrics

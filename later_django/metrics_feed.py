@@ -37,14 +37,18 @@ class MetricsFeed:
         # Fed by run(), not read on scrape.
         metrics.queue.read = None
         metrics.lag.read = None
+        metrics.held.read = None
 
     async def run(self) -> None:
-        """Keep later_queue_jobs at the namespace's counts and
+        """Keep later_queue_jobs at the namespace's counts,
         later_retained_log_consumer_lag at the lag RETAINED_LOG_LAG names,
-        and the partition gauges when the server runs topics."""
+        later_queue_limited_jobs at what limits hold back of the served
+        queues with limits, and the partition gauges when the server runs
+        topics."""
         interval = conf.seconds("METRICS_REFRESH_INTERVAL")
         lag_wanted = conf.RETAINED_LOG_LAG
         namespace = self.server.namespace
+        limited = self.server.limits
         while True:
             lanes = await self._read(
                 "later_queue_jobs", lambda d, c: d.reads.lane_counts(c, namespace=namespace)
@@ -58,6 +62,13 @@ class MetricsFeed:
                 )
                 if lag is not None:
                     self.metrics.lag.set(lag)
+            if limited:
+                held = await self._read(
+                    "later_queue_limited_jobs",
+                    lambda d, c: d.limits.held(c, namespace=namespace, limits=limited),
+                )
+                if held is not None:
+                    self.metrics.held.set(held)
             if self.server.topics:
                 stats = await self._read(
                     "the partition gauges",

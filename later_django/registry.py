@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, overload
 
 from later_django.exceptions import AlreadyRegistered, NotRegistered
+from later_django.limits import KeyFunction, check_concurrency
 from later_django.options import check_priority, check_unique_key, timeout_ms
 from later_django.queues import DEFAULT_QUEUE, check_queue_name
 from later_django.retry import RetryPolicy
@@ -46,6 +47,12 @@ class Handler:
     # Its writes on the LATER database commit with its job's success, in one
     # transaction, or roll back with a failure (docs/atomic-jobs.md).
     atomic: bool = False
+    # Per-key concurrency (docs/concurrency-limits.md): at most
+    # ``concurrency`` of its jobs of one key run at once across every
+    # server; the key is what ``concurrency_key`` returns for the payload
+    # (None: the type's name, one limit over all its jobs). None: no limit.
+    concurrency_key: KeyFunction | None = None
+    concurrency: int | None = None
 
     def static_policy(self) -> RetryPolicy | None:
         """The policy known at enqueue time (None: default or a callable)."""
@@ -54,6 +61,9 @@ class Handler:
 
 _by_type: dict[type[Any], Handler] = {}
 _by_name: dict[str, Handler] = {}
+# The handlers with a concurrency limit, by payload type: a plain enqueue
+# asks whether there are any without looking at every handler.
+_keyed: dict[type[Any], Handler] = {}
 # Find handlers of names no @job registered, on first use: the Django Tasks
 # backend's jobs are named by their task's import path (later_django.tasks).
 _resolvers: list[Callable[[str], Handler | None]] = []
@@ -77,6 +87,8 @@ def job(
     unique_key: UniqueKeySpec = ...,
     unique_for: dt.timedelta | None = ...,
     atomic: bool = ...,
+    concurrency_key: KeyFunction | None = ...,
+    concurrency: int | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -93,6 +105,8 @@ def job(
     unique_key: UniqueKeySpec = None,
     unique_for: dt.timedelta | None = None,
     atomic: bool = False,
+    concurrency_key: KeyFunction | None = None,
+    concurrency: int | None = None,
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
@@ -109,10 +123,15 @@ def job(
     (a str, or a callable given the payload that returns one) makes its
     jobs unique, and ``unique_for`` (a timedelta) widens that to a window
     over finished jobs too, when an enqueue gives neither
-    (docs/unique-jobs.md). ``atomic=True``
-    runs a sync handler in a transaction of the LATER database that also
-    stores its job's success: its writes there commit exactly when the job
-    succeeds (docs/atomic-jobs.md); an async handler is refused.
+    (docs/unique-jobs.md). ``atomic=True`` runs a sync handler in a
+    transaction of the LATER database that also stores its job's success:
+    its writes there commit exactly when the job succeeds
+    (docs/atomic-jobs.md); an async handler is refused.
+    ``concurrency_key`` (a callable taking the payload, returning a str)
+    and ``concurrency`` (an int >= 1; 1 when only a key is given) limit how
+    many jobs of one key run at once across every server; ``concurrency``
+    alone limits every job of the type as one key
+    (docs/concurrency-limits.md). Neither applies to a topic's jobs.
     """
 
     def register(func: F) -> F:
@@ -127,7 +146,7 @@ def job(
         _check_atomic(func, atomic)
         try:
             check_priority(priority)
-            limit = None if timeout is None else timeout_ms(timeout, "timeout")
+            attempt_ms = None if timeout is None else timeout_ms(timeout, "timeout")
             if queue is not None:
                 check_queue_name(queue)
                 if topic is not None:
@@ -137,6 +156,13 @@ def job(
                         "on a queue; pass one of them"
                     )
             window = _check_unique(unique_key, unique_for, topic)
+            limit = check_concurrency(concurrency_key, concurrency)
+            if limit is not None and topic is not None:
+                raise TypeError(
+                    f"concurrency limits do not apply to topic={topic!r}: a partition "
+                    "runs one job at a time already; drop concurrency_key/concurrency, "
+                    "or the topic"
+                )
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"@job(...) of {func.__qualname__}: {exc}") from None
         handler = Handler(
@@ -147,11 +173,13 @@ def job(
             retry=retry,
             topic=topic,
             priority=priority,
-            timeout_ms=limit,
+            timeout_ms=attempt_ms,
             queue=None if queue == DEFAULT_QUEUE else queue,
             unique_key=unique_key,
             unique_for_ms=window,
             atomic=atomic,
+            concurrency_key=concurrency_key,
+            concurrency=limit,
         )
         _register(handler)
         return func
@@ -262,7 +290,10 @@ def _register(handler: Handler) -> None:
         if replaced is not None:
             _by_type.pop(replaced.payload_type, None)
             _by_name.pop(replaced.name, None)
+            _keyed.pop(replaced.payload_type, None)
     _by_type[handler.payload_type] = handler
+    if handler.concurrency is not None:
+        _keyed[handler.payload_type] = handler
     _by_name[handler.name] = handler
 
 
@@ -293,6 +324,23 @@ def any_queue() -> bool:
     """Does any registered type name a queue (bulk inserts then carry the
     queue column)?"""
     return any(handler.queue is not None for handler in _by_type.values())
+
+
+def keyed_queues() -> set[str]:
+    """The queues some registered type with a concurrency limit runs on by
+    its @job(queue=...): the claims of those keep concurrency limits."""
+    return {handler.queue or DEFAULT_QUEUE for handler in _keyed.values()}
+
+
+def any_keyed() -> bool:
+    """Does any registered type have a concurrency limit (a bulk enqueue of
+    its jobs then takes one insert per job)?"""
+    return bool(_keyed)
+
+
+def is_keyed(payload_type: type[Any]) -> bool:
+    """Does the registered handler of ``payload_type`` have a concurrency limit?"""
+    return payload_type in _keyed
 
 
 def registered_names() -> list[str]:
@@ -336,5 +384,6 @@ def autodiscover(module_name: str) -> None:
 def unregister(payload_type: type[Any]) -> None:
     """Remove the handler of ``payload_type`` (for tests)."""
     handler = _by_type.pop(payload_type, None)
+    _keyed.pop(payload_type, None)
     if handler is not None:
         _by_name.pop(handler.name, None)

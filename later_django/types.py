@@ -36,6 +36,9 @@ class NewJob(NamedTuple):
     # (docs/unique-jobs.md); None: not unique, no window.
     unique_key: str | None = None
     unique_for_ms: int | None = None
+    # Its concurrency key and limit when its type has one; None otherwise.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 class PartitionLane(NamedTuple):

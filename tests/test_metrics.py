@@ -30,6 +30,7 @@ FAMILIES = {
     "later_job_duration_seconds",
     "later_job_wait_duration_seconds",
     "later_queue_jobs",
+    "later_queue_limited_jobs",
     "later_worker_commands",
     "later_job_duplicates",
     "later_workers",

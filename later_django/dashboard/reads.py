@@ -18,6 +18,7 @@ from django.core.cache import cache
 from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
+from later_django import limits, registry
 from later_django import queues as later_queues
 from later_django.conf import conf
 from later_django.dashboard import cursors
@@ -32,6 +33,8 @@ from later_django.db.rows import (
     RunningJob,
     StatReading,
 )
+from later_django.db.rows.dashboard import QueueStateRow
+from later_django.limits import RateLimit
 from later_django.maintenance.steps import SAMPLE_INTERVAL_MS
 from later_django.partitions.api import partition_stats
 from later_django.partitions.reserved import registered_topics
@@ -216,6 +219,8 @@ def queues() -> dict[str, Any]:
             by_stage[count.stage] = by_stage.get(count.stage, 0) + count.n
     declared = later_queues.declared()
     state_of = {state.name: state for state in states}
+    rate_limits = _rate_limits()
+    keyed = registry.keyed_queues()
     # A lane whose jobs were all deleted keeps a row of zeros (its counts
     # are sums of changes): no queue is shown for it.
     others = {name for name, by_stage in counts.items() if any(by_stage.values())}
@@ -227,6 +232,7 @@ def queues() -> dict[str, Any]:
         paused = state is not None and state.paused
         serving = [s for s in servers if (served := _served(s)) is None or name in served]
         ready = by_stage[Stage.ENQUEUED]
+        limit_of = rate_limits.get(name)
         rows.append(
             {
                 "name": name,
@@ -248,9 +254,40 @@ def queues() -> dict[str, Any]:
                     for s in serving
                 ],
                 "stranded": ready > 0 and not serving,
+                "rate": None if limit_of is None else _rate(limit_of, state, now_ms),
+                "keyed": name in keyed,
             }
         )
     return {"now_ms": now_ms, "queues": rows}
+
+
+def _rate(rate: RateLimit, state: QueueStateRow | None, now_ms: int) -> dict[str, Any]:
+    """A rate-limited queue's limit and its starts in the current window
+    (none counted yet when its row holds an earlier window)."""
+    window_ms = (now_ms // rate.window_ms) * rate.window_ms
+    current = state is not None and state.rate_window_ms == window_ms
+    started = (state.rate_started or 0) if current and state is not None else 0
+    return {
+        "limit": str(rate),
+        "count": rate.count,
+        "window": rate.window_name,
+        "started": started,
+        "window_ends_ms": window_ms + rate.window_ms,
+    }
+
+
+def _rate_limits() -> dict[str, RateLimit]:
+    """The rate limit of each declared queue that has one. A malformed one
+    is check later.E025's to report; the panel shows none for it."""
+    found = {}
+    for name in later_queues.declared():
+        try:
+            rate = limits.rate_limit_of(conf.QUEUES, name)
+        except (TypeError, ValueError):
+            continue
+        if rate is not None:
+            found[name] = rate
+    return found
 
 
 def previous_release_servers() -> list[str]:

@@ -10,6 +10,8 @@ agree:
     partitions  topics, sequences, partition leases and heads (db/partitions.py)
     log         the retained log (db/retained_log.py)
     reads       counts, the dashboard's figures and lists, lookups (db/reads.py)
+    limits      claims that keep rate and concurrency limits, and their reads
+                (db/limits.py)
     cluster     servers, the maintenance gate, named leases (db/cluster.py)
 
 What differs per vendor is a subclass of a store (the vendor's module says
@@ -30,6 +32,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.cluster import Cluster
 from later_django.db.jobs import JobEngine
+from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.reads import ReadModels
 from later_django.db.retained_log import LogStore
@@ -39,12 +42,13 @@ from later_django.db.sql import jobs as jobs_sql
 from later_django.db.statements import Statements, VendorSql
 
 # Operations a vendor implements exactly when it declares the capability,
-# and nobody calls otherwise: (where, names).
-CAPABILITY_OPERATIONS: Final = {
-    "supports_change_counter": ("dialect", ("change_counter",)),
-    "needs_vacuum": ("dialect", ("vacuum",)),
-    "supports_async_connection": ("jobs", ("ajob_claim", "ajob_complete_many")),
-}
+# and nobody calls otherwise: (flag, where, names).
+CAPABILITY_OPERATIONS: Final = (
+    ("supports_change_counter", "dialect", ("change_counter",)),
+    ("needs_vacuum", "dialect", ("vacuum",)),
+    ("supports_async_connection", "jobs", ("ajob_claim", "ajob_complete_many")),
+    ("supports_async_connection", "limits", ("aclaim_limited",)),
+)
 
 
 class Dialect(abc.ABC):
@@ -61,7 +65,8 @@ class Dialect(abc.ABC):
     # committed? The worker then watches it between polls.
     supports_change_counter: ClassVar[bool] = False
     # (*) Do the worker's claims and completions run on an asyncio connection
-    # of its own (jobs.ajob_claim, jobs.ajob_complete_many)? Else they run
+    # of its own (jobs.ajob_claim, jobs.ajob_complete_many,
+    # limits.aclaim_limited)? Else they run
     # inline on a connection that never waits for a lock.
     supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes
@@ -79,6 +84,8 @@ class Dialect(abc.ABC):
     job_engine: ClassVar[type[JobEngine]]
     partition_store: ClassVar[type[PartitionStore]] = PartitionStore
     log_store: ClassVar[type[LogStore]] = LogStore
+    # Its store of limited claims (db/limits.py).
+    limit_store: ClassVar[type[LimitStore]]
 
     def __init__(self) -> None:
         sql = Statements(self.vendor_sql)
@@ -87,15 +94,21 @@ class Dialect(abc.ABC):
         self.schedules = ScheduleStore(sql, self.jobs)
         self.partitions: PartitionStore = self.partition_store(sql, self.jobs)
         self.log = self.log_store(sql)
+        self.limits: LimitStore = self.limit_store(sql)
+        self.log = LogStore(sql)
         self.reads = ReadModels(sql)
         self.cluster = Cluster(sql)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        bases = {"dialect": (cls, Dialect), "jobs": (cls.job_engine, JobEngine)}
+        bases = {
+            "dialect": (cls, Dialect),
+            "jobs": (cls.job_engine, JobEngine),
+            "limits": (cls.limit_store, LimitStore),
+        }
         wrong = [
             name
-            for flag, (where, names) in CAPABILITY_OPERATIONS.items()
+            for flag, where, names in CAPABILITY_OPERATIONS
             for name in names
             if (getattr(bases[where][0], name) is not getattr(bases[where][1], name))
             != bool(getattr(cls, flag))

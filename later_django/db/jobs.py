@@ -468,16 +468,13 @@ def option_columns(job: NewJob) -> tuple[str, str, list[Any]]:
         columns, values = ", timeout_ms", [job.timeout_ms]
     if job.queue is not None:
         columns, values = columns + ", queue", [*values, job.queue]
+    if job.concurrency_key is not None:
+        columns += ", concurrency_key, concurrency_limit"
+        values += [job.concurrency_key, job.concurrency_limit]
     value_sql = ", %s" * len(values)
     if job.unique_key is not None:
-        columns, value_sql, values = (
-            columns + ", unique_key",
-            value_sql + ", %s",
-            [
-                *values,
-                job.unique_key,
-            ],
-        )
+        columns, value_sql = columns + ", unique_key", value_sql + ", %s"
+        values.append(job.unique_key)
         if job.unique_for_ms is not None:
             columns += ", unique_slot_ms"
             value_sql += ", " + jobs_sql.UNIQUE_SLOT
@@ -487,7 +484,8 @@ def option_columns(job: NewJob) -> tuple[str, str, list[Any]]:
 
 def insert_one(job: NewJob) -> tuple[str, list[Any]]:
     """The insert of one ready or delayed ``job`` (a template) and its parameters."""
-    if job.timeout_ms is None and job.queue is None:  # the common case: no option set
+    # The common case: no option set.
+    if job.timeout_ms is None and job.queue is None and job.concurrency_key is None:
         return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
     return insert_with_options(job)
 

@@ -22,12 +22,15 @@ from later_django.conf import conf
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import UNDEFINED_TABLE, sqlstate
 from later_django.db.jobs import JobEngine, insert_one, queue_filter_params
+from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.past_django import log_query, ready
 from later_django.db.retained_log import LogStore
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    LimitedClaim,
+    LimitedClaimRequest,
     LogAppend,
     PartitionClaim,
     PartitionClaimRequest,
@@ -254,6 +257,36 @@ class PostgresLogStore(LogStore):
         return {int(part): int(first) for part, first in rows} or None
 
 
+class PostgresLimitStore(LimitStore):
+    claim_lock_sql: ClassVar[str | None] = pg_sql.CLAIM_KEYED_LOCK_SQL
+
+    def _claim_statement(
+        self, request: ClaimRequest, *, keyed: bool, scan: int
+    ) -> tuple[str, list[Any]]:
+        # The sizes in the text, as the worker's plain claim has them (see
+        # sql/postgresql.py): one prepared statement per size.
+        limit = str(int(request.limit))
+        if not keyed:
+            return self._sql(pg_sql.JOB_CLAIM_SQL, limit=limit), _claim_params(request)
+        sql = self._sql(pg_sql.JOB_CLAIM_KEYED_SQL, limit=limit, scan=str(scan))
+        return sql, [request.namespace, *_claim_params(request)]
+
+    async def aclaim_limited(
+        self, conn: AsyncConnection[Any], request: LimitedClaimRequest
+    ) -> LimitedClaim:
+        prepare = _prepare()
+        steps = self._claim_steps(request)
+        rows: Any = None
+        async with conn.transaction(), conn.cursor() as cursor:
+            try:
+                while True:
+                    sql, params = steps.send(rows)
+                    await cursor.execute(sql, params, prepare=prepare)
+                    rows = await cursor.fetchall()
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]  # the generator's LimitedClaim
+
+
 class PostgresDialect(Dialect):
     vendor: ClassVar[str] = "postgresql"
     supports_listen: ClassVar[bool] = True
@@ -267,6 +300,7 @@ class PostgresDialect(Dialect):
     job_engine: ClassVar[type[JobEngine]] = PostgresJobEngine
     partition_store: ClassVar[type[PartitionStore]] = PostgresPartitionStore
     log_store: ClassVar[type[LogStore]] = PostgresLogStore
+    limit_store: ClassVar[type[LimitStore]] = PostgresLimitStore
 
     # -- schema -------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:

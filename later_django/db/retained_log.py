@@ -62,7 +62,7 @@ class LogStore(Operations):
                 namespace=append.namespace, topic=append.topic, partition=partition
             )
             advance = LogAdvance(key=key, count=len(records), partitions=append.partitions)
-            end = self.log_partition_advance(cursor, advance)
+            end = self._partition_advance(cursor, advance)
             if end is None:
                 if rows:  # the topic row was deleted meanwhile: roll back
                     raise RuntimeError(
@@ -74,7 +74,7 @@ class LogStore(Operations):
                 NewLogRecord(partition, offset, key_, value)
                 for offset, (key_, value) in enumerate(records, start=first)
             ]
-        self.log_record_insert(cursor, namespace=append.namespace, topic=append.topic, records=rows)
+        self._records_insert(cursor, namespace=append.namespace, topic=append.topic, records=rows)
         return firsts
 
     def log_topic_register(self, cursor: CursorWrapper, topic: LogTopicRow, namespace: str) -> bool:
@@ -99,7 +99,7 @@ class LogStore(Operations):
         cursor.execute(self._sql(log_sql.LOG_TOPIC_RETAINED_SQL), [namespace])
         return [_topic(row) for row in cursor.fetchall()]
 
-    def log_partition_advance(self, cursor: CursorWrapper, advance: LogAdvance) -> int | None:
+    def _partition_advance(self, cursor: CursorWrapper, advance: LogAdvance) -> int | None:
         """Reserve ``advance.count`` offsets; return the partition's new end
         (the reserved ones are the ``count`` before it), or None when the
         topic is not stored with ``advance.partitions`` partitions.
@@ -113,11 +113,11 @@ class LogStore(Operations):
         row = cursor.fetchone()
         return None if row is None else int(row[0])
 
-    def log_record_insert(
+    def _records_insert(
         self, cursor: CursorWrapper, *, namespace: str, topic: str, records: Sequence[NewLogRecord]
     ) -> None:
         """Store ``records``, stamped with the database's now. Their offsets
-        must have been reserved by log_partition_advance in this transaction."""
+        must have been reserved by _partition_advance in this transaction."""
         values = self._sql(log_sql.LOG_RECORD_VALUES)
         for start in range(0, len(records), INSERT_CHUNK):
             chunk = records[start : start + INSERT_CHUNK]

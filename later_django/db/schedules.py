@@ -18,6 +18,7 @@ from later_django.db.rows import (
 )
 from later_django.db.sql import schedules as schedules_sql
 from later_django.db.statements import Operations, Statements
+from later_django.queues import column_value, name_of
 from later_django.types import NewJob
 
 # Schedules one scheduler pass reads; the rest wait for the next pass.
@@ -140,7 +141,11 @@ class ScheduleStore(Operations):
         ``job.run_at_ms`` (at ``slot`` of the reserved topic for a sequential
         schedule); return its stage (enqueued when already due)."""
         params: list[Any] = [*job[:6], recurring]
-        if slot is None and job.queue is not None:
+        if slot is None and job.concurrency_key is not None:
+            sql = schedules_sql.JOB_INSERT_KEYED_OCCURRENCE_SQL
+            queue = column_value(name_of(job.queue))
+            params += [queue, job.concurrency_key, job.concurrency_limit]
+        elif slot is None and job.queue is not None:
             sql = schedules_sql.JOB_INSERT_QUEUED_OCCURRENCE_SQL
             params.append(job.queue)
         elif slot is None:

@@ -25,7 +25,7 @@ from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.errors import is_sqlite_locked
 from later_django.db.past_django import qmark
-from later_django.db.rows import ClaimRequest, Completion
+from later_django.db.rows import ClaimRequest, Completion, LimitedClaim, LimitedClaimRequest
 from later_django.exceptions import LaterBusy, LaterError
 from later_django.types import ClaimedJob
 
@@ -235,6 +235,19 @@ class WorkerSessions:
             return await self.postgres.run(claim)
         assert self.sqlite is not None
         return await self.sqlite.run(lambda d, c: d.jobs.job_claim(c, request))
+
+    async def claim_limited(self, request: LimitedClaimRequest) -> LimitedClaim:
+        """Claim what ``request`` asks for on a queue with limits, in a
+        transaction of its own (db/limits.py)."""
+        if self.postgres is not None:
+            return await self.postgres.run(lambda d, conn: d.limits.aclaim_limited(conn, request))
+        assert self.sqlite is not None
+        # A keyed claim is one statement; a rate-limited one reads and counts
+        # the window around its claim, under one write lock.
+        return await self.sqlite.run(
+            lambda d, c: d.limits.claim_limited(c, request),
+            atomic=request.limits.rate is not None,
+        )
 
     async def complete_many(
         self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int

@@ -20,6 +20,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
 from later_django.db.jobs import JobEngine, claims_params, insert_one, queue_filter_params
+from later_django.db.limits import LimitStore
 from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
@@ -98,6 +99,19 @@ class SqliteJobEngine(JobEngine):
         return 0
 
 
+class SqliteLimitStore(LimitStore):
+    def _claim_statement(
+        self, request: ClaimRequest, *, keyed: bool, scan: int
+    ) -> tuple[str, list[Any]]:
+        owner = [request.owner, request.lease_ms]
+        if not keyed:
+            params = [*owner, *queue_filter_params(request), request.limit]
+            return self._sql(sqlite_sql.JOB_CLAIM_SQL), params
+        limit = str(int(request.limit))
+        sql = self._sql(sqlite_sql.JOB_CLAIM_KEYED_SQL, limit=limit, scan=str(scan))
+        return sql, [*owner, request.namespace, *queue_filter_params(request)]
+
+
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -105,6 +119,7 @@ class SqliteDialect(Dialect):
     needs_vacuum: ClassVar[bool] = True
     vendor_sql: ClassVar[VendorSql] = VendorSql(now=sqlite_sql.NOW_SQL, greatest="MAX")
     job_engine: ClassVar[type[JobEngine]] = SqliteJobEngine
+    limit_store: ClassVar[type[LimitStore]] = SqliteLimitStore
 
     # -- schema ----------------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:

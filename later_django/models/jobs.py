@@ -95,6 +95,12 @@ class Job(models.Model):
     # for every other job: the unique indexes below never hold its entry.
     unique_key = models.CharField(max_length=255, null=True)
     unique_slot_ms = models.BigIntegerField(null=True)
+    # Per-key concurrency (docs/concurrency-limits.md): the job's key and
+    # the most jobs of that key that may run at once. NULL for every other
+    # job: only the insert of a job whose type has @job(concurrency=...)
+    # names these columns.
+    concurrency_key = models.CharField(max_length=255, null=True)
+    concurrency_limit = models.IntegerField(null=True)
 
     class Meta:
         db_table = "later_job"
@@ -153,6 +159,19 @@ class Job(models.Model):
                 fields=["namespace", "stage", "changed_ms", "id"],
                 name="later_job_attention",
                 condition=Q(stage__in=["waiting", "failed", "cancelled"]),
+            ),
+            # The keyed jobs running, and those ready, by key: what a limited
+            # claim counts and the metrics' held-back figure reads. Plain
+            # jobs never enter either (their key is NULL).
+            models.Index(
+                fields=["namespace", "concurrency_key"],
+                name="later_job_keyed_running",
+                condition=Q(stage="running", concurrency_key__isnull=False),
+            ),
+            models.Index(
+                fields=["namespace", "concurrency_key"],
+                name="later_job_keyed_ready",
+                condition=Q(stage="enqueued", concurrency_key__isnull=False),
             ),
             models.Index(
                 fields=["parent_id"],

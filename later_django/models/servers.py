@@ -74,13 +74,21 @@ class Lease(models.Model):
 
 
 class QueueState(models.Model):
-    """A named queue's state shared by every server: paused or not. A queue
-    without a row runs; pause_queue() writes one, and every claim reads it."""
+    """A named queue's state shared by every server: paused or not, and the
+    starts of its rate limit's window. A queue without a row runs;
+    pause_queue() writes one, and so does a rate-limited queue's first
+    claim. Every claim reads it."""
 
     namespace = models.CharField(max_length=64)
     name = models.CharField(max_length=64)
     paused = models.BooleanField()
     changed_ms = models.BigIntegerField()
+    # A rate-limited queue (docs/rate-limits.md): the window its starts are
+    # counted in (its start, epoch ms on the database's clock, a multiple
+    # of the window's length) and the jobs its claims started in it. NULL
+    # until a rate-limited claim of the queue first ran.
+    rate_window_ms = models.BigIntegerField(null=True)
+    rate_started = models.IntegerField(null=True)
 
     class Meta:
         db_table = "later_queue"

@@ -16,7 +16,7 @@ import time
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
-from later_django import events, queues, registry
+from later_django import codec, events, limits, queues, registry
 from later_django.db.base import Dialect
 from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance, ScheduleKey
 from later_django.ids import new_job_ids
@@ -131,6 +131,11 @@ def _enqueue(
     # when this server does not know the type).
     handler = registry.handler_by_name(schedule.type_name)
     queue = None if handler is None else handler.queue
+    key, key_limit = None, None
+    if handler is not None and handler.concurrency is not None and lane is None:
+        key, key_limit = _concurrency_key(handler, schedule), handler.concurrency
+        if key is None:
+            return 0
     jobs = [
         NewJob(
             id=job_id,
@@ -141,6 +146,8 @@ def _enqueue(
             retry_policy=schedule.retry_policy,
             run_at_ms=fire_ms,
             queue=None if lane is not None else queue,
+            concurrency_key=key,
+            concurrency_limit=key_limit,
         )
         for job_id, fire_ms in zip(new_job_ids(len(owed.fire_ms)), owed.fire_ms, strict=True)
     ]
@@ -167,6 +174,23 @@ def _enqueue(
             extra={"action": "schedule_missed", "schedule": identifier},
         )
     return len(jobs)
+
+
+def _concurrency_key(handler: registry.Handler, schedule: DueSchedule) -> str | None:
+    """The concurrency key of the schedule's occurrences (its payload is
+    fixed), or None, logged, when it cannot be had: the schedule then waits,
+    as enqueue_recurring() would have refused it."""
+    try:
+        payload = codec.decode(schedule.payload, handler.payload_type)
+        return limits.key_of(handler.concurrency_key, payload, handler.name)
+    except Exception as exc:  # noqa: BLE001  one schedule's fault stops no other
+        logger.error(
+            "schedule %r waits: the concurrency key of its payload could not be had (%s)",
+            schedule.key.identifier,
+            exc,
+            extra={"action": "schedule_key_error", "schedule": schedule.key.identifier},
+        )
+        return None
 
 
 def insert_occurrence(

@@ -6,6 +6,10 @@ spare for the next worker while its lease is confirmed, and given back once
 it is not (or at shutdown). A shared claim the supervisor abandoned
 mid-statement may still have committed: the next claim first gives back
 what it took, so no job waits for the stuck-job recovery without having run.
+
+A queue with limits (docs/rate-limits.md, docs/concurrency-limits.md) is
+claimed by the limited claim instead; once its rate limit is spent for the
+window, its workers wait, without a claim, until the next window starts.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from later_django.db.rows import ClaimRequest, OwnerFence
+from later_django.db.rows import ClaimRequest, LimitedClaimRequest, OwnerFence
 from later_django.db.sessions import WorkerSessions
+from later_django.limits import QueueLimits
 from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
 from later_django.worker.batching import Coalescer
@@ -44,6 +49,7 @@ class Claimer:
         leases: LeaseBook,
         wake: Wakeup,
         queue: str = "default",
+        limits: QueueLimits | None = None,
     ) -> None:
         self.namespace = namespace
         # The queue it claims from.
@@ -55,9 +61,17 @@ class Claimer:
         self.wake = wake
         self.sessions = WorkerSessions(alias)
         self._spares: deque[ClaimedJob] = deque()
+        # The limits its claims keep; None: the plain claim.
+        self.limits = limits
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
-            self._claim_batch, max_batch=MAX_CLAIM_BATCH, on_abandoned=self._keep_spare
+            self._claim_batch if limits is None else self._claim_limited_batch,
+            max_batch=MAX_CLAIM_BATCH,
+            on_abandoned=self._keep_spare,
         )
+        # Until when (the loop's clock) the queue's rate limit is spent: no
+        # claim is sent before, and a timer wakes the workers then.
+        self._resume_at: float | None = None
+        self._resume_timer: asyncio.TimerHandle | None = None
         # When the shared claim abandoned last was sent (time.monotonic()),
         # until the next claim has given back what it may have taken.
         self._abandoned_at: float | None = None
@@ -75,6 +89,10 @@ class Claimer:
             task = asyncio.create_task(self._give_back(job), name="later-give-back")
             self._giving_back.add(task)
             task.add_done_callback(self._giving_back.discard)
+        if self._resume_at is not None:
+            if asyncio.get_running_loop().time() < self._resume_at:
+                return None  # the rate limit is spent until then: no claim could start a job
+            self._resume_at = None
         return await self._claims.submit(None)
 
     async def _claim_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
@@ -82,6 +100,47 @@ class Claimer:
         limit = len(requests)
         sent = asyncio.get_running_loop().time()
         jobs: list[ClaimedJob | None] = list(await self.sessions.claim(self._request(limit)))
+        return await self._taken(jobs, limit, sent)
+
+    async def _claim_limited_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
+        """The claim of a queue with limits: as _claim_batch, keeping them."""
+        assert self.limits is not None
+        limit = len(requests)
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
+        request = LimitedClaimRequest(claim=self._request(limit), limits=self.limits)
+        claimed = await self.sessions.claim_limited(request)
+        jobs: list[ClaimedJob | None] = list(claimed.jobs)
+        if claimed.retry_in_ms is not None:
+            self._wait_for_window(claimed.retry_in_ms / 1000)
+        elif self.limits.keyed and 0 < len(jobs) < limit:
+            # It may have passed over jobs of keys that reached their limit
+            # within this claim: the workers it left without a job ask once
+            # more. A claim that takes nothing wakes nobody, so a queue whose
+            # ready jobs are all over their limits is not claimed in a loop.
+            self.wake.wake(limit - len(jobs))
+        return await self._taken(jobs, limit, sent)
+
+    def _wait_for_window(self, delay: float) -> None:
+        """Send no claim for ``delay`` seconds (the rate limit's window ends
+        then), and wake the workers when they may claim again."""
+        loop = asyncio.get_running_loop()
+        self._resume_at = loop.time() + delay
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+        self._resume_timer = loop.call_later(delay, self.wake.wake)
+        logger.debug(
+            "queue %s: its rate limit is spent; the next window starts in %.3fs",
+            self.queue,
+            delay,
+            extra={"action": "rate_limit_spent", "queue": self.queue},
+        )
+
+    async def _taken(
+        self, jobs: list[ClaimedJob | None], limit: int, sent: float
+    ) -> list[ClaimedJob | None]:
+        """Hold the leases of the ``jobs`` a claim sent at ``sent`` took, for
+        the ``limit`` workers that asked."""
         self.leases.hold(((job.id, job.attempts) for job in jobs if job is not None), sent)
         if self._abandoned_at is not None:
             # After this claim: its statement waited for the abandoned one to
@@ -191,5 +250,7 @@ class Claimer:
         self._claims.reset()
 
     async def close(self) -> None:
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
         self._claims.reset()
         await self.sessions.close()

@@ -9,13 +9,14 @@ server of the process; the server imports nothing of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
 
     from later_django.db.base import Dialect
+    from later_django.limits import QueueLimits
     from later_django.types import PartitionLocal
 
 T = TypeVar("T")
@@ -32,6 +33,11 @@ class ServerFacts(Protocol):
 
     @property
     def topics(self) -> bool: ...
+
+    @property
+    def limits(self) -> Mapping[str, QueueLimits]:
+        """The served queues with limits, and what their claims keep."""
+        ...
 
     async def run_db(self, op: Callable[[Dialect, CursorWrapper], T]) -> T:
         """Run ``op(dialect, cursor)`` on the server's service pool."""

@@ -104,9 +104,13 @@ class Notifier:
         listen: bool,
         watch: bool = False,
         partition_wake: Wakeup | None = None,
+        keyed: frozenset[str] = frozenset(),
     ) -> None:
         # The wake-ups of each served queue's workers, by its name.
         self.wakes = wakes
+        # The served queues whose claims keep concurrency keys: SQLite's look
+        # wakes their workers only for a job below its key's limit.
+        self.keyed = keyed
         # The partition pollers' wake-ups, when this server runs them.
         self.partition_wake = partition_wake
         self.alias = alias
@@ -187,6 +191,8 @@ class Notifier:
                 await asyncio.sleep(LISTEN_RECONNECT_DELAY)
 
     def _ready(self, queue: str, dialect: Dialect, cursor: CursorWrapper) -> bool:
+        if queue in self.keyed:
+            return dialect.limits.keyed_ready_exists(cursor, namespace=self.namespace, queue=queue)
         return dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
 
     async def _watch_forever(self) -> None:

@@ -4,7 +4,7 @@ A server serves each of its queues apart (``later_worker --queues
 emails=4,default=8``): a queue's workers claim only its jobs, in one shared
 statement per batch on a connection of their own, are woken only for its
 jobs, and are never more than its count. Autoscale reads and scales each
-queue on its own.
+queue on its own. A queue with limits claims with the limited claim.
 """
 
 from __future__ import annotations
@@ -45,7 +45,13 @@ class QueueWorkers:
         return self.pool.count
 
     async def ready_backlog(self) -> int:
-        """This queue's jobs ready now (0 while it is paused), from the counters."""
+        """This queue's jobs ready now (0 while it is paused), from the counters.
+
+        A queue with limits counts none while one of its workers here waits
+        for work: its ready jobs are held back by a limit, and more workers
+        would only wait too."""
+        if self.claimer.limits is not None and any(slot.idle for slot in self.pool.slots):
+            return 0
         namespace, name = self.claimer.namespace, self.name
         return int(
             await self.store.run(

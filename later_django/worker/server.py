@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from later_django import events, tracing
+from later_django import events, limits, registry, tracing
 from later_django import queues as later_queues
 from later_django.conf import conf
 from later_django.context import build_app
@@ -114,6 +114,15 @@ class Server:
         retention_ms = conf.millis("DASHBOARD_RETENTION")
         self.store = ThreadedStore(self.alias)
         wakes = {name: Wakeup() for name in served}
+        # What each served queue's claims keep (docs/rate-limits.md,
+        # docs/concurrency-limits.md): known at start from the settings and
+        # the registered types; a queue without limits claims plainly.
+        keyed_queues = registry.keyed_queues()
+        self.limits = {
+            name: found
+            for name in served
+            if (found := limits.queue_limits(conf.QUEUES, keyed_queues, name)) is not None
+        }
         self.stopping = False
         self.closed = asyncio.Event()
         self._hurry = asyncio.Event()  # set by hurry(): the grace period ends now
@@ -168,6 +177,7 @@ class Server:
             listen=self.store.dialect.supports_listen,
             watch=self.store.dialect.supports_change_counter,
             partition_wake=self.partition_wake if self.topics else None,
+            keyed=frozenset(name for name, found in self.limits.items() if found.keyed),
         )
         poll = conf.seconds("POLL_INTERVAL")
         poll_interval = max(poll, PG_BACKSTOP_POLL) if self.notifier.listen else poll
@@ -232,6 +242,7 @@ class Server:
             leases=self.leases,
             wake=wake,
             queue=name,
+            limits=self.limits.get(name),
         )
         pool = WorkerPool(
             claimer=claimer,
@@ -244,6 +255,8 @@ class Server:
             first_id=first_id,
             queue=name,
         )
+        found = self.limits.get(name)
+        pool.wake_when_stored = found is not None and found.keyed
         return QueueWorkers(name, count, wake, claimer, pool, self.store, self.autoscale)
 
     def wake_every_queue(self, count: int | None = None) -> None:
@@ -359,6 +372,16 @@ class Server:
             self.served_queues,
             extra={"action": "server_started"},
         )
+        for name, found in self.limits.items():
+            logger.info(
+                "queue %s: %s",
+                name,
+                ", ".join(
+                    ([f"at most {found.rate} starts across every server"] if found.rate else [])
+                    + (["concurrency keys kept"] if found.keyed else [])
+                ),
+                extra={"action": "queue_limits", "queue": name},
+            )
 
     @property
     def served_queues(self) -> str:

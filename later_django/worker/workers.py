@@ -102,6 +102,10 @@ class WorkerPool:
         self.kind = kind
         # The queue whose jobs it runs (metrics label them so).
         self.queue = queue
+        # Wake a worker of the queue once each outcome is stored: a queue
+        # whose claims keep concurrency keys, where a finished job may free
+        # a key the last claim found at its limit.
+        self.wake_when_stored = False
 
     @property
     def count(self) -> int:
@@ -227,11 +231,16 @@ class WorkerPool:
                 ran = Ran(time.monotonic() - slot.busy_since, slot.id, self.queue)
                 await self._outcome_stored(slot)
                 slot.finishing = self.completer.store_outcome(job, outcome, ran)
+                if self.wake_when_stored:
+                    slot.finishing.add_done_callback(self._wake_one)
             finally:
                 slot.current_job, slot.current_claim = None, None
                 slot.busy_since, slot.run_task = None, None
             self.processed += 1
         await self._outcome_stored(slot)
+
+    def _wake_one(self, _: object) -> None:
+        self.wake.wake(1)
 
     async def _run_traced(self, job: ClaimedJob) -> Outcome:
         """Run ``job`` inside its span, continuing the span that enqueued it."""

@@ -18,10 +18,9 @@ from later_django.db.postgresql import connect_kwargs
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
-    LogAdvance,
+    LogAppend,
     LogPartitionKey,
     LogTopicRow,
-    NewLogRecord,
     OwnerFence,
     PartitionClaimRequest,
     PartitionSlot,
@@ -265,14 +264,14 @@ def log_part(partition: int = 0) -> LogPartitionKey:
 
 
 def log_append(later_db, dialect, values: list[bytes], partition: int = 0) -> int:
-    """Reserve offsets for ``values`` and store them; return the new end."""
+    """Append ``values`` to one partition; return its new end."""
+    append = LogAppend(
+        namespace=NS,
+        topic="events",
+        partitions=2,
+        groups=[(partition, [(b"k", v) for v in values])],
+    )
     with cursor_of(later_db, atomic=True) as c:
-        advance = LogAdvance(key=log_part(partition), count=len(values), partitions=2)
-        end = dialect.log.log_partition_advance(c, advance)
-        assert end is not None
-        records = [
-            NewLogRecord(partition, offset, b"k", value)
-            for offset, value in enumerate(values, start=end - len(values))
-        ]
-        dialect.log.log_record_insert(c, namespace=NS, topic="events", records=records)
-    return end
+        firsts = dialect.log.log_append(c, append)
+    assert firsts is not None
+    return firsts[partition] + len(values)

@@ -3,7 +3,8 @@
 COVERED names the operations of each store of a dialect ("dialect": its
 own). The modules of this package test them, one module a store
 (test_jobs.py, test_schedules.py, test_partitions.py, test_log.py,
-test_reads.py, test_cluster.py; test_dialect.py the dialect's own). Each
+test_reads.py, test_cluster.py, test_limits.py; test_dialect.py the
+dialect's own). Each
 test calls the operations themselves on the test database (the
 ``later_db`` fixture runs it once on SQLite and once on PostgreSQL) and
 asserts what they change and return: stages and their counters, the fence
@@ -29,6 +30,7 @@ import later_django
 from later_django.db.base import Dialect
 from later_django.db.cluster import Cluster
 from later_django.db.jobs import JobEngine
+from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.postgresql import PostgresDialect
 from later_django.db.reads import ReadModels
@@ -62,6 +64,7 @@ COVERED: dict[str, frozenset[str]] = {
         {
             # enqueue
             "job_insert_one",
+            "job_insert_unique",
             "job_insert_many",
             "job_insert_continuation",
             "job_settle_child",
@@ -152,8 +155,8 @@ COVERED: dict[str, frozenset[str]] = {
             "log_topic_register",
             "log_topic_get",
             "log_topic_retained",
-            "log_partition_advance",
-            "log_record_insert",
+            "log_append",
+            "log_append_is_one_statement",
             "log_record_read",
             "log_record_prune",
             "log_consumer_acquire",
@@ -164,6 +167,7 @@ COVERED: dict[str, frozenset[str]] = {
             "log_lag",
         }
     ),
+    "limits": frozenset({"claim_limited", "aclaim_limited", "keyed_ready_exists", "held"}),
     "reads": frozenset(
         {
             "stage_counts",
@@ -194,6 +198,7 @@ STORE_BASES: dict[str, type] = {
     "partitions": PartitionStore,
     "log": LogStore,
     "reads": ReadModels,
+    "limits": LimitStore,
 }
 # What only a vendor can answer: every vendor implements these.
 VENDOR_OPERATIONS = {
@@ -210,6 +215,8 @@ VENDOR_OPERATIONS = {
     "jobs": frozenset(
         {"job_insert_one", "job_insert_many", "job_claim", "job_complete_many", "counter_compact"}
     ),
+    # The claim statement a limited claim runs: the vendor's own claims.
+    "limits": frozenset({"_claim_statement"}),
 }
 
 
@@ -295,6 +302,9 @@ def test_dialect_capability_flags_match_their_operations():
         }
         assert (async_pair == {"ajob_claim", "ajob_complete_many"}) == cls.supports_async_connection
         assert async_pair in (set(), {"ajob_claim", "ajob_complete_many"})
+        limits = type(dialect.limits)
+        limited_async = limits.aclaim_limited is not LimitStore.aclaim_limited
+        assert limited_async == cls.supports_async_connection
 
     with pytest.raises(TypeError, match="change_counter"):
 

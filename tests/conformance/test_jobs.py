@@ -117,6 +117,40 @@ def test_job_insert_many_writes_every_job_ready_or_none(later_db, dialect):
     assert_counts(later_db)
 
 
+def test_job_insert_unique_writes_once_per_key_and_returns_the_holder(later_db, dialect):
+    """A job with a unique key is written while no unfinished job of its
+    type holds the key; otherwise nothing is written and the holder's id
+    comes back. A window also holds it over finished jobs; a unique
+    continuation of a missing parent writes nothing and returns None."""
+
+    def put(**fields: object):
+        job = new_job(**fields)
+        with cursor_of(later_db, atomic=True) as c:
+            return job.id, dialect.jobs.job_insert_unique(c, job, DAY_MS)
+
+    first_id, first = put(unique_key="k")
+    assert first == (first_id, "enqueued")
+    again_id, again = put(unique_key="k", delay_ms=HOUR_MS)
+    assert again == (first_id, None)
+    other_type_id, other_type = put(unique_key="k", type_name="conformance.Other")
+    assert other_type == (other_type_id, "enqueued")
+    windowed_id, windowed = put(unique_key="w", unique_for_ms=HOUR_MS)
+    assert windowed == (windowed_id, "enqueued")
+    slot = int(later_db.job_field(windowed_id, "unique_slot_ms"))
+    assert slot % HOUR_MS == 0 and slot <= db_now(later_db) < slot + HOUR_MS
+    claimed = claim(later_db, limit=10)
+    done = [(job.id, job.attempts) for job in claimed if job.id in (first_id, windowed_id)]
+    assert sorted(complete(later_db, done).done_ids) == sorted([first_id, windowed_id])
+    assert put(unique_key="w", unique_for_ms=HOUR_MS)[1] == (windowed_id, None)
+    freed_id, freed = put(unique_key="k")
+    assert freed == (freed_id, "enqueued"), "a finished job frees its key"
+    orphan_id, orphan = put(unique_key="c", parent_id=new_job_id())
+    assert orphan is None
+    for unwritten in (again_id, orphan_id):
+        assert not later_db.rows("SELECT 1 FROM later_job WHERE id = %s", [unwritten])
+    assert_counts(later_db)
+
+
 def test_job_insert_continuation_follows_its_parent(later_db, dialect):
     """A child waits for a parent that has not finished, is ready after one
     that succeeded, and fails after one that failed or was cancelled; with

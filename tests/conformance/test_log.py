@@ -6,7 +6,7 @@ import pytest
 
 from later_django.db.rows import (
     LogAcquired,
-    LogAdvance,
+    LogAppend,
     LogCommit,
     LogConsumerKey,
     LogConsumerState,
@@ -58,16 +58,18 @@ def test_log_topic_register_get_and_retained(later_db, dialect):
         assert dialect.log.log_topic_retained(c, namespace="other") == []
 
 
-def test_log_partition_advance_reserves_offsets_and_records_read_back(later_db, dialect):
-    """The counter starts at 0 and grows by each advance's count; it refuses a
-    topic stored with another count. Records carry the database's now."""
-    with cursor_of(later_db) as c:
-        missing = LogAdvance(key=log_part(), count=1, partitions=2)
-        assert dialect.log.log_partition_advance(c, missing) is None
+def test_log_append_reserves_offsets_and_records_read_back(later_db, dialect):
+    """The counter starts at 0 and grows by each append's count; an append
+    to a topic not stored, or stored with another count, writes nothing.
+    Records carry the database's now."""
+    one = [(0, [(b"k", b"v")])]
+    missing = LogAppend(namespace=NS, topic="events", partitions=2, groups=one)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.log.log_append(c, missing) is None
     log_topic(later_db, dialect)
-    with cursor_of(later_db) as c:
-        stale = LogAdvance(key=log_part(), count=1, partitions=3)
-        assert dialect.log.log_partition_advance(c, stale) is None
+    stale = LogAppend(namespace=NS, topic="events", partitions=3, groups=one)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.log.log_append(c, stale) is None
     before = db_now(later_db)
     assert log_append(later_db, dialect, [b"a", b"b", b"c"]) == 3
     assert log_append(later_db, dialect, [b"d", b"e"]) == 5
@@ -83,6 +85,36 @@ def test_log_partition_advance_reserves_offsets_and_records_read_back(later_db, 
     ]
     assert all(before <= r.appended_ms <= after for r in rows)
     assert [(r.offset, r.value) for r in other] == [(0, b"x")]
+
+
+def test_log_append_places_records_in_one_step_or_several(later_db, dialect):
+    """An append reserves each partition's offsets and stores its records
+    at them, whether the store writes it as one statement or several; a
+    topic stored with another count gets nothing written."""
+    log_topic(later_db, dialect)
+    small = LogAppend(
+        namespace=NS,
+        topic="events",
+        partitions=2,
+        groups=[(0, [(b"a", b"1"), (b"b", b"2")]), (1, [(b"c", b"3")])],
+    )
+    assert dialect.log.log_append_is_one_statement(1) in (True, False)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.log.log_append(c, small) == {0: 0, 1: 0}
+    large = LogAppend(
+        namespace=NS, topic="events", partitions=2, groups=[(0, [(b"k", b"x")] * 1500)]
+    )
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.log.log_append(c, large) == {0: 2}
+    stale = LogAppend(namespace=NS, topic="events", partitions=3, groups=[(0, [(b"k", b"y")])])
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.log.log_append(c, stale) is None
+    with cursor_of(later_db) as c:
+        zero = dialect.log.log_record_read(c, LogRead(key=log_part(), from_offset=0, limit=5000))
+        one = dialect.log.log_record_read(c, LogRead(key=log_part(1), from_offset=0, limit=10))
+    assert [r.value for r in zero] == [b"1", b"2"] + [b"x"] * 1500
+    assert [r.offset for r in zero] == list(range(1502))
+    assert [(r.offset, r.key, r.value) for r in one] == [(0, b"c", b"3")]
 
 
 def test_log_record_prune_deletes_the_prefix_older_than_the_cutoff(later_db, dialect):

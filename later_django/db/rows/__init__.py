@@ -34,6 +34,7 @@ from .jobs import (
     TaskAttemptEnd,
     claimed_jobs,
 )
+from .limits import LimitedClaim, LimitedClaimRequest, RateWindow
 from .partitions import (
     HeadFailure,
     JobPlace,
@@ -108,6 +109,8 @@ __all__ = [
     "NewLogRecord",
     "JobPlace",
     "LeftAs",
+    "LimitedClaim",
+    "LimitedClaimRequest",
     "Orphan",
     "OwnerFence",
     "PartitionClaim",
@@ -116,6 +119,7 @@ __all__ = [
     "PartitionHead",
     "PartitionSlot",
     "QueueSample",
+    "RateWindow",
     "RetryWrite",
     "RunningJob",
     "ScheduleAdvance",

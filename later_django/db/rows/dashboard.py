@@ -144,11 +144,15 @@ class LiveServer:
 
 @dataclass(frozen=True, slots=True)
 class QueueStateRow:
-    """A queue's row of later_queue: written by its first pause, and kept."""
+    """A queue's row of later_queue: written by its first pause or
+    rate-limited claim, and kept."""
 
     name: str
     paused: bool
     changed_ms: int
+    # A rate-limited queue's last window (its start) and the starts in it.
+    rate_window_ms: int | None = None
+    rate_started: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from typing import Final
 
 from later_django.db.sql import compose
 from later_django.db.sql.jobs import CLAIM_RETURNING, DUE_IDS, IN_QUEUE, PROMOTE, QUEUE_RUNS
+from later_django.db.sql.limits import KEYED_PICK
 from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, HELD
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
@@ -48,6 +49,18 @@ JOB_COPY_QUEUED_SQL: Final = compose(
 # at most the worker count): as a parameter, the server's generic plan
 # assumes a large limit and hash-joins a scan of the whole table, so it plans
 # a custom plan for every single claim instead.
+# What a claim does to the jobs it picked (the CTE ``picked`` before it):
+# running, leased to its owner.
+_RUN_PICKED: Final = compose(
+    """t AS MATERIALIZED (SELECT {now} AS now)
+UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
+    changed_ms = GREATEST(t.now, j.changed_ms), started_ms = GREATEST(t.now, j.changed_ms),
+    lease_owner = %s, lease_expires_ms = t.now + %s,
+    history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
+FROM picked, t WHERE j.id = picked.id
+RETURNING {returning}""",
+    returning=", ".join("j." + column for column in CLAIM_RETURNING.split(", ")),
+)
 _JOB_CLAIM: Final = compose(
     """
 WITH picked AS MATERIALIZED (
@@ -57,17 +70,26 @@ WITH picked AS MATERIALIZED (
     ORDER BY priority DESC, id
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
-), t AS MATERIALIZED (SELECT {now} AS now)
-UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
-    changed_ms = GREATEST(t.now, j.changed_ms), started_ms = GREATEST(t.now, j.changed_ms),
-    lease_owner = %s, lease_expires_ms = t.now + %s,
-    history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
-FROM picked, t WHERE j.id = picked.id
-RETURNING {returning}""",
-    returning=", ".join("j." + column for column in CLAIM_RETURNING.split(", ")),
+), {run_picked}""",
+    run_picked=_RUN_PICKED,
     queue_runs=QUEUE_RUNS,
 )
 JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
+
+# The claim of a queue some of whose types have a concurrency key
+# (docs/concurrency-limits.md): limits.KEYED_PICK's jobs, the candidates
+# locked as the plain claim locks its jobs. The caller serialises it with
+# the namespace's other keyed claims (CLAIM_KEYED_LOCK_SQL), so the count of
+# running jobs per key it reads cannot miss a claim made meanwhile.
+JOB_CLAIM_KEYED_SQL: Final = compose(
+    compose("\nWITH picked AS MATERIALIZED ({pick}), {run_picked}", pick=KEYED_PICK),
+    lock_candidates="FOR UPDATE OF j SKIP LOCKED",
+    run_picked=_RUN_PICKED,
+)
+# Taken in a statement of its own before a keyed claim, to the end of its
+# transaction: the claim's statement then starts after every keyed claim
+# before it committed, and its snapshot sees their jobs running.
+CLAIM_KEYED_LOCK_SQL: Final = "SELECT pg_advisory_xact_lock(%s)"
 
 # Successes in bulk, then the release of their waiting continuations, in one
 # function: one statement and one round trip for the worker (the batch

@@ -90,6 +90,11 @@ JOB_INSERT_OCCURRENCE_SQL: Final = job_insert(extra_columns=", recurring", exact
 JOB_INSERT_QUEUED_OCCURRENCE_SQL: Final = job_insert(
     extra_columns=", recurring, queue", exact_time=True
 )
+# One of a schedule whose type has a concurrency limit: its queue's column
+# value ('' for the default queue), key and limit.
+JOB_INSERT_KEYED_OCCURRENCE_SQL: Final = job_insert(
+    extra_columns=", recurring, queue, concurrency_key, concurrency_limit", exact_time=True
+)
 # An occurrence of a sequential schedule: in its partition of the reserved
 # topic, at the sequence its partition's counter gave it.
 JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL: Final = job_insert(

@@ -17,6 +17,7 @@ from later_django.db.sql.jobs import (
     TO_RUNNING,
     TO_SUCCESS,
 )
+from later_django.db.sql.limits import KEYED_PICK
 
 # -- clock fragment (see __init__.py) -------------------------------------------
 # julianday('now') has millisecond precision and one value per statement
@@ -59,6 +60,24 @@ RETURNING {returning}
     queue_runs=QUEUE_RUNS,
 )
 JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
+
+# The claim of a queue some of whose types have a concurrency key
+# (docs/concurrency-limits.md): limits.KEYED_PICK's jobs. The write lock,
+# taken before the statement reads, serialises it with every other claim,
+# so the count of running jobs per key it reads is exact.
+JOB_CLAIM_KEYED_SQL: Final = compose(
+    compose(
+        """
+UPDATE later_job SET {to_running}
+WHERE id IN ({pick})
+RETURNING {returning}
+""",
+        to_running=TO_RUNNING,
+        returning=CLAIM_RETURNING,
+        pick=KEYED_PICK,
+    ),
+    lock_candidates="",
+)
 
 # Many successes in one statement: each row is fenced by its own attempt.
 # The plain "id IN" finds the rows by primary key; a row-value IN alone

@@ -1,0 +1,48 @@
+"""What the limited claims take and return (docs/rate-limits.md,
+docs/concurrency-limits.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from later_django.limits import QueueLimits, RateLimit
+from later_django.types import ClaimedJob
+
+from .jobs import ClaimRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitedClaimRequest:
+    """``claim`` on a queue whose claims keep ``limits``."""
+
+    claim: ClaimRequest
+    limits: QueueLimits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitedClaim:
+    """What a limited claim took, and, when the queue's rate limit is spent
+    for the current window, how long until the next one starts
+    (``retry_in_ms``, on the database's clock): no claim of the queue can
+    start a job before then."""
+
+    jobs: list[ClaimedJob]
+    retry_in_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateWindow:
+    """A rate-limited queue's current window: its start (epoch ms), the
+    starts counted in it, and the database's clock when read."""
+
+    start_ms: int
+    started: int
+    now_ms: int
+
+    def remaining(self, rate: RateLimit) -> int:
+        """Starts left in this window."""
+        return max(rate.count - self.started, 0)
+
+    def ends_in_ms(self, rate: RateLimit) -> int:
+        """Milliseconds until the next window starts (at least 1)."""
+        return max(self.start_ms + rate.window_ms - self.now_ms, 1)

@@ -1,0 +1,124 @@
+"""SQL of the limits across every server (docs/rate-limits.md,
+docs/concurrency-limits.md): a rate-limited queue's window in
+``later_queue``, and the pick of a claim that keeps concurrency keys.
+
+A queue without limits never runs any of it: its claim is the plain one
+(postgresql.py, sqlite.py). The vendors wrap KEYED_PICK in their own claim
+statement.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from later_django.db.sql import compose
+from later_django.db.sql.jobs import IN_QUEUE, QUEUE_RUNS
+
+# -- rate limits (later_queue) ---------------------------------------------------------
+# The queue's row, locked to the end of the claim's transaction (written on
+# first use): its window is the current one, a multiple of the window's
+# length (%s ms) since the epoch on the database's clock, and its count is
+# reset when the window moved on. Returns the window, the starts in it and
+# the clock. Integer division aligns the window on both databases.
+RATE_WINDOW_SQL: Final = """
+INSERT INTO later_queue (namespace, name, paused, changed_ms, rate_window_ms, rate_started)
+VALUES (%s, %s, FALSE, {now}, ({now} / %s) * %s, 0)
+ON CONFLICT (namespace, name) DO UPDATE SET
+    rate_started = CASE WHEN later_queue.rate_window_ms = excluded.rate_window_ms
+        THEN later_queue.rate_started ELSE 0 END,
+    rate_window_ms = excluded.rate_window_ms
+RETURNING rate_window_ms, rate_started, {now}
+"""
+
+# The starts a claim just made, counted in the window RATE_WINDOW_SQL
+# locked (in the same transaction).
+RATE_COUNT_SQL: Final = """
+UPDATE later_queue SET rate_started = rate_started + %s WHERE namespace = %s AND name = %s
+RETURNING rate_started
+"""
+
+# A queue's window as it stands, for the dashboard and the metrics: a read.
+RATE_WINDOWS_SQL: Final = """
+SELECT name, rate_window_ms, rate_started FROM later_queue
+WHERE namespace = %s AND rate_window_ms IS NOT NULL
+"""
+
+# -- concurrency keys ------------------------------------------------------------------
+# The keys at work: the namespace's running keyed jobs by key, through the
+# partial index later_job_keyed_running (every queue's: a key is shared by
+# every job of the namespace that has it).
+BUSY_KEYS: Final = """SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
+    WHERE namespace = %s AND stage = 'running' AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key"""
+
+# The ids a keyed claim takes: the queue's ready jobs in claim order whose
+# key is below its limit ({scan} of them at most, read past the jobs of
+# keys at their limit), then of each key no more than its free slots, and
+# {limit} in all. {lock_candidates} locks the candidates where the vendor
+# locks rows. The busy keys are read once (MATERIALIZED), and so are the
+# candidates, before their keys are ranked.
+KEYED_PICK: Final = compose(
+    """WITH busy AS MATERIALIZED ({busy}),
+candidates AS MATERIALIZED (
+    SELECT j.id, j.priority, j.concurrency_key, j.concurrency_limit FROM later_job j
+    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
+      AND {queue_runs}
+      AND NOT EXISTS (
+          SELECT 1 FROM busy b WHERE b.k = j.concurrency_key AND b.n >= j.concurrency_limit)
+    ORDER BY j.priority DESC, j.id
+    LIMIT {scan}
+    {lock_candidates}
+),
+ranked AS (
+    SELECT c.id, c.priority, c.concurrency_key, c.concurrency_limit,
+        ROW_NUMBER() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.id)
+            AS nth
+    FROM candidates c
+)
+SELECT r.id FROM ranked r LEFT JOIN busy b ON b.k = r.concurrency_key
+WHERE r.concurrency_key IS NULL OR COALESCE(b.n, 0) + r.nth <= r.concurrency_limit
+ORDER BY r.priority DESC, r.id
+LIMIT {limit}""",
+    busy=BUSY_KEYS,
+    in_queue=IN_QUEUE,
+    queue_runs=QUEUE_RUNS,
+)
+
+# SQLite's wake-up check of a keyed queue: is one of its first ready jobs
+# (KEYED_READY_LOOK of them) below its key's limit? Bounded, so a backlog of
+# one key at its limit costs every commit's look no more than that; a job
+# further on is found by the workers' poll.
+KEYED_READY_LOOK: Final = 100
+KEYED_READY_EXISTS_SQL: Final = compose(
+    """
+WITH busy AS MATERIALIZED ({busy})
+SELECT 1 FROM (
+    SELECT j.concurrency_key, j.concurrency_limit FROM later_job j
+    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
+      AND {queue_runs}
+    ORDER BY j.priority DESC, j.id
+    LIMIT {look}
+) c
+WHERE NOT EXISTS (
+    SELECT 1 FROM busy b WHERE b.k = c.concurrency_key AND b.n >= c.concurrency_limit)
+LIMIT 1
+""",
+    busy=BUSY_KEYS,
+    in_queue=IN_QUEUE,
+    queue_runs=QUEUE_RUNS,
+    look=str(KEYED_READY_LOOK),
+)
+
+# The ready jobs of a queue whose key is at its limit: each busy key's ready
+# jobs through the partial index later_job_keyed_ready. Plain jobs and keys
+# with a free slot are never read.
+KEYED_HELD_SQL: Final = compose(
+    """
+WITH busy AS MATERIALIZED ({busy})
+SELECT COUNT(*) FROM busy b JOIN later_job j ON j.concurrency_key = b.k
+WHERE j.namespace = %s AND j.stage = 'enqueued' AND j.concurrency_key IS NOT NULL
+  AND j.{in_queue} AND j.topic IS NULL AND j.concurrency_limit <= b.n
+""",
+    busy=BUSY_KEYS,
+    in_queue=IN_QUEUE,
+)
