@@ -32,6 +32,9 @@ class NewJob(NamedTuple):
     timeout_ms: int | None = None
     # Its named queue; None: the default queue.
     queue: str | None = None
+    # A fan-in job's parents (two or more, distinct); ``parent_id`` is then
+    # the first of them. None for every other job.
+    parents: tuple[str, ...] | None = None
 
 
 class PartitionLane(NamedTuple):
