@@ -83,6 +83,7 @@ class JobBuilder:
             priority=handler.priority if options.priority is None else options.priority,
             retry_policy=retry_policy,
             parent_id=options.parent_id,
+            parents=options.parent_ids,
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,

@@ -102,6 +102,8 @@ class JobInfo:
     finished_at: dt.datetime | None
     expires_at: dt.datetime | None
     last_error: str | None
+    # The parent a continuation waits on (a fan-in job's: the one it waits
+    # on now, or the last one it waited on).
     parent_id: JobId | None
     history: tuple[StageChange, ...]
     topic: str | None = None
@@ -109,6 +111,9 @@ class JobInfo:
     sequence: int | None = None
     # The identifier of the schedule this job is an occurrence of.
     recurring: str | None = None
+    # Every parent it runs after, in id order: a fan-in job's, a
+    # continuation's one, none for other jobs (docs/fan-in.md).
+    parents: tuple[JobId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,20 +91,27 @@ class JobEngine(Operations, abc.ABC):
         return None if row is None else str(row[0])
 
     def job_insert_fan_in(
-        self, cursor: CursorWrapper, job: NewJob, retention_ms: int, *, extra: Sequence[Any] = ()
+        self,
+        cursor: CursorWrapper,
+        job: NewJob,
+        retention_ms: int,
+        *,
+        extra_columns: str | None = None,
+        extra_values: Sequence[Any] = (),
     ) -> FanInInsert:
         """Insert ``job`` as a child of every job of ``job.parents``: its
         parent list, then its row, whose stage follows theirs (failed if one
         failed or was cancelled, ready if all succeeded, else waiting on an
         unfinished one). Run in one transaction: when a parent does not exist
         in the namespace nothing is left written, and the answer names the
-        missing ones. ``extra``: the values of the columns option_columns
-        named, then any a caller adds (a partition job's place)."""
-        self.job_add_parents(cursor, job.id, job.parents or ())
-        columns, values = option_columns(job)
-        return self._insert_fan_in_row(cursor, job, retention_ms, columns, [*values, *extra])
+        missing ones. ``extra_columns`` and their values replace those of
+        the options the job sets (a partition job's place and options)."""
+        self._add_parents(cursor, job.id, job.parents or ())
+        if extra_columns is None:
+            extra_columns, extra_values = option_columns(job)
+        return self._insert_fan_in_row(cursor, job, retention_ms, extra_columns, extra_values)
 
-    def job_add_parents(self, cursor: CursorWrapper, child_id: str, parents: Sequence[str]) -> None:
+    def _add_parents(self, cursor: CursorWrapper, child_id: str, parents: Sequence[str]) -> None:
         """Write the parent list of the fan-in child ``child_id``, before its
         row (whose insert reads it)."""
         for start in range(0, len(parents), FAN_IN_BATCH):
@@ -123,7 +130,7 @@ class JobEngine(Operations, abc.ABC):
         values: Sequence[Any],
     ) -> FanInInsert:
         """The row of a fan-in child whose parent list is written."""
-        own = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
+        own: list[Any] = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
         key = [job.id, job.namespace]
         cursor.execute(
             self._sql(jobs_sql.continuation_insert(extra_columns=columns, fan_in=True)),
