@@ -10,11 +10,15 @@ import asyncio
 import datetime as dt
 import random
 import threading
+import time
 from collections import Counter
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Permission, User
+from django.core.cache import cache
 from django.db import connections, transaction
+from django.test import Client
 
 import later_django as later
 from later_django import JobContext
@@ -24,8 +28,8 @@ from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence
 from later_django.db.sessions import WorkerSessions
 from later_django.ids import new_job_id
 from later_django.testing import drain
-from tests.helpers import job_stages, set_later, wait_until
-from tests.jobapp.jobs import FanOut, Noop, Ordered
+from tests.helpers import history_stages, job_stages, read_records, set_later, wait_until
+from tests.jobapp.jobs import FanOut, Noop, NoRetry, Ordered, Sleep, Until
 
 DAY_MS = 86_400_000
 OWNER = "worker-1"
@@ -500,3 +504,131 @@ def test_plain_jobs_never_touch_the_fan_in_table(later_db):
         release.set()
         holder.join(10)
     assert _counts() == {"success": 4}
+
+
+# -- 4. the dashboard --------------------------------------------------------------------
+def test_fan_in_job_page_shows_every_parent_and_each_parent_its_child(later_db):
+    """A fan-in job's page lists every parent with its stage, a pruned one
+    as deleted, and says which it waits on; each parent's page lists the
+    child among its continuations, whichever parent it waits on."""
+    cache.clear()
+    user = User.objects.create(username="viewer", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="later_django", codename="view_dashboard")
+    )
+    viewer = Client()
+    viewer.force_login(user)
+    parents = [later.enqueue(Noop(n=n)) for n in range(3)]
+    child = later.enqueue(Noop(n=99), after=parents)
+    pruned = next(p for p in parents if p != _waits_on(later_db, child))
+    later_db.execute("DELETE FROM later_job WHERE id = %s", [pruned])
+
+    page = viewer.get(f"/admin/later/jobs/{child}/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "runs once all 3 succeeded" in text
+    for parent in parents:
+        assert f'data-job-id="{parent}"' in text
+    assert "deleted after it finished" in text
+    waits_on = _waits_on(later_db, child)
+    assert f'id="later-parent" href="/admin/later/jobs/{waits_on}/"' in text
+    detail = viewer.get(f"/admin/later/api/jobs/{child}").json()
+    assert [p["id"] for p in detail["parents"]] == sorted(parents)
+    assert [p["job"] is None for p in detail["parents"]] == [p == pruned for p in sorted(parents)]
+    for parent in set(parents) - {pruned}:
+        children = viewer.get(f"/admin/later/api/jobs/{parent}").json()["children"]
+        assert [c["id"] for c in children] == [child]
+
+
+# -- 5. real worker processes ------------------------------------------------------------
+# later_worker processes: Django's version changes nothing here (tox.ini).
+FAST_MAINTENANCE = {"MAINTENANCE_INTERVAL": 0.2}
+
+
+@pytest.mark.one_env
+def test_fan_in_child_of_five_parents_runs_once_after_the_last(later_db, workers):
+    """Two worker processes run five parents of different lengths; their
+    fan-in child runs exactly once, after the last of them ended."""
+    procs = [workers.start(timings=FAST_MAINTENANCE, workers=4) for _ in range(2)]
+    workers.wait_registered(*procs)
+    parents = [later.enqueue(Sleep(seconds=0.2 * n, n=n)) for n in range(1, 6)]
+    child = later.enqueue(Noop(n=99), after=parents)
+    workers.wait_stage(child, "success", 30)
+
+    ends = {r.job_id: r.start for r in read_records(workers.record, "sleep-end")}
+    assert set(ends) == set(parents)
+    runs = read_records(workers.record, "noop", child)
+    assert len(runs) == 1, runs
+    assert runs[0].start >= max(ends.values()), "it ran after the last parent ended"
+    assert job_stages(later.get_job(child)) == ["waiting", "enqueued", "running", "success"]
+    assert _counts() == {"success": 6}
+    for proc in procs:
+        assert proc.stop() == 0, proc.output()
+
+
+@pytest.mark.one_env
+@pytest.mark.parametrize("failing", ["first", "last"])
+def test_fan_in_child_of_a_failed_parent_fails_and_never_runs(later_db, workers, failing):
+    """One parent failing (before the others end, or after they all
+    succeeded) fails the fan-in child with "parent failed": it never runs."""
+    proc = workers.start(timings=FAST_MAINTENANCE, workers=6)
+    workers.wait_registered(proc)
+    if failing == "first":
+        # The failure comes while the others still run: it reaches the child
+        # whichever parent that waits on.
+        parents = [later.enqueue(Sleep(seconds=1.5, n=n)) for n in range(4)]
+        parents.append(later.enqueue(NoRetry()))
+    else:
+        parents = [later.enqueue(Noop(n=n)) for n in range(4)]
+        parents.append(later.enqueue(NoRetry(), delay=dt.timedelta(seconds=1)))
+    child = later.enqueue(Noop(n=99), after=parents)
+    workers.wait_stage(child, "failed", 30)
+    for parent in parents[:4]:
+        workers.wait_stage(parent, "success", 30)
+    info = later.get_job(child)
+    assert info.last_error == "parent failed"
+    assert later_db.stage_of(parents[4]) == "failed"
+    if failing == "first":
+        assert info.finished_at < min(later.get_job(p).finished_at for p in parents[:4])
+    assert read_records(workers.record, "noop", child) == [], "the child never ran"
+    assert job_stages(info) == ["waiting", "failed"]
+    assert proc.stop() == 0, proc.output()
+
+
+ROUNDS = 4
+FAN_INS = 4  # per round, of two parents each
+
+
+@pytest.mark.one_env
+def test_fan_in_parents_finishing_at_once_on_two_servers_release_each_child_once(
+    later_db, workers
+):
+    """Parents that end at the same moment on two servers each see the other
+    still running: one of the finishes or the orphan sweep releases each
+    fan-in child, exactly once, after both parents ended."""
+    procs = [workers.start(timings=FAST_MAINTENANCE, workers=FAN_INS) for _ in range(2)]
+    workers.wait_registered(*procs)
+    children: dict[str, list[str]] = {}
+    for _ in range(ROUNDS):
+        at = time.time() + 1.0
+        for n in range(FAN_INS):
+            parents = [later.enqueue(Until(at=at, n=n)) for _ in range(2)]
+            children[later.enqueue(Noop(n=n), after=parents)] = parents
+        for child in children:
+            workers.wait_stage(child, "success", 30)
+
+    ended = {r.job_id: r for r in read_records(workers.record, "until")}
+    assert len({ended[p].pid for ps in children.values() for p in ps}) == 2, "both served"
+    runs = Counter(r.job_id for r in read_records(workers.record, "noop"))
+    assert runs == dict.fromkeys(children, 1), "each child ran exactly once"
+    for child, parents in children.items():
+        (run,) = read_records(workers.record, "noop", child)
+        assert run.start >= max(ended[p].start for p in parents)
+        assert history_stages(str(later_db.job_field(child, "history"))) == [
+            "waiting",
+            "enqueued",
+            "running",
+            "success",
+        ]
+    for proc in procs:
+        assert proc.stop() == 0, proc.output()
