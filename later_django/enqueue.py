@@ -376,11 +376,18 @@ def settle_on_commit(
 
 
 def _settle_child(alias: str, job_id: str, wake: Callable[[], None], fan_in: bool) -> None:
-    jobs = dialect_for(alias).jobs
-    settle = jobs.job_settle_fan_in if fan_in else jobs.job_settle_child
+    dialect = dialect_for(alias)
+    retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            settled = settle(cursor, job_id=job_id, retention_ms=conf.millis("DASHBOARD_RETENTION"))
+            if fan_in:
+                settled = dialect.jobs.job_settle_fan_in(
+                    cursor, job_id=job_id, retention_ms=retention
+                )
+            else:
+                settled = dialect.jobs.job_settle_child(
+                    cursor, job_id=job_id, retention_ms=retention
+                )
     except DatabaseError as exc:
         # The maintenance's orphan sweep resolves it within a tick.
         logger.warning(

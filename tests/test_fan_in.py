@@ -600,9 +600,7 @@ FAN_INS = 4  # per round, of two parents each
 
 
 @pytest.mark.one_env
-def test_fan_in_parents_finishing_at_once_on_two_servers_release_each_child_once(
-    later_db, workers
-):
+def test_fan_in_parents_finishing_at_once_on_two_servers_release_each_child_once(later_db, workers):
     """Parents that end at the same moment on two servers each see the other
     still running: one of the finishes or the orphan sweep releases each
     fan-in child, exactly once, after both parents ended."""

@@ -21,6 +21,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    ExtraColumns,
     FailureWrite,
     FanInInsert,
     FanInResolution,
@@ -95,21 +96,20 @@ class JobEngine(Operations, abc.ABC):
         cursor: CursorWrapper,
         job: NewJob,
         retention_ms: int,
-        *,
-        extra_columns: str | None = None,
-        extra_values: Sequence[Any] = (),
+        extra: ExtraColumns | None = None,
     ) -> FanInInsert:
         """Insert ``job`` as a child of every job of ``job.parents``: its
         parent list, then its row, whose stage follows theirs (failed if one
         failed or was cancelled, ready if all succeeded, else waiting on an
         unfinished one). Run in one transaction: when a parent does not exist
         in the namespace nothing is left written, and the answer names the
-        missing ones. ``extra_columns`` and their values replace those of
-        the options the job sets (a partition job's place and options)."""
+        missing ones. ``extra`` replaces the columns of the options the job
+        sets (a partition job's place and options)."""
         self._add_parents(cursor, job.id, job.parents or ())
-        if extra_columns is None:
-            extra_columns, extra_values = option_columns(job)
-        return self._insert_fan_in_row(cursor, job, retention_ms, extra_columns, extra_values)
+        if extra is None:
+            columns, values = option_columns(job)
+            extra = ExtraColumns(columns=columns, values=values)
+        return self._insert_fan_in_row(cursor, job, retention_ms, extra)
 
     def _add_parents(self, cursor: CursorWrapper, child_id: str, parents: Sequence[str]) -> None:
         """Write the parent list of the fan-in child ``child_id``, before its
@@ -122,19 +122,14 @@ class JobEngine(Operations, abc.ABC):
             cursor.execute(self._sql(fan_in_sql.FAN_IN_INSERT_SQL, pairs=pairs(len(batch))), params)
 
     def _insert_fan_in_row(
-        self,
-        cursor: CursorWrapper,
-        job: NewJob,
-        retention_ms: int,
-        columns: str,
-        values: Sequence[Any],
+        self, cursor: CursorWrapper, job: NewJob, retention_ms: int, extra: ExtraColumns
     ) -> FanInInsert:
         """The row of a fan-in child whose parent list is written."""
         own: list[Any] = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
         key = [job.id, job.namespace]
         cursor.execute(
-            self._sql(jobs_sql.continuation_insert(extra_columns=columns, fan_in=True)),
-            [*own, *values, retention_ms, *key, *key],
+            self._sql(jobs_sql.continuation_insert(extra_columns=extra.columns, fan_in=True)),
+            [*own, *extra.values, retention_ms, *key, *key],
         )
         row = cursor.fetchone()
         if row is not None:
@@ -163,7 +158,7 @@ class JobEngine(Operations, abc.ABC):
         self, cursor: CursorWrapper, *, job_id: str, retention_ms: int
     ) -> Settled:
         """Resolve the waiting fan-in child ``job_id`` if a parent finished
-        (job_resolve_fan_in); return what happened.
+        (_resolve_fan_in); return what happened.
 
         Run after the child's transaction committed, in a transaction of its
         own, as job_settle_child: its read of the parents waits for a finish
@@ -171,10 +166,10 @@ class JobEngine(Operations, abc.ABC):
         cursor.execute(self._sql(fan_in_sql.FAN_IN_PARENTS_OF_WAITING_SQL), [job_id])
         if not any(row[0] in TERMINAL for row in cursor.fetchall()):
             return "waiting"
-        resolved = self.job_resolve_fan_in(cursor, [job_id], retention_ms=retention_ms)
+        resolved = self._resolve_fan_in(cursor, [job_id], retention_ms=retention_ms)
         return "released" if resolved.released else "failed" if resolved.failed else "waiting"
 
-    def job_resolve_fan_in(
+    def _resolve_fan_in(
         self, cursor: CursorWrapper, child_ids: Sequence[str], *, retention_ms: int
     ) -> FanInResolution:
         """Resolve the waiting fan-in children ``child_ids`` by all their
@@ -420,7 +415,7 @@ class JobEngine(Operations, abc.ABC):
         descendants; resolve a fan-in child by all its parents (it waits on
         another one while one has not finished). Run in one transaction."""
         if orphan.fan_in:
-            self.job_resolve_fan_in(cursor, [orphan.job_id], retention_ms=retention_ms)
+            self._resolve_fan_in(cursor, [orphan.job_id], retention_ms=retention_ms)
             return
         if orphan.parent_stage == Stage.SUCCESS:
             cursor.execute(self._sql(jobs_sql.JOB_RELEASE_ONE_SQL), [orphan.job_id])

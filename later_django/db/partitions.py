@@ -12,6 +12,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.jobs import JobEngine, continuation_params, option_columns
 from later_django.db.rows import (
+    ExtraColumns,
     HeadFailure,
     JobPlace,
     PartitionClaim,
@@ -77,10 +78,8 @@ class PartitionStore(Operations):
         columns = partitions_sql.LANE_COLUMNS + options
         extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
         if job.parents is not None:
-            inserted = self._jobs.job_insert_fan_in(
-                cursor, job, retention_ms, extra_columns=columns, extra_values=extra
-            )
-            return inserted.stage
+            lane = ExtraColumns(columns=columns, values=extra)
+            return self._jobs.job_insert_fan_in(cursor, job, retention_ms, lane).stage
         if job.parent_id is None:
             cursor.execute(
                 self._sql(jobs_sql.job_insert(extra_columns=columns)),

@@ -106,7 +106,7 @@ class SqliteJobEngine(JobEngine):
             released = int(cursor.rowcount)
         fan_in = [str(job_id) for job_id, fan_in in children if fan_in]
         if fan_in:
-            released += self.job_resolve_fan_in(cursor, fan_in, retention_ms=retention_ms).released
+            released += self._resolve_fan_in(cursor, fan_in, retention_ms=retention_ms).released
         return Completion(done_ids=done, released=released)
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:

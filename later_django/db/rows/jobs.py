@@ -70,6 +70,15 @@ class FailureWrite:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraColumns:
+    """Columns an insert names after those of every job (", a, b"), and
+    their values."""
+
+    columns: str
+    values: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskAttemptEnd:
     """The end of an attempt of a Django Tasks job, stored in one statement."""
 
