@@ -24,6 +24,7 @@ from shop.jobs import (
     AskForReview,
     CancelledCoupon,
     ChargeCard,
+    CloseOrder,
     LedgerEntry,
     NotifyWarehouse,
     SalesReport,
@@ -69,6 +70,7 @@ class Command(BaseCommand):
             charge = later.enqueue_in(ChargeCard(order_id=order.pk), priority=10)
             receipt = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
             warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
+            close = later.enqueue(CloseOrder(order.pk), after=[receipt, warehouse])
             review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
             # A Django task (shop/tasks.py) joins the same transaction.
@@ -92,6 +94,7 @@ class Command(BaseCommand):
             "charge card (sync, priority 10)": charge,
             "send receipt (async continuation)": receipt,
             "notify warehouse (fails once, retried)": warehouse,
+            "close order (fan-in: after receipt and warehouse)": close,
             "ask for review (delayed 2 s)": review,
             "apply coupon (cancelled)": coupon,
             "sales report (recurring, first occurrence)": report,
