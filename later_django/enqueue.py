@@ -335,7 +335,7 @@ def _insert_fan_in(job: NewJob) -> JobId:
         raise
     stage = inserted.stage
     if stage is None:
-        raise JobNotFound(missing_parents(inserted.missing, job.namespace))
+        raise JobNotFound(_missing_parents(inserted.missing, job.namespace))
     if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [job], stage)
     if stage == Stage.ENQUEUED:
@@ -345,7 +345,7 @@ def _insert_fan_in(job: NewJob) -> JobId:
     return JobId(job.id)
 
 
-def missing_parents(missing: Sequence[str], namespace: str) -> str:
+def _missing_parents(missing: Sequence[str], namespace: str) -> str:
     """The message of JobNotFound for the parents ``missing`` of a fan-in job."""
     if len(missing) == 1:
         return (

@@ -190,7 +190,7 @@ def parent_list(parents: object, argument: str) -> tuple[JobId, ...]:
 def check_one_parent(parent: object, plural: str) -> None:
     """Refuse a list as the ``parent`` of a call named after one parent,
     with a TypeError pointing to ``plural``; the options check the rest."""
-    if not isinstance(parent, str) and isinstance(parent, Iterable):
+    if not isinstance(parent, str | bytes | bytearray) and isinstance(parent, Iterable):
         raise TypeError(
             f"parent must be a job id string, got {type(parent).__name__}; to wait for "
             f"several parents use {plural}"
