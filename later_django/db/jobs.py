@@ -447,9 +447,10 @@ class JobEngine(Operations, abc.ABC):
     # -- an operator's actions (the dashboard) ---------------------------------------------
     def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
         """Make the failed plain job ``job_id`` ready again, and its
-        continuations that failed because it did wait for it again; return
-        how many continuations, or None if the job was not a failed plain job.
-        Run in one transaction."""
+        continuations that failed because it did wait for it again (fan-in
+        children on it, whichever parent they waited on); return how many
+        continuations, or None if the job was not a failed plain job. Run in
+        one transaction."""
         cursor.execute(self._sql(jobs_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
         if cursor.rowcount != 1:
             return None
