@@ -104,6 +104,7 @@ class JobBuilder:
             priority=handler.priority if options.priority is None else options.priority,
             retry_policy=retry_policy,
             parent_id=options.parent_id,
+            parents=options.parent_ids,
             run_at_ms=options.run_at_ms,
             delay_ms=options.delay_ms,
             timeout_ms=options.timeout_ms,
@@ -188,6 +189,11 @@ class JobBuilder:
             raise TypeError(
                 "unique_key does not apply to a partition job: a partition runs every job "
                 "it is given, in order; enqueue without unique_key="
+            )
+        if options.parent_ids is not None:
+            raise TypeError(
+                "unique_key does not apply to a fan-in job (after= with several parents); "
+                "give it one parent, or enqueue it without unique_key="
             )
         if window is not None and window > (retention := conf.millis("DASHBOARD_RETENTION")):
             # A finished job is deleted a retention after it finished: kept

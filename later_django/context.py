@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
@@ -77,6 +78,11 @@ class JobContext:
     ) -> JobId:
         return api.enqueue_continue(parent, payload, priority=priority)
 
+    def enqueue_continue_all(
+        self, parents: Iterable[str], payload: object, *, priority: int | None = None
+    ) -> JobId:
+        return api.enqueue_continue_all(parents, payload, priority=priority)
+
     def cancel(self, job_id: str) -> bool:
         return api.cancel(job_id)
 
@@ -105,6 +111,11 @@ class JobContext:
         self, parent: str, payload: object, *, priority: int | None = None
     ) -> JobId:
         return await api.aenqueue_continue(parent, payload, priority=priority)
+
+    async def aenqueue_continue_all(
+        self, parents: Iterable[str], payload: object, *, priority: int | None = None
+    ) -> JobId:
+        return await api.aenqueue_continue_all(parents, payload, priority=priority)
 
     async def acancel(self, job_id: str) -> bool:
         return await api.acancel(job_id)

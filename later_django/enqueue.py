@@ -26,9 +26,11 @@ from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import DuplicateJobId, JobId, as_job_id, new_job_ids
 from later_django.options import (
     AFTER_IS_PARENT,
+    AFTER_IS_PARENTS,
     AT_IS_WHEN,
     EnqueueKeywords,
     EnqueueOptions,
+    check_one_parent,
     keyword_options,
 )
 from later_django.states import Stage
@@ -43,7 +45,7 @@ def enqueue(
     priority: int | None = None,
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
-    after: str | None = None,
+    after: str | Iterable[str] | None = None,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
     unique_key: str | None = None,
@@ -54,10 +56,11 @@ def enqueue(
     With no keyword the job runs as soon as a worker is free. ``priority``
     (-100..100, higher first; default: the type's ``@job(priority=...)``,
     else 0); ``delay`` (a timedelta, counted from the database's now) or
-    ``at`` (an aware datetime): due then; ``after`` (a job id): a
-    continuation, due once that job succeeds, failed with ``parent failed``
-    if it fails or is cancelled (JobNotFound, nothing written, when it does
-    not exist); ``timeout`` (a timedelta): how long one attempt may run
+    ``at`` (an aware datetime): due then; ``after`` (a job id, or a list of
+    them): a continuation, due once every one of them succeeded, failed with
+    ``parent failed`` if one fails or is cancelled (JobNotFound, nothing
+    written, when one does not exist; docs/fan-in.md); ``timeout`` (a
+    timedelta): how long one attempt may run
     (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
     the named queue it runs on (default: the type's ``@job(queue=...)``, else
     "default"; ValueError naming LATER["QUEUES"] when it is not declared there).
@@ -155,8 +158,33 @@ def enqueue_continue(parent: str, payload: object, *, priority: int | None = Non
     was cancelled the job is stored as failed with reason ``parent failed``.
     Raises JobNotFound, writing nothing, when ``parent`` does not exist.
     """
+    check_one_parent(parent, "enqueue_continue_all(parents, payload)")
     return enqueue_with(
         payload, EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT)
+    )
+
+
+def enqueue_continue_all(
+    parents: Iterable[str], payload: object, *, priority: int | None = None
+) -> JobId:
+    """``enqueue(payload, after=parents)``: due once every job of ``parents``
+    succeeded (a fan-in, docs/fan-in.md).
+
+    It runs once, after the last of them. If one fails or is cancelled the
+    job is failed with reason ``parent failed`` and never runs. Parents that
+    all succeeded already: ready at once. Raises JobNotFound, writing
+    nothing, when one of them does not exist; TypeError for a string or
+    another value that is not a list of job ids, ValueError for an empty
+    list. A parent named twice counts once; one parent is a plain
+    continuation, as ``enqueue_continue``.
+    """
+    if isinstance(parents, str):
+        raise TypeError(
+            "parents must be a list of job ids, got a str; for one parent use "
+            "enqueue_continue(parent, payload)"
+        )
+    return enqueue_with(
+        payload, EnqueueOptions(priority=priority, after=parents, names=AFTER_IS_PARENTS)
     )
 
 
@@ -189,6 +217,8 @@ def _insert(job: NewJob) -> JobId:
     if job.unique_key is not None:
         return _insert_unique(job)
     if job.parent_id is not None:
+        if job.parents is not None:
+            return _insert_fan_in(job)
         return _insert_continuation(job)
     return _insert_one(job)
 
@@ -352,26 +382,76 @@ def _insert_unique(job: NewJob) -> JobId:
     return JobId(job.id)
 
 
-def settle_on_commit(alias: str, job_id: str, *, wake: Callable[[], None]) -> None:
+def _insert_fan_in(job: NewJob) -> JobId:
+    alias = conf.database
+    dialect = dialect_for(alias)
+    retention = conf.millis("DASHBOARD_RETENTION")
+    try:
+        # The parent list and the row commit together, or neither: a child
+        # without its list would wait on one parent only.
+        with (
+            transaction.atomic(using=alias, savepoint=False),
+            connections[alias].cursor() as cursor,
+        ):
+            inserted = dialect.jobs.job_insert_fan_in(cursor, job, retention)
+    except DatabaseError as exc:
+        schema.raise_if_not_migrated(alias, exc)
+        raise
+    stage = inserted.stage
+    if stage is None:
+        raise JobNotFound(_missing_parents(inserted.missing, job.namespace))
+    if events.JobEnqueued in events.listening:
+        tell_on_commit(alias, [job], stage)
+    if stage == Stage.ENQUEUED:
+        _wake_on_commit(alias)
+    elif stage == Stage.WAITING:
+        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1), fan_in=True)
+    return JobId(job.id)
+
+
+def _missing_parents(missing: Sequence[str], namespace: str) -> str:
+    """The message of JobNotFound for the parents ``missing`` of a fan-in job."""
+    if len(missing) == 1:
+        return (
+            f"parent job {missing[0]} does not exist in namespace {namespace!r} "
+            "(it may have expired); nothing was written"
+        )
+    return (
+        f"parent jobs {', '.join(missing)} do not exist in namespace {namespace!r} "
+        "(they may have expired); nothing was written"
+    )
+
+
+def settle_on_commit(
+    alias: str, job_id: str, *, wake: Callable[[], None], fan_in: bool = False
+) -> None:
     """Once the caller's transaction commits, release or fail the waiting
-    continuation ``job_id`` if its parent finished meanwhile; ``wake`` the
-    workers of its lane when it was released.
+    continuation ``job_id`` if its parent (a ``fan_in`` child: any of its
+    parents) finished meanwhile; ``wake`` the workers of its lane when it
+    was released.
 
     The continuation was inserted without locking its parent (a caller's
     open transaction must not hold up the parent's renewal or completion),
     so a parent that finished before the commit could not see the child.
     With one writer at a time, no parent finishes before the commit."""
     if not dialect_for(alias).single_writer:
-        settle = functools.partial(_settle_child, alias, job_id, wake)
+        settle = functools.partial(_settle_child, alias, job_id, wake, fan_in)
         transaction.on_commit(settle, using=alias)
 
 
-def _settle_child(alias: str, job_id: str, wake: Callable[[], None]) -> None:
+def _settle_child(alias: str, job_id: str, wake: Callable[[], None], fan_in: bool) -> None:
+    dialect = dialect_for(alias)
+    retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            settled = dialect_for(alias).jobs.job_settle_child(
-                cursor, job_id=job_id, retention_ms=conf.millis("DASHBOARD_RETENTION")
-            )
+            if fan_in:
+                settled = dialect.jobs.job_settle_fan_in(
+                    cursor, job_id=job_id, retention_ms=retention
+                )
+            else:
+                settled = dialect.jobs.job_settle_child(
+                    cursor, job_id=job_id, retention_ms=retention
+                )
     except DatabaseError as exc:
         # The maintenance's orphan sweep resolves it within a tick.
         logger.warning(
@@ -421,4 +501,5 @@ aenqueue_many = sync_to_async(enqueue_many)
 aenqueue_delayed = sync_to_async(enqueue_delayed)
 aenqueue_delayed_at = sync_to_async(enqueue_delayed_at)
 aenqueue_continue = sync_to_async(enqueue_continue)
+aenqueue_continue_all = sync_to_async(enqueue_continue_all)
 acancel = sync_to_async(cancel)

@@ -27,11 +27,13 @@ def parse_history(history: str) -> tuple[StageChange, ...]:
 
 
 def get_job(job_id: str) -> JobInfo | None:
-    """Return the job's stage, attempts, times and history, or None if unknown."""
-    from later_django.models import Job  # models load after the app registry
+    """Return the job's stage, attempts, times, history and parents, or None
+    if unknown."""
+    from later_django.models import FanIn, Job  # models load after the app registry
 
     job_id = as_job_id(job_id)
     alias = conf.database
+    parents: tuple[JobId, ...] = ()
     try:
         row = (
             Job.objects.using(alias)
@@ -39,6 +41,11 @@ def get_job(job_id: str) -> JobInfo | None:
             .defer("payload")
             .first()
         )
+        if row is not None and row.parent_id:
+            # Only a continuation can be a fan-in job: no other job pays this read.
+            listed = FanIn.objects.using(alias).filter(child_id=job_id).order_by("parent_id")
+            parents = tuple(JobId(p) for p in listed.values_list("parent_id", flat=True))
+            parents = parents or (JobId(row.parent_id),)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -63,6 +70,7 @@ def get_job(job_id: str) -> JobInfo | None:
         partition=row.partition,
         sequence=row.sequence,
         unique_key=row.unique_key,
+        parents=parents,
     )
 
 

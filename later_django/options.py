@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypedDict
 
 from later_django.clock import from_datetime, now_ms
-from later_django.ids import as_job_id
+from later_django.ids import JobId, as_job_id
 from later_django.queues import check_queue_name
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
@@ -42,8 +42,9 @@ class EnqueueOptions:
     names the keyword to fix: ``priority`` (-100..100; None: the type's
     ``@job(priority=...)``, else 0), ``delay`` (a timedelta >= 0, counted
     from the database's now), ``at`` (an aware datetime) and ``after`` (a
-    job id; the job runs once that job succeeds). At most one of the last
-    three may be given (TypeError naming both otherwise); left out, each is
+    job id, or a list of them: the job runs once they all succeeded). At
+    most one of the last three may be given (TypeError naming both
+    otherwise); left out, each is
     UNSET. Here None is a bad value, refused like any other: the keyword API
     maps its None defaults to UNSET (``keyword_options``), while
     ``enqueue_delayed(p, None)`` must raise. Making the object validates the
@@ -58,7 +59,8 @@ class EnqueueOptions:
     priority: int | None = None
     delay: dt.timedelta | Unset = UNSET
     at: dt.datetime | Unset = UNSET
-    after: str | Unset = UNSET
+    # A list is kept as a tuple of its ids, checked and without duplicates.
+    after: str | Iterable[str] | Unset = UNSET
     timeout: dt.timedelta | Unset = UNSET
     # The queue's name (None: the type's @job(queue=...), else "default");
     # whether LATER["QUEUES"] declares it is the builder's check.
@@ -75,6 +77,8 @@ class EnqueueOptions:
     delay_ms: int = field(default=0, init=False, repr=False, compare=False)
     run_at_ms: int | None = field(default=None, init=False, repr=False, compare=False)
     parent_id: str | None = field(default=None, init=False, repr=False, compare=False)
+    # A fan-in job's parents (two or more); parent_id is the first.
+    parent_ids: tuple[str, ...] | None = field(default=None, init=False, repr=False, compare=False)
     timeout_ms: int | None = field(default=None, init=False, repr=False, compare=False)
     unique_for_ms: int | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -102,7 +106,14 @@ class EnqueueOptions:
                     f"after and {timing} both say when the job runs: a continuation is due "
                     f"when its parent succeeds; pass no {timing} with after"
                 )
-            parent_id = as_job_id(self.after, argument=name("after", "after"))
+            if isinstance(self.after, str):
+                parent_id = as_job_id(self.after, argument=name("after", "after"))
+            else:
+                parents = parent_list(self.after, name("after", "after"))
+                object.__setattr__(self, "after", parents)
+                parent_id = parents[0]
+                if len(parents) > 1:
+                    object.__setattr__(self, "parent_ids", parents)
             object.__setattr__(self, "parent_id", parent_id)
         if self.priority is not None:
             check_priority(self.priority)
@@ -135,7 +146,7 @@ class EnqueueKeywords(TypedDict, total=False):
     priority: int | None
     delay: dt.timedelta | None
     at: dt.datetime | None
-    after: str | None
+    after: str | Iterable[str] | None
     timeout: dt.timedelta | None
     queue: str | None
     unique_key: str | None
@@ -147,7 +158,7 @@ def keyword_options(
     priority: int | None = None,
     delay: dt.timedelta | None = None,
     at: dt.datetime | None = None,
-    after: str | None = None,
+    after: str | Iterable[str] | None = None,
     timeout: dt.timedelta | None = None,
     queue: str | None = None,
     unique_key: str | None = None,
@@ -175,6 +186,34 @@ def keyword_options(
         unique_key=unique_key,
         unique_for=UNSET if unique_for is None else unique_for,
     )
+
+
+def parent_list(parents: object, argument: str) -> tuple[JobId, ...]:
+    """The job ids of the list ``parents``, checked, in order, each once.
+
+    Raises TypeError when it is not a list of job id strings and ValueError
+    when it is empty or holds a malformed id, naming ``argument``."""
+    if isinstance(parents, str | bytes | bytearray | Mapping) or not isinstance(parents, Iterable):
+        raise TypeError(
+            f"{argument} must be a job id or a list of job ids, got {type(parents).__name__}"
+        )
+    ids = [as_job_id(value, argument=f"{argument}[{i}]") for i, value in enumerate(parents)]
+    if not ids:
+        raise ValueError(
+            f"{argument}=[] names no parent job: pass at least one job id, or leave "
+            f"{argument} out to enqueue a job that runs at once"
+        )
+    return tuple(dict.fromkeys(ids))
+
+
+def check_one_parent(parent: object, plural: str) -> None:
+    """Refuse a list as the ``parent`` of a call named after one parent,
+    with a TypeError pointing to ``plural``; the options check the rest."""
+    if not isinstance(parent, str | bytes | bytearray) and isinstance(parent, Iterable):
+        raise TypeError(
+            f"parent must be a job id string, got {type(parent).__name__}; to wait for "
+            f"several parents use {plural}"
+        )
 
 
 def check_priority(priority: object) -> None:
@@ -235,6 +274,7 @@ def _check_latest(run_at_ms: int) -> int:
 # The reference's calls name two keywords their own way.
 AT_IS_WHEN: Final = {"at": "when"}
 AFTER_IS_PARENT: Final = {"after": "parent"}
+AFTER_IS_PARENTS: Final = {"after": "parents"}
 
 # The options of a plain enqueue, made once: the hot path pays for no object.
 PLAIN = EnqueueOptions()

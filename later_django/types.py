@@ -39,6 +39,9 @@ class NewJob(NamedTuple):
     # Its concurrency key and limit when its type has one; None otherwise.
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    # A fan-in job's parents (two or more, distinct); ``parent_id`` is then
+    # the first of them. None for every other job.
+    parents: tuple[str, ...] | None = None
 
 
 class PartitionLane(NamedTuple):
@@ -106,6 +109,8 @@ class JobInfo:
     finished_at: dt.datetime | None
     expires_at: dt.datetime | None
     last_error: str | None
+    # The parent a continuation waits on (a fan-in job's: the one it waits
+    # on now, or the last one it waited on).
     parent_id: JobId | None
     history: tuple[StageChange, ...]
     topic: str | None = None
@@ -115,6 +120,9 @@ class JobInfo:
     recurring: str | None = None
     # Its unique key (docs/unique-jobs.md), if it was enqueued with one.
     unique_key: str | None = None
+    # Every parent it runs after, in id order: a fan-in job's, a
+    # continuation's one, none for other jobs (docs/fan-in.md).
+    parents: tuple[JobId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

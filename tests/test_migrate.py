@@ -221,7 +221,12 @@ def test_upgrading_to_partitions_keeps_every_count_and_installs_version_3(later_
     try:
         ids = [later.enqueue(Noop(n=n)) for n in range(5)]
         later.enqueue_delayed(Noop(n=9), timedelta(hours=1))
-        assert later.cancel(ids[0]) is True
+        # As cancel() stores it: this release's cancel() also fails the
+        # job's fan-in children, through a table 0009 does not have yet.
+        cancelled = later_db.execute(
+            "UPDATE later_job SET stage = 'cancelled' WHERE id = %s", [ids[0]]
+        )
+        assert cancelled == 1
     finally:
         # Through 0010 and on to the latest migration, as later_migrate does.
         MigrationExecutor(connection).migrate(latest)

@@ -94,7 +94,7 @@ def test_options_priority_of_wrong_type_raises_type_error(priority, type_name):
             "at=2030-01-01T00:00:00 is a naive datetime; pass an aware one "
             "(e.g. django.utils.timezone.now() + timedelta(...))",
         ),
-        ({"after": None}, TypeError, "after must be a job id string, got NoneType"),
+        ({"after": None}, TypeError, "after must be a job id or a list of job ids, got NoneType"),
         (
             {"after": "nope"},
             ValueError,

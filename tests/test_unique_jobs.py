@@ -176,6 +176,11 @@ def test_a_unique_continuation_of_a_missing_parent_raises_and_writes_nothing(lat
             TypeError,
             r"^payloads\[0\]: unique_for needs",
         ),
+        (
+            lambda: later.enqueue(Noop(), unique_key="k", after=["01" + "a" * 24, "01" + "b" * 24]),
+            TypeError,
+            "unique_key does not apply to a fan-in job",
+        ),
     ],
 )
 def test_bad_unique_options_raise_naming_the_fix_and_write_nothing(later_db, call, error, message):

@@ -58,6 +58,17 @@ def notify_warehouse(ctx: JobContext, payload: NotifyWarehouse) -> None:
 
 
 @dataclass
+class CloseOrder:
+    order_id: int
+
+
+@job
+def close_order(ctx: JobContext, payload: CloseOrder) -> None:
+    """A fan-in job: runs once, after the receipt went out and the warehouse
+    was told, however many attempts each of them took."""
+
+
+@dataclass
 class AskForReview:
     order_id: int
 

@@ -326,18 +326,26 @@ def job_page(query: JobQuery) -> JobPage:
 
 
 def job_detail(job_id: str) -> dict[str, Any] | None:
-    """A job without its payload: times, durations, history, parent and
-    up to 25 direct continuations."""
+    """A job without its payload: times, durations, history, parent (every
+    parent of a fan-in job) and up to 25 direct continuations."""
     with _db() as (dialect, cursor):
         detail = dialect.reads.job_detail(cursor, namespace=conf.namespace, job_id=job_id)
         if detail is None:
             return None
+        parents = []
+        if detail.parent_id is not None:  # only a continuation can be a fan-in job
+            parents = dialect.reads.job_parents(cursor, job_id=job_id)
         children = dialect.reads.job_children(cursor, job_id=job_id, limit=CHILDREN_SHOWN + 1)
         now_ms = dialect.clock_now(cursor)
     job = asdict(detail)
     history = parse_history(job.pop("history"))
     job["history"] = [{"stage": stage, "at_ms": at} for stage, at in history]
     job["durations_ms"] = durations(history, job["created_ms"], job["finished_ms"], now_ms)
+    # A fan-in job's parents; the one it waits on (or waited on last) is its parent_id.
+    job["parents"] = [
+        {"id": p.id, "short_id": p.id[-6:], "job": None if p.job is None else summary_dict(p.job)}
+        for p in parents
+    ]
     job["children"] = [summary_dict(c) for c in children[:CHILDREN_SHOWN]]
     job["more_children"] = len(children) > CHILDREN_SHOWN
     job["now_ms"] = now_ms

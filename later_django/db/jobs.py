@@ -21,7 +21,10 @@ from django.db.backends.utils import CursorWrapper
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    ExtraColumns,
     FailureWrite,
+    FanInInsert,
+    FanInResolution,
     Fence,
     LeftAs,
     Orphan,
@@ -30,6 +33,7 @@ from later_django.db.rows import (
     StuckJob,
     TaskAttemptEnd,
 )
+from later_django.db.sql import fan_in as fan_in_sql
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
@@ -58,6 +62,8 @@ class Inserted(NamedTuple):
 
 # Ids per statement when tracing marks a bulk enqueue's jobs.
 TRACE_BATCH = 500
+# (child, parent) rows per statement of a fan-in child's parent list.
+FAN_IN_BATCH = 500
 
 
 class JobEngine(Operations, abc.ABC):
@@ -65,6 +71,10 @@ class JobEngine(Operations, abc.ABC):
 
     # The promotion of due jobs; a vendor may need its own form.
     promote_due_sql: ClassVar[str] = jobs_sql.JOB_PROMOTE_DUE_SQL
+    # The walks of a job's descendants by both links (sql/fan_in.py), each
+    # vendor's own.
+    fail_descendants_sql: ClassVar[str]
+    revive_descendants_sql: ClassVar[str]
 
     # -- enqueue ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -142,6 +152,55 @@ class JobEngine(Operations, abc.ABC):
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
+    def job_insert_fan_in(
+        self,
+        cursor: CursorWrapper,
+        job: NewJob,
+        retention_ms: int,
+        extra: ExtraColumns | None = None,
+    ) -> FanInInsert:
+        """Insert ``job`` as a child of every job of ``job.parents``: its
+        parent list, then its row, whose stage follows theirs (failed if one
+        failed or was cancelled, ready if all succeeded, else waiting on an
+        unfinished one). Run in one transaction: when a parent does not exist
+        in the namespace nothing is left written, and the answer names the
+        missing ones. ``extra`` replaces the columns of the options the job
+        sets (a partition job's place and options)."""
+        self._add_parents(cursor, job.id, job.parents or ())
+        if extra is None:
+            # A fan-in job has no unique key: its options' values are all plain.
+            columns, _, values = option_columns(job)
+            extra = ExtraColumns(columns=columns, values=values)
+        return self._insert_fan_in_row(cursor, job, retention_ms, extra)
+
+    def _add_parents(self, cursor: CursorWrapper, child_id: str, parents: Sequence[str]) -> None:
+        """Write the parent list of the fan-in child ``child_id``, before its
+        row (whose insert reads it)."""
+        for start in range(0, len(parents), FAN_IN_BATCH):
+            batch = parents[start : start + FAN_IN_BATCH]
+            params: list[Any] = []
+            for parent_id in batch:
+                params += [child_id, parent_id]
+            cursor.execute(self._sql(fan_in_sql.FAN_IN_INSERT_SQL, pairs=pairs(len(batch))), params)
+
+    def _insert_fan_in_row(
+        self, cursor: CursorWrapper, job: NewJob, retention_ms: int, extra: ExtraColumns
+    ) -> FanInInsert:
+        """The row of a fan-in child whose parent list is written."""
+        own: list[Any] = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
+        key = [job.id, job.namespace]
+        cursor.execute(
+            self._sql(jobs_sql.continuation_insert(extra_columns=extra.columns, fan_in=True)),
+            [*own, *extra.values, retention_ms, *key, *key],
+        )
+        row = cursor.fetchone()
+        if row is not None:
+            return FanInInsert(stage=str(row[0]))
+        cursor.execute(self._sql(fan_in_sql.FAN_IN_MISSING_SQL), key)
+        missing = tuple(str(r[0]) for r in cursor.fetchall())
+        cursor.execute(self._sql(fan_in_sql.FAN_IN_DELETE_SQL, ids=ids(1)), [job.id])
+        return FanInInsert(stage=None, missing=missing)
+
     def job_settle_child(self, cursor: CursorWrapper, *, job_id: str, retention_ms: int) -> Settled:
         """Release or fail the waiting continuation ``job_id`` if its parent
         has finished; return what happened.
@@ -156,6 +215,45 @@ class JobEngine(Operations, abc.ABC):
         orphan = Orphan(job_id=job_id, parent_stage=str(row[0]))
         self.job_resolve_orphan(cursor, orphan, retention_ms=retention_ms)
         return "released" if row[0] == Stage.SUCCESS else "failed"
+
+    def job_settle_fan_in(
+        self, cursor: CursorWrapper, *, job_id: str, retention_ms: int
+    ) -> Settled:
+        """Resolve the waiting fan-in child ``job_id`` if a parent finished
+        (_resolve_fan_in); return what happened.
+
+        Run after the child's transaction committed, in a transaction of its
+        own, as job_settle_child: its read of the parents waits for a finish
+        of any of them under way and holds off the others until it ends."""
+        cursor.execute(self._sql(fan_in_sql.FAN_IN_PARENTS_OF_WAITING_SQL), [job_id])
+        if not any(row[0] in TERMINAL for row in cursor.fetchall()):
+            return "waiting"
+        resolved = self._resolve_fan_in(cursor, [job_id], retention_ms=retention_ms)
+        return "released" if resolved.released else "failed" if resolved.failed else "waiting"
+
+    def _resolve_fan_in(
+        self, cursor: CursorWrapper, child_ids: Sequence[str], *, retention_ms: int
+    ) -> FanInResolution:
+        """Resolve the waiting fan-in children ``child_ids`` by all their
+        parents: fail those with a parent failed or cancelled (and their
+        waiting descendants), release those whose every parent succeeded,
+        and make the others wait on an unfinished parent when the one they
+        waited on finished. Run in one transaction."""
+        if not child_ids:
+            return FanInResolution()
+        marks = ids(len(child_ids))
+        cursor.execute(
+            self._sql(fan_in_sql.FAN_IN_FAIL_SQL, ids=marks),
+            [retention_ms, PARENT_FAILED, *child_ids],
+        )
+        failed = tuple(str(row[0]) for row in cursor.fetchall())
+        for job_id in failed:
+            self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+        cursor.execute(self._sql(fan_in_sql.FAN_IN_RELEASE_SQL, ids=marks), list(child_ids))
+        released = int(cursor.rowcount)
+        if released < len(child_ids) - len(failed):
+            cursor.execute(self._sql(fan_in_sql.FAN_IN_REPOINT_SQL, ids=marks), list(child_ids))
+        return FanInResolution(released=released, failed=failed)
 
     def job_cancel(
         self, cursor: CursorWrapper, *, namespace: str, job_id: str, retention_ms: int
@@ -328,8 +426,10 @@ class JobEngine(Operations, abc.ABC):
     def job_fail_descendants(
         self, cursor: CursorWrapper, *, job_id: str, retention_ms: int, error: str = PARENT_FAILED
     ) -> None:
-        """Fail the waiting continuations of ``job_id``, and theirs, with ``error``."""
-        cursor.execute(self._sql(jobs_sql.JOB_FAIL_DESCENDANTS_SQL), [job_id, retention_ms, error])
+        """Fail the waiting continuations of ``job_id``, and theirs, with
+        ``error``: those of one parent and fan-in children alike, whichever
+        parent they wait on."""
+        cursor.execute(self._sql(self.fail_descendants_sql), [job_id, retention_ms, error])
 
     # -- maintenance -----------------------------------------------------------------------
     def job_next_due_in(self, cursor: CursorWrapper, *, namespace: str) -> int | None:
@@ -363,15 +463,22 @@ class JobEngine(Operations, abc.ABC):
         ]
 
     def job_orphans(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> list[Orphan]:
-        """Waiting continuations whose parent is finished or gone."""
+        """Waiting continuations whose parent is finished or gone, and
+        fan-in children with a parent failed or cancelled."""
         cursor.execute(self._sql(jobs_sql.JOB_ORPHANS_SQL), [namespace, limit])
-        return [Orphan(job_id=r[0], parent_stage=r[1]) for r in cursor.fetchall()]
+        return [
+            Orphan(job_id=r[0], parent_stage=r[1], fan_in=bool(r[2])) for r in cursor.fetchall()
+        ]
 
     def job_resolve_orphan(
         self, cursor: CursorWrapper, orphan: Orphan, *, retention_ms: int
     ) -> None:
         """Release ``orphan`` (its parent succeeded) or fail it and its waiting
-        descendants. Run in one transaction."""
+        descendants; resolve a fan-in child by all its parents (it waits on
+        another one while one has not finished). Run in one transaction."""
+        if orphan.fan_in:
+            self._resolve_fan_in(cursor, [orphan.job_id], retention_ms=retention_ms)
+            return
         if orphan.parent_stage == Stage.SUCCESS:
             cursor.execute(self._sql(jobs_sql.JOB_RELEASE_ONE_SQL), [orphan.job_id])
             return
@@ -387,21 +494,29 @@ class JobEngine(Operations, abc.ABC):
 
         Run it in a transaction: a result must not outlive its job."""
         cursor.execute(self._sql(jobs_sql.JOB_PRUNE_SQL), [namespace, limit])
-        pruned = [row[0] for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+        pruned = [row[0] for row in rows]
         if pruned:
             cursor.execute(self._sql(jobs_sql.TASK_RESULT_PRUNE_SQL, ids=ids(len(pruned))), pruned)
+        # A fan-in child's parent list goes with it; only continuations have one.
+        continuations = [row[0] for row in rows if row[1]]
+        if continuations:
+            cursor.execute(
+                self._sql(fan_in_sql.FAN_IN_DELETE_SQL, ids=ids(len(continuations))), continuations
+            )
         return len(pruned)
 
     # -- an operator's actions (the dashboard) ---------------------------------------------
     def job_retry_failed(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> int | None:
         """Make the failed plain job ``job_id`` ready again, and its
-        continuations that failed because it did wait for it again; return
-        how many continuations, or None if the job was not a failed plain job.
-        Run in one transaction."""
+        continuations that failed because it did wait for it again (fan-in
+        children on it, whichever parent they waited on); return how many
+        continuations, or None if the job was not a failed plain job. Run in
+        one transaction."""
         cursor.execute(self._sql(jobs_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
         if cursor.rowcount != 1:
             return None
-        cursor.execute(self._sql(jobs_sql.JOB_REVIVE_DESCENDANTS_SQL), [job_id])
+        cursor.execute(self._sql(self.revive_descendants_sql), [job_id])
         return int(cursor.rowcount)
 
     def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:

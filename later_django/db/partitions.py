@@ -12,6 +12,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.jobs import JobEngine, continuation_params, option_columns
 from later_django.db.rows import (
+    ExtraColumns,
     HeadFailure,
     JobPlace,
     PartitionClaim,
@@ -70,11 +71,15 @@ class PartitionStore(Operations):
         retention_ms: int,
     ) -> str | None:
         """Insert ``job`` at ``slot`` (a partition and a sequence taken from
-        it): ready, delayed or (with a parent) a continuation. Return its
-        stage, or None when its parent does not exist in the namespace."""
+        it): ready, delayed or (with parents) a continuation. Return its
+        stage, or None when a parent does not exist in the namespace
+        (nothing of a fan-in job is left written then)."""
         options, _, values = option_columns(job)  # a partition job has no unique key
         columns = partitions_sql.LANE_COLUMNS + options
         extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
+        if job.parents is not None:
+            lane = ExtraColumns(columns=columns, values=extra)
+            return self._jobs.job_insert_fan_in(cursor, job, retention_ms, lane).stage
         if job.parent_id is None:
             cursor.execute(
                 self._sql(jobs_sql.job_insert(extra_columns=columns)),
@@ -221,8 +226,10 @@ class PartitionStore(Operations):
         self, cursor: CursorWrapper, lane: PartitionLane, keep: int
     ) -> int:
         """Delete the finished jobs of ``lane``'s partition but the newest
-        ``keep``; return how many were deleted."""
+        ``keep``, and the parent lists of those that were fan-in jobs; return
+        how many jobs were deleted. Run in one transaction."""
         key: list[Any] = [lane.namespace, lane.topic, lane.partition]
+        cursor.execute(self._sql(partitions_sql.FAN_IN_TRUNCATE_HISTORY_SQL), [*key, *key, keep])
         cursor.execute(self._sql(partitions_sql.JOB_TRUNCATE_HISTORY_SQL), [*key, *key, keep])
         return int(cursor.rowcount)
 

@@ -15,6 +15,7 @@ from later_django import queues
 from later_django.db.rows import (
     JobDetail,
     JobPage,
+    JobParent,
     JobQuery,
     JobSummary,
     LaneCount,
@@ -158,8 +159,19 @@ class ReadModels(Operations):
         return dataclasses.replace(detail, queue=queues.name_of(detail.queue))
 
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
-        cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, limit])
+        """Up to ``limit`` continuations of ``job_id`` in id order, fan-in
+        children waiting on another of their parents included."""
+        cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, job_id, limit])
         return [_summary(row) for row in cursor.fetchall()]
+
+    def job_parents(self, cursor: CursorWrapper, *, job_id: str) -> list[JobParent]:
+        """Every parent of the fan-in job ``job_id`` in id order (none for
+        any other job), each with its job while it is kept."""
+        cursor.execute(self._sql(dashboard_sql.JOB_PARENTS_SQL), [job_id])
+        return [
+            JobParent(str(row[0]), None if row[1] is None else _summary(row[1:]))
+            for row in cursor.fetchall()
+        ]
 
     def job_page(self, cursor: CursorWrapper, query: JobQuery) -> JobPage:
         """A page of the list ``query`` asks for, read in its index's order

@@ -32,6 +32,9 @@ INSERT_BATCH_SIZE: Final = 1000
 
 
 class SqliteJobEngine(JobEngine):
+    fail_descendants_sql: ClassVar[str] = sqlite_sql.JOB_FAIL_DESCENDANTS_SQL
+    revive_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL
+
     # -- enqueue ---------------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         # Straight on the sqlite3 connection under Django's (the same
@@ -90,9 +93,22 @@ class SqliteJobEngine(JobEngine):
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
             return Completion(done_ids=done, released=0)
-        release = self._sql(sqlite_sql.JOB_RELEASE_CHILDREN_OF_SQL, ids=ids(len(done)))
-        cursor.execute(release, done)
-        return Completion(done_ids=done, released=int(cursor.rowcount))
+        # A statement of its own, after the parents' completion: it sees
+        # every child committed before it runs.
+        waiting = self._sql(sqlite_sql.JOB_WAITING_CHILDREN_OF_SQL, ids=ids(len(done)))
+        cursor.execute(waiting, done)
+        children = cursor.fetchall()
+        if not children:
+            return Completion(done_ids=done, released=0)
+        released = 0
+        plain = [str(job_id) for job_id, fan_in in children if not fan_in]
+        if plain:
+            cursor.execute(self._sql(sqlite_sql.JOB_RELEASE_SQL, ids=ids(len(plain))), plain)
+            released = int(cursor.rowcount)
+        fan_in = [str(job_id) for job_id, fan_in in children if fan_in]
+        if fan_in:
+            released += self._resolve_fan_in(cursor, fan_in, retention_ms=retention_ms).released
+        return Completion(done_ids=done, released=released)
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # The triggers keep one row per stage already: nothing to fold.

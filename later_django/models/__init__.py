@@ -9,6 +9,7 @@ plain job's insert never names them.
 from __future__ import annotations
 
 from .dashboard import Dashboard, DashboardStat, QueueSample
+from .fan_in import FanIn
 from .jobs import Job, JobIdField, StageCount, TaskResult
 from .partitions import Partition, PartitionSequence, Topic
 from .retained_log import LogConsumer, LogPartition, LogRecord, LogTopic
@@ -28,6 +29,7 @@ __all__ = [
     "Partition",
     "Schedule",
     "TaskResult",
+    "FanIn",
     "LogTopic",
     "LogPartition",
     "LogRecord",

@@ -28,6 +28,7 @@ from later_django.options import (
     AFTER_IS_PARENT,
     EnqueueKeywords,
     EnqueueOptions,
+    check_one_parent,
     keyword_options,
 )
 from later_django.partitions.hashing import partition_for_key
@@ -63,6 +64,7 @@ def enqueue_continue_to_partition(
 ) -> JobId:
     """``enqueue_to_partition(payload, after=parent)``. A parent that fails or
     is cancelled fails it with ``parent failed``."""
+    check_one_parent(parent, "enqueue_to_partition(payload, after=[...])")
     return _enqueue(payload, EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT))
 
 
@@ -128,6 +130,8 @@ def enqueue_recurring_continue(
     recurring job (or a job chained to one): it runs once the parent
     succeeded, in the parent's partition of the reserved topic, so the
     schedule's next occurrence waits for it too."""
+    # Its partition is its parent's: it has one.
+    check_one_parent(parent, "enqueue_to_partition(payload, after=[...]) with a topic")
     options = EnqueueOptions(priority=priority, after=parent, names=AFTER_IS_PARENT)
     job = JobBuilder().build(payload, options)
     alias = conf.database
@@ -166,6 +170,11 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
         with transaction.atomic(using=alias, savepoint=savepoint), db.cursor() as c:
             slot = PartitionSlot(lane, dialect.partitions.partition_next_sequence(c, lane))
             stage = dialect.partitions.job_insert_partitioned(c, job, slot, retention)
+            if stage is None and job.parents is not None:
+                raise JobNotFound(
+                    f"one of the parent jobs {', '.join(job.parents)} does not exist in "
+                    f"namespace {job.namespace!r} (it may have expired); nothing was written"
+                )
             if stage is None:
                 raise JobNotFound(
                     f"parent job {job.parent_id} does not exist in namespace "
@@ -177,7 +186,8 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     if stage == Stage.ENQUEUED:
         transaction.on_commit(wakeup.wake_partitions, using=alias)
     elif stage == Stage.WAITING:
-        settle_on_commit(alias, job.id, wake=wakeup.wake_partitions)
+        fan_in = job.parents is not None
+        settle_on_commit(alias, job.id, wake=wakeup.wake_partitions, fan_in=fan_in)
     if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [job], stage)
     return JobId(job.id)

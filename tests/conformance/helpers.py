@@ -18,6 +18,7 @@ from later_django.db.postgresql import connect_kwargs
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    FanInInsert,
     LogAppend,
     LogPartitionKey,
     LogTopicRow,
@@ -74,6 +75,33 @@ def insert_child(later_db, parent: str, retention_ms: int = DAY_MS) -> tuple[str
     with cursor_of(later_db) as c:
         stage = dialect_for(later_db.alias).jobs.job_insert_continuation(c, job, retention_ms)
     return job.id, stage
+
+
+def insert_fan_in(
+    later_db, parents: list[str], retention_ms: int = DAY_MS, **fields: Any
+) -> tuple[str, FanInInsert]:
+    """A fan-in child of ``parents``, as enqueue writes it (one transaction)."""
+    job = new_job(parent_id=parents[0], parents=tuple(parents), **fields)
+    with cursor_of(later_db, atomic=True) as c:
+        inserted = dialect_for(later_db.alias).jobs.job_insert_fan_in(c, job, retention_ms)
+    return job.id, inserted
+
+
+def fan_in_rows(later_db) -> list[tuple[str, str]]:
+    """Every (child, parent) row of later_fan_in, in order."""
+    rows = later_db.rows("SELECT child_id, parent_id FROM later_fan_in ORDER BY 1, 2")
+    return [(str(child), str(parent)) for child, parent in rows]
+
+
+def finish_unseen(later_db, stage: str, *job_ids: str) -> None:
+    """End jobs without their finish seeing any child, as a finish that
+    committed before a child's insert did."""
+    for job_id in job_ids:
+        later_db.execute(
+            "UPDATE later_job SET stage = %s, lease_owner = NULL, lease_expires_ms = NULL "
+            "WHERE id = %s",
+            [stage, job_id],
+        )
 
 
 COLUMNS = (

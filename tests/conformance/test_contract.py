@@ -68,6 +68,8 @@ COVERED: dict[str, frozenset[str]] = {
             "job_insert_many",
             "job_insert_continuation",
             "job_settle_child",
+            "job_insert_fan_in",
+            "job_settle_fan_in",
             "job_cancel",
             # the worker's hot path (the asyncio pair: supports_async_connection)
             "job_claim",
@@ -184,6 +186,7 @@ COVERED: dict[str, frozenset[str]] = {
             "log_consumers",
             "job_detail",
             "job_children",
+            "job_parents",
             "job_page",
         }
     ),

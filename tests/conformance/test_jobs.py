@@ -17,6 +17,7 @@ from later_django.db.rows import (
     Completion,
     ExpiredFence,
     FailureWrite,
+    FanInInsert,
     LeftAs,
     Orphan,
     OwnerFence,
@@ -41,8 +42,11 @@ from tests.conformance.helpers import (
     complete,
     cursor_of,
     db_now,
+    fan_in_rows,
+    finish_unseen,
     insert,
     insert_child,
+    insert_fan_in,
     insert_partitioned,
     job_row,
     new_job,
@@ -902,6 +906,227 @@ def test_job_retry_failed_and_run_now_change_only_the_stage_they_apply_to(later_
     assert stages(later_db, failed, child, delayed) == ["enqueued", "waiting", "enqueued"]
     assert job_row(later_db, failed)["expires_ms"] is None
     assert_counts(later_db)
+
+
+# -- fan-in (sql/fan_in.py) -------------------------------------------------------------
+
+
+def test_job_insert_fan_in_follows_all_its_parents(later_db, dialect):
+    """A fan-in child is failed after a parent that failed or was cancelled
+    (waiting on it), ready after parents that all succeeded, else waiting on
+    an unfinished parent, one not running first; its parent list is written
+    with it. A parent missing from the namespace writes nothing, and the
+    answer names it."""
+    running, done, more, failed, cancelled = (insert(later_db, priority=p) for p in range(9, 4, -1))
+    queued, elsewhere = insert(later_db), insert(later_db, namespace="other")
+    claimed = {job.id: job for job in claim(later_db, limit=4)}
+    assert set(claimed) == {running, done, more, failed}
+    complete(later_db, [(done, 1), (more, 1)])
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.jobs.job_fail(c, owned(claimed[failed]), FailureWrite(error="x", retention_ms=1))
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=cancelled, retention_ms=DAY_MS)
+    before = db_now(later_db)
+    cases = {
+        "not running first": ([running, queued, done], "waiting", queued),
+        "running": ([done, running], "waiting", running),
+        "all succeeded": ([done, more], "enqueued", None),
+        "failed": ([running, failed, done], "failed", failed),
+        "cancelled": ([queued, cancelled], "failed", cancelled),
+    }
+    children = {}
+    for case, (parents, stage, waits_on) in cases.items():
+        child, inserted = insert_fan_in(later_db, parents, retention_ms=HOUR_MS, timeout_ms=5_000)
+        assert inserted == FanInInsert(stage=stage), case
+        row = job_row(later_db, child)
+        if waits_on is not None:
+            assert row["parent_id"] == waits_on, case
+        assert (row["last_error"] == PARENT_FAILED) == (stage == "failed"), case
+        assert later_db.job_field(child, "timeout_ms") == 5_000
+        children[child] = parents
+    after = db_now(later_db)
+    for child in children:
+        row = job_row(later_db, child)
+        assert before <= row["created_ms"] <= after
+        if row["stage"] == "failed":
+            assert row["expires_ms"] == row["finished_ms"] + HOUR_MS
+    assert fan_in_rows(later_db) == sorted(
+        (child, parent) for child, parents in children.items() for parent in parents
+    )
+    count = later_db.job_count()
+    missing = new_job_id()
+    assert insert_fan_in(later_db, [running, missing, elsewhere])[1] == FanInInsert(
+        stage=None, missing=tuple(sorted([missing, elsewhere]))
+    )
+    assert later_db.job_count() == count
+    assert len(fan_in_rows(later_db)) == sum(len(p) for p in children.values())
+    assert_counts(later_db)
+
+
+def test_job_settle_fan_in_resolves_a_child_its_parents_missed(later_db, dialect):
+    """After its commit a waiting fan-in child looks at all its parents:
+    none finished, nothing changes; the one it waits on finished, it waits
+    on another; all succeeded, it is released; one failed, it fails with
+    its descendants."""
+    parents = [insert(later_db) for _ in range(6)]
+    claim(later_db, limit=6)
+    waiting = insert_fan_in(later_db, parents[0:2])[0]
+    released = insert_fan_in(later_db, parents[2:4])[0]
+    failing = insert_fan_in(later_db, parents[4:6])[0]
+    grandchild = insert_child(later_db, failing)[0]
+    untouched = job_row(later_db, waiting)
+
+    def settle(child: str) -> str:
+        with cursor_of(later_db, atomic=True) as c:
+            return dialect.jobs.job_settle_fan_in(c, job_id=child, retention_ms=DAY_MS)
+
+    assert settle(waiting) == "waiting"
+    assert job_row(later_db, waiting) == untouched
+    first = untouched["parent_id"]
+    finish_unseen(later_db, "success", first, *parents[2:4])
+    last_of_failing = job_row(later_db, failing)["parent_id"]
+    finish_unseen(later_db, "failed", *(set(parents[4:6]) - {last_of_failing}))
+    before = db_now(later_db)
+    assert [settle(waiting), settle(released), settle(failing)] == ["waiting", "released", "failed"]
+    after = db_now(later_db)
+    assert job_row(later_db, waiting)["parent_id"] == (set(parents[0:2]) - {first}).pop()
+    assert stages(later_db, waiting, released, failing, grandchild) == [
+        "waiting",
+        "enqueued",
+        "failed",
+        "failed",
+    ]
+    assert before <= job_row(later_db, released)["run_at_ms"] <= after
+    assert job_row(later_db, grandchild)["last_error"] == PARENT_FAILED
+    assert settle(released) == "waiting", "no longer waiting: nothing to do"
+    assert_counts(later_db)
+
+
+def test_complete_many_resolves_fan_in_children_by_all_their_parents(later_db, dialect):
+    """A batch's waiting fan-in children are released once every parent
+    succeeded, wait on another parent while one has not (the newest of the
+    running ones), and fail (with their descendants) after one that failed;
+    a parent done while its child waits on another changes nothing.
+    Continuations of one parent are released as ever, and counted with the
+    fan-in children released."""
+    a, b, c, d, e = (insert(later_db) for _ in range(5))
+    claim(later_db, limit=5)
+    plain = insert_child(later_db, a)[0]
+    both = insert_fan_in(later_db, [a, b])[0]
+    three = insert_fan_in(later_db, [a, b, c])[0]
+    doomed = insert_fan_in(later_db, [d, e])[0]
+    doomed_child = insert_child(later_db, doomed)[0]
+    pointers = [job_row(later_db, child)["parent_id"] for child in (both, three, doomed)]
+    assert pointers == [b, c, e], "each waits on its newest running parent"
+
+    def done(job_id: str) -> int:
+        return complete(later_db, [(job_id, 1)]).released
+
+    assert done(c) == 0
+    assert (job_row(later_db, three)["stage"], job_row(later_db, three)["parent_id"]) == (
+        "waiting",
+        b,
+    )
+    assert done(a) == 1
+    assert stages(later_db, plain, both, three) == ["enqueued", "waiting", "waiting"]
+    assert done(b) == 2
+    finish_unseen(later_db, "failed", d)
+    assert done(e) == 0
+    assert stages(later_db, both, three, doomed, doomed_child) == [
+        "enqueued",
+        "enqueued",
+        "failed",
+        "failed",
+    ]
+    assert job_row(later_db, doomed_child)["last_error"] == PARENT_FAILED
+    assert_counts(later_db)
+
+
+def test_fan_in_children_fail_with_any_parent_and_revive_with_it(later_db, dialect):
+    """A failing job fails its fan-in children whichever parent they wait
+    on, and theirs; an operator's retry of it makes them wait on it again."""
+    x, y = insert(later_db, delay_ms=HOUR_MS), insert(later_db)
+    z = insert(later_db, delay_ms=DAY_MS)
+    child = insert_fan_in(later_db, [x, y])[0]
+    grandchild = insert_fan_in(later_db, [z, child])[0]
+    assert [job_row(later_db, j)["parent_id"] for j in (child, grandchild)] == [x, z], (
+        "each waits on its parent due last"
+    )
+    plain = insert_child(later_db, child)[0]
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.jobs.job_fail_descendants(c, job_id=y, retention_ms=DAY_MS)
+    assert stages(later_db, x, y, z, child, grandchild, plain) == [
+        "delayed",
+        "enqueued",
+        "delayed",
+        "failed",
+        "failed",
+        "failed",
+    ]
+    finish_unseen(later_db, "failed", y)
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.jobs.job_retry_failed(c, namespace=NS, job_id=y) == 3
+    assert stages(later_db, y, child, grandchild, plain) == ["enqueued"] + ["waiting"] * 3
+    assert [job_row(later_db, j)["parent_id"] for j in (child, grandchild, plain)] == [
+        y,
+        child,
+        child,
+    ]
+    assert_counts(later_db)
+
+
+def test_job_orphans_resolve_fan_in_children_by_all_their_parents(later_db, dialect):
+    """A fan-in child is an orphan when the parent it waits on finished or a
+    parent failed: resolved, it waits on another while one has not finished,
+    is released once all succeeded (one pruned counts as succeeded), and
+    fails after one that failed."""
+    parents = [insert(later_db) for _ in range(6)]
+    repointed = insert_fan_in(later_db, parents[0:2])[0]
+    released = insert_fan_in(later_db, parents[2:4])[0]
+    failed = insert_fan_in(later_db, parents[4:6])[0]
+    pointers = {
+        child: job_row(later_db, child)["parent_id"] for child in (repointed, released, failed)
+    }
+    finish_unseen(later_db, "success", pointers[repointed], pointers[released])
+    later_db.execute(
+        "DELETE FROM later_job WHERE id = %s", [(set(parents[2:4]) - {pointers[released]}).pop()]
+    )
+    finish_unseen(later_db, "failed", (set(parents[4:6]) - {pointers[failed]}).pop())
+    with cursor_of(later_db) as c:
+        orphans = dialect.jobs.job_orphans(c, namespace=NS, limit=10)
+    assert sorted(orphans, key=lambda o: o.job_id) == sorted(
+        [
+            Orphan(job_id=repointed, parent_stage="success", fan_in=True),
+            Orphan(job_id=released, parent_stage="success", fan_in=True),
+            Orphan(job_id=failed, parent_stage="enqueued", fan_in=True),
+        ],
+        key=lambda o: o.job_id,
+    )
+    for orphan in orphans:
+        with cursor_of(later_db, atomic=True) as c:
+            dialect.jobs.job_resolve_orphan(c, orphan, retention_ms=HOUR_MS)
+    assert stages(later_db, repointed, released, failed) == ["waiting", "enqueued", "failed"]
+    assert (
+        job_row(later_db, repointed)["parent_id"]
+        == (set(parents[0:2]) - {pointers[repointed]}).pop()
+    )
+    with cursor_of(later_db) as c:
+        assert dialect.jobs.job_orphans(c, namespace=NS, limit=10) == []
+    assert_counts(later_db)
+
+
+def test_job_prune_deletes_a_fan_in_childs_parent_list(later_db, dialect):
+    """Pruning a fan-in child deletes its parent list; pruning a parent
+    keeps the lists it is on."""
+    parents = [insert(later_db) for _ in range(2)]
+    child = insert_fan_in(later_db, parents)[0]
+    other = insert_fan_in(later_db, parents)[0]
+    finish_unseen(later_db, "success", *parents, child)
+    later_db.execute(
+        "UPDATE later_job SET expires_ms = 0 WHERE id IN (%s, %s, %s)", [*parents, child]
+    )
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.jobs.job_prune(c, namespace=NS, limit=10) == 3
+    assert fan_in_rows(later_db) == sorted((other, parent) for parent in parents)
 
 
 # -- the Django Tasks backend's results -------------------------------------------------

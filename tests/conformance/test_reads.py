@@ -28,6 +28,7 @@ from tests.conformance.helpers import (
     insert_child,
     log_append,
     log_topic,
+    new_job,
 )
 
 # later's SQL on the two databases: Django's version changes nothing here, so
@@ -127,6 +128,24 @@ def test_job_detail_and_children_never_read_the_payload(later_db, dialect):
     assert detail is not None and detail.id == parent and detail.stage == "enqueued"
     assert b"secret" not in repr(detail).encode()
     assert [j.id for j in listed] == sorted(children)[:2]
+
+
+def test_job_parents_and_children_of_a_fan_in_job(later_db, dialect):
+    """A fan-in job's parents in id order, a pruned one without its job; a
+    parent's children include fan-in children waiting on another parent."""
+    parents = sorted(insert(later_db) for _ in range(3))
+    job = new_job(parent_id=parents[0], parents=tuple(parents))
+    with cursor_of(later_db, atomic=True) as c:
+        assert dialect.jobs.job_insert_fan_in(c, job, DAY_MS).stage == "waiting"
+    plain = insert_child(later_db, parents[1])[0]
+    later_db.execute("DELETE FROM later_job WHERE id = %s", [parents[2]])
+    with cursor_of(later_db) as c:
+        listed = dialect.reads.job_parents(c, job_id=job.id)
+        assert dialect.reads.job_parents(c, job_id=plain) == []
+        children = dialect.reads.job_children(c, job_id=parents[1], limit=5)
+    assert [p.id for p in listed] == parents
+    assert [p.job.id if p.job else None for p in listed] == [*parents[:2], None]
+    assert [child.id for child in children] == sorted([job.id, plain])
 
 
 def test_job_page_reads_a_stage_in_order_page_by_page_with_filters(later_db, dialect):

@@ -621,3 +621,34 @@ def run_atomic_ordered(ctx: JobContext, payload: AtomicOrdered) -> None:
     _record("atomic-wrote", ctx, tag)
     if payload.fail_first and ctx.attempt == 1:
         raise RuntimeError(f"first attempt of {tag} fails")
+
+
+@dataclass
+class Until:
+    """Holds its worker until the wall clock reads ``at`` (epoch seconds), so
+    jobs on several processes finish at the same moment."""
+
+    at: float
+    n: int = 0
+
+
+@job
+def run_until(ctx: JobContext, payload: Until) -> None:
+    left = payload.at - time.clock_gettime(time.CLOCK_REALTIME)
+    if left > 0:
+        time.sleep(left)
+    _record("until", ctx, str(payload.n))
+
+
+@dataclass
+class FanOut:
+    """Enqueues ``width`` Noop jobs, and a Noop that runs after all of them."""
+
+    width: int
+
+
+@job
+def run_fan_out(ctx: JobContext, payload: FanOut) -> None:
+    parents = [ctx.enqueue(Noop(n=n)) for n in range(payload.width)]
+    ctx.enqueue_continue_all(parents, Noop(n=1000))
+    _record("fanout", ctx)

@@ -61,6 +61,15 @@ class JobSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class JobParent:
+    """A parent of a fan-in job: its id, and the job while it is kept (None
+    once pruned)."""
+
+    id: str
+    job: JobSummary | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobPage:
     """A page of jobs; ``after`` is the cursor of the next page (None at the
     end). ``scanned_out`` says the page stopped at ``scan_limit`` entries

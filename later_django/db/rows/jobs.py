@@ -70,6 +70,15 @@ class FailureWrite:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraColumns:
+    """Columns an insert names after those of every job (", a, b"), and
+    their values."""
+
+    columns: str
+    values: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TaskAttemptEnd:
     """The end of an attempt of a Django Tasks job, stored in one statement."""
 
@@ -111,10 +120,29 @@ class StuckJob:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Orphan:
     """A waiting continuation whose parent finished (``parent_stage``) or is
-    gone (None)."""
+    gone (None); a ``fan_in`` child is resolved by all its parents."""
 
     job_id: str
     parent_stage: str | None
+    fan_in: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FanInInsert:
+    """A fan-in child's insert: its stage, or None and the parents ``missing``
+    from the namespace (nothing is left written then)."""
+
+    stage: str | None
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FanInResolution:
+    """What resolving waiting fan-in children did: how many became ready, and
+    which failed because a parent did (their descendants failed with them)."""
+
+    released: int = 0
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

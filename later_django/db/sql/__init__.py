@@ -50,6 +50,7 @@ TABLES: Final = (
     "later_dashboard_stat",
     "later_queue_sample",
     "later_queue",
+    "later_fan_in",
 )
 
 # The time of a stage change: never before the row's previous change, so a

@@ -75,11 +75,26 @@ JOB_DETAIL_SQL: Final = compose(
     "SELECT {columns} FROM later_job WHERE id = %s AND namespace = %s", columns=DETAIL_COLUMNS
 )
 
-# Up to a page of a job's continuations (the parent index).
+# Up to a page of a job's continuations (the parent index), fan-in
+# children waiting on another parent included (later_fan_in's parent index).
 JOB_CHILDREN_SQL: Final = compose(
     """
 SELECT {columns} FROM later_job
-WHERE parent_id = %s AND parent_id IS NOT NULL ORDER BY id LIMIT %s
+WHERE id IN (
+    SELECT id FROM later_job WHERE parent_id = %s AND parent_id IS NOT NULL
+    UNION
+    SELECT child_id FROM later_fan_in WHERE parent_id = %s)
+ORDER BY id LIMIT %s
+""",
+    columns=SUMMARY_COLUMNS,
+)
+
+# Every parent of a fan-in job, in id order, with the job while it is kept
+# (its columns are named alone: later_fan_in has none of them).
+JOB_PARENTS_SQL: Final = compose(
+    """
+SELECT f.parent_id, {columns} FROM later_fan_in f LEFT JOIN later_job j ON j.id = f.parent_id
+WHERE f.child_id = %s ORDER BY f.parent_id
 """,
     columns=SUMMARY_COLUMNS,
 )

@@ -101,7 +101,8 @@ JOB_INSERT_SQL: Final = job_insert()
 # its parent's, read in the same statement without a lock (a caller's
 # transaction left open must not hold up the parent's renewal or
 # completion). A parent that finishes while the child's transaction is
-# still open is caught by job_settle_child after its commit.
+# still open is caught by job_settle_child after its commit. {parent}
+# picks the parent row ``p`` it follows, {found} may refuse the insert.
 _CONTINUATION_INSERT: Final = """
 INSERT INTO later_job ({columns}{extra_columns}, finished_ms, expires_ms, last_error)
 SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, {now}, {now}, {now},
@@ -110,22 +111,44 @@ SELECT %s, p.namespace, %s, %s, p.child_stage, %s, 0, %s, p.id, {now}, {now}, {n
        CASE WHEN p.child_stage = 'failed' THEN {now} + %s END,
        CASE WHEN p.child_stage = 'failed' THEN '{parent_failed}' END
 FROM (
-    SELECT id, namespace, CASE stage
+    SELECT p.id, p.namespace, CASE p.stage
         WHEN 'success' THEN 'enqueued'
         WHEN 'failed' THEN 'failed'
         WHEN 'cancelled' THEN 'failed'
         ELSE 'waiting' END AS child_stage
-    FROM later_job WHERE id = %s AND namespace = %s
-) p{on_conflict}
+    FROM {parent}
+) p{found}{on_conflict}
 RETURNING stage
 """
+# The parent of a continuation of one parent: by id.
+ONE_PARENT: Final = "later_job p WHERE p.id = %s AND p.namespace = %s"
+# The parent a fan-in child follows, among the rows of later_fan_in written
+# just before it (sql/fan_in.py): a failed or cancelled one (the child is
+# stored failed), else an unfinished one, the one likely to finish last
+# (not running, due last, newest), else a succeeded one (the child is ready).
+FAN_IN_PARENT: Final = """later_fan_in f JOIN later_job p ON p.id = f.parent_id
+    WHERE f.child_id = %s AND p.namespace = %s
+    ORDER BY CASE p.stage WHEN 'failed' THEN 0 WHEN 'cancelled' THEN 0
+        WHEN 'success' THEN 3 WHEN 'running' THEN 2 ELSE 1 END,
+        p.run_at_ms DESC, p.id DESC
+    LIMIT 1"""
+# A fan-in child is written only if every parent listed exists in the namespace.
+FAN_IN_FOUND: Final = """
+WHERE NOT EXISTS (
+    SELECT 1 FROM later_fan_in f WHERE f.child_id = %s
+      AND NOT EXISTS (SELECT 1 FROM later_job q WHERE q.id = f.parent_id AND q.namespace = %s))"""
 
 
 @functools.cache
-def continuation_insert(*, extra_columns: str = "", extra_values: str = "") -> str:
+def continuation_insert(
+    *, extra_columns: str = "", extra_values: str = "", fan_in: bool = False
+) -> str:
     """The insert of a continuation with ``extra_columns`` and their
     ``extra_values`` as job_insert's (their parameters after the five of
-    the job's own, before the retention)."""
+    the job's own, before the retention): of one parent (its id and
+    namespace last), or, ``fan_in``, of the parents listed in later_fan_in
+    (the child's id and namespace last, twice). A unique job's (its columns
+    name unique_key; one parent only) writes nothing while its key is held."""
     return compose(
         _CONTINUATION_INSERT,
         columns=INSERT_COLUMNS,
@@ -133,6 +156,8 @@ def continuation_insert(*, extra_columns: str = "", extra_values: str = "") -> s
         extra_values=extra_values or ", %s" * extra_columns.count(","),
         parent_failed=PARENT_FAILED,
         on_conflict=UNIQUE_CONFLICT if "unique_key" in extra_columns else "",
+        parent=FAN_IN_PARENT if fan_in else ONE_PARENT,
+        found=FAN_IN_FOUND if fan_in else "",
     )
 
 
@@ -248,22 +273,6 @@ _JOB_FAIL: Final = compose(
 JOB_FAIL_OWNED_SQL: Final = compose(_JOB_FAIL, fence=OWNER_FENCE)
 JOB_FAIL_EXPIRED_SQL: Final = compose(_JOB_FAIL, fence=EXPIRED_FENCE)
 
-# Continuations of continuations fail too: a chain never waits on a parent
-# that can no longer succeed.
-JOB_FAIL_DESCENDANTS_SQL: Final = compose(
-    """
-WITH RECURSIVE d(id) AS (
-    SELECT id FROM later_job WHERE parent_id = %s AND stage = 'waiting'
-    UNION
-    SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
-    WHERE j.stage = 'waiting'
-)
-UPDATE later_job SET {to_failed}
-WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
-""",
-    to_failed=TO_FAILED,
-)
-
 # cancel() of a running job: a request its worker finds within a second
 # (JOB_CANCEL_REQUESTED_SQL) and honours by stopping the handler. The first
 # request's time is kept.
@@ -329,22 +338,31 @@ ORDER BY lease_expires_ms LIMIT %s
 """
 
 # Servers pruning at once skip each other's rows instead of queueing on them.
+# Whether each was a continuation: only those can have fan-in rows.
 JOB_PRUNE_SQL: Final = """
 DELETE FROM later_job WHERE id IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
     LIMIT %s {skip_locked})
-RETURNING id
+RETURNING id, parent_id IS NOT NULL
 """
 
 # The Tasks backend's results of jobs just pruned, in the same transaction.
 TASK_RESULT_PRUNE_SQL: Final = "DELETE FROM later_task_result WHERE job_id IN ({ids})"
 
+# Waiting continuations whose parent finished or is gone, and fan-in
+# children with a parent that failed or was cancelled whatever the one they
+# wait on (its failure missed them only if it committed before they did and
+# their own check after the commit did not run); whether each is a fan-in
+# child (sql/fan_in.py), which is resolved by all its parents.
 JOB_ORPHANS_SQL: Final = """
-SELECT c.id, p.stage FROM later_job c
+SELECT c.id, p.stage, EXISTS (SELECT 1 FROM later_fan_in f WHERE f.child_id = c.id)
+FROM later_job c
 LEFT JOIN later_job p ON p.id = c.parent_id
 WHERE c.namespace = %s AND c.stage = 'waiting'
-  AND (p.id IS NULL OR p.stage IN ('success', 'failed', 'cancelled'))
+  AND (p.id IS NULL OR p.stage IN ('success', 'failed', 'cancelled') OR EXISTS (
+    SELECT 1 FROM later_fan_in f JOIN later_job q ON q.id = f.parent_id
+    WHERE f.child_id = c.id AND q.stage IN ('failed', 'cancelled')))
 LIMIT %s
 """
 
@@ -381,31 +399,6 @@ WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
     release=RELEASE,
     parent_failed=PARENT_FAILED,
     parent_missing=PARENT_MISSING,
-    key_free=KEY_FREE,
-)
-
-# The plain continuations (and theirs) that failed only because this job
-# failed wait for it again. A partition job is left failed: its partition
-# has moved on, and waiting again would put it back in front of the jobs
-# behind it. (A subquery, not a leading WITH: SQLite counts the rows an
-# UPDATE changed only then.)
-JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
-    """
-UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
-    expires_ms = NULL, last_error = NULL, history = history || 'waiting@' || {stamp} || ';'
-WHERE id IN (
-    WITH RECURSIVE d(id) AS (
-        SELECT id FROM later_job
-        WHERE parent_id = %s AND stage = 'failed' AND last_error = '{parent_failed}'
-          AND topic IS NULL
-        UNION
-        SELECT j.id FROM later_job j JOIN d ON j.parent_id = d.id
-        WHERE j.stage = 'failed' AND j.last_error = '{parent_failed}' AND j.topic IS NULL
-    )
-    SELECT id FROM d)
-  AND stage = 'failed' AND {key_free}
-""",
-    parent_failed=PARENT_FAILED,
     key_free=KEY_FREE,
 )
 

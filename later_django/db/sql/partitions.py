@@ -145,16 +145,25 @@ JOB_FORCE_FAIL_SQL: Final = compose(
 
 # truncate_partition_history: finished jobs of the partition but the newest
 # ``keep`` (by sequence).
-JOB_TRUNCATE_HISTORY_SQL: Final = """
-DELETE FROM later_job
-WHERE namespace = %s AND topic = %s AND partition = %s
+_TRUNCATED: Final = """namespace = %s AND topic = %s AND partition = %s
   AND stage IN ('success', 'failed', 'cancelled')
   AND id NOT IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND topic = %s AND partition = %s
       AND stage IN ('success', 'failed', 'cancelled')
-    ORDER BY sequence DESC LIMIT %s)
-"""
+    ORDER BY sequence DESC LIMIT %s)"""
+JOB_TRUNCATE_HISTORY_SQL: Final = compose(
+    "DELETE FROM later_job WHERE {truncated}", truncated=_TRUNCATED
+)
+# The parent lists of the fan-in jobs among them (sql/fan_in.py), deleted
+# first: only continuations can have one.
+FAN_IN_TRUNCATE_HISTORY_SQL: Final = compose(
+    """
+DELETE FROM later_fan_in WHERE child_id IN (
+    SELECT id FROM later_job WHERE {truncated} AND parent_id IS NOT NULL)
+""",
+    truncated=_TRUNCATED,
+)
 
 # Per partition: the next sequence, the head's sequence and due time, and
 # its lease. Depth is next - head: no count over jobs. The partitions are

@@ -7,7 +7,15 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.db.sql.jobs import CLAIM_RETURNING, DUE_IDS, IN_QUEUE, PROMOTE, QUEUE_RUNS
+from later_django.db.sql.fan_in import REVIVABLE_CHILD, WAITING_CHILD
+from later_django.db.sql.jobs import (
+    CLAIM_RETURNING,
+    DUE_IDS,
+    IN_QUEUE,
+    PROMOTE,
+    QUEUE_RUNS,
+    TO_FAILED,
+)
 from later_django.db.sql.limits import KEYED_PICK
 from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, HELD
 
@@ -139,6 +147,55 @@ JOB_PROMOTE_DUE_SQL: Final = compose(
     "WITH due AS MATERIALIZED ({due_ids})\n{promote}",
     due_ids=DUE_IDS,
     promote=compose(PROMOTE, due="SELECT id FROM due"),
+)
+
+
+# -- descendants (sql/fan_in.py) ----------------------------------------------------
+# The children ``c`` of the job ``d.id`` by both links, parent_id and
+# later_fan_in: a LATERAL union, since a step of a recursive query may
+# name the recursive table once only on PostgreSQL. As text: the id of
+# the first row is a parameter.
+_CHILDREN: Final = """SELECT c.id::text AS id FROM later_job c WHERE c.parent_id = d.id AND {child}
+        UNION ALL
+        SELECT c.id::text FROM later_fan_in f JOIN later_job c ON c.id = f.child_id
+        WHERE f.parent_id = d.id AND {child}"""
+
+# Continuations of continuations fail too, and fan-in children waiting on
+# another parent: a chain never waits on a parent that can no longer
+# succeed.
+JOB_FAIL_DESCENDANTS_SQL: Final = compose(
+    """
+WITH RECURSIVE d(id) AS (
+    SELECT CAST(%s AS text)
+    UNION
+    SELECT n.id FROM d CROSS JOIN LATERAL ({children}) n
+)
+UPDATE later_job SET {to_failed}
+WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
+""",
+    children=compose(_CHILDREN, child=WAITING_CHILD),
+    to_failed=TO_FAILED,
+)
+
+# The continuations (and theirs) that failed only because this job failed
+# wait for it again; a fan-in child waits on the parent it was reached
+# through (``via``), whichever it waited on before.
+JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
+    """
+UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
+    expires_ms = NULL, last_error = NULL, parent_id = r.via,
+    history = history || 'waiting@' || {stamp} || ';'
+FROM (
+    WITH RECURSIVE d(id, via) AS (
+        SELECT CAST(%s AS text), CAST(NULL AS text)
+        UNION
+        SELECT n.id, d.id FROM d CROSS JOIN LATERAL ({children}) n
+    )
+    SELECT id, MIN(via) AS via FROM d WHERE via IS NOT NULL GROUP BY id
+) r
+WHERE later_job.id = r.id AND later_job.stage = 'failed'
+""",
+    children=compose(_CHILDREN, child=REVIVABLE_CHILD),
 )
 
 

@@ -24,6 +24,7 @@ from shop.jobs import (
     AskForReview,
     CancelledCoupon,
     ChargeCard,
+    CloseOrder,
     LedgerEntry,
     NotifyWarehouse,
     SalesReport,
@@ -72,6 +73,7 @@ class Command(BaseCommand):
             # (shop/jobs.py) gives back the first one's id, writing nothing.
             resend = later.enqueue_continue(charge, SendReceipt(order.pk, order.email))
             warehouse = later.enqueue_continue(charge, NotifyWarehouse(order.pk))
+            close = later.enqueue(CloseOrder(order.pk), after=[receipt, warehouse])
             review = later.enqueue_delayed(AskForReview(order.pk), timedelta(seconds=2))
             coupon = later.enqueue(CancelledCoupon(code="SPRING"))
             # A Django task (shop/tasks.py) joins the same transaction.
@@ -95,6 +97,7 @@ class Command(BaseCommand):
             "charge card (sync, atomic, priority 10)": charge,
             "send receipt (async continuation)": receipt,
             "notify warehouse (fails once, retried)": warehouse,
+            "close order (fan-in: after receipt and warehouse)": close,
             "ask for review (delayed 2 s)": review,
             "apply coupon (cancelled)": coupon,
             "sales report (recurring, first occurrence)": report,
