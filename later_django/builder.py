@@ -88,29 +88,29 @@ class JobBuilder:
                 "elsewhere and pass a reference"
             )
         queue = self._queue(options.queue or handler.queue)
-        extra: dict[str, Any] = {}
-        if unique:
-            extra.update(self._unique(payload, handler, options))
-        if handler.concurrency is not None:
-            extra.update(self._keyed(handler, payload, queue))
-        return NewJob(
+        job = NewJob(
             # The id's time part is this host's clock: ids stay unique and
             # roughly ordered whatever the clock; every stored time is the
             # database's.
-            id=new_job_id() if job_id is None else job_id,
-            namespace=self.namespace,
-            type_name=handler.name,
-            payload=data,
-            priority=handler.priority if options.priority is None else options.priority,
-            retry_policy=retry_policy,
-            parent_id=options.parent_id,
+            new_job_id() if job_id is None else job_id,
+            self.namespace,
+            handler.name,
+            data,
+            handler.priority if options.priority is None else options.priority,
+            retry_policy,
+            options.parent_id,
+            options.run_at_ms,
+            options.delay_ms,
+            options.timeout_ms,
+            queue,
             parents=options.parent_ids,
-            run_at_ms=options.run_at_ms,
-            delay_ms=options.delay_ms,
-            timeout_ms=options.timeout_ms,
-            queue=queue,
-            **extra,
         )
+        # Unique and keyed jobs only: a plain job's row is made once.
+        if unique:
+            job = job._replace(**self._unique(payload, handler, options))
+        if handler.concurrency is not None:
+            job = job._replace(**self._keyed(handler, payload, queue))
+        return job
 
     def _keyed(
         self, handler: registry.Handler, payload: object, queue: str | None
