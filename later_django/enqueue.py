@@ -338,17 +338,8 @@ def _insert_continuation(job: NewJob) -> JobId:
         schema.raise_if_not_migrated(alias, exc)
         raise
     if stage is None:
-        raise JobNotFound(
-            f"parent job {job.parent_id} does not exist in namespace "
-            f"{job.namespace!r} (it may have expired)"
-        )
-    if events.JobEnqueued in events.listening:
-        tell_on_commit(alias, [job], stage)
-    if stage == Stage.ENQUEUED:
-        _wake_on_commit(alias)
-    elif stage == Stage.WAITING:
-        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1))
-    return JobId(job.id)
+        raise JobNotFound(_missing_parents([job.parent_id or ""], job.namespace))
+    return _written(alias, job, stage)
 
 
 def _insert_unique(job: NewJob) -> JobId:
@@ -363,23 +354,14 @@ def _insert_unique(job: NewJob) -> JobId:
         schema.raise_if_not_migrated(alias, exc)
         raise
     if inserted is None:
-        raise JobNotFound(
-            f"parent job {job.parent_id} does not exist in namespace "
-            f"{job.namespace!r} (it may have expired)"
-        )
+        raise JobNotFound(_missing_parents([job.parent_id or ""], job.namespace))
     stage = inserted.stage
     if stage is None:
         if events.JobDuplicate in events.listening:
             queue = queues.name_of(job.queue)
             events.emit(events.JobDuplicate(inserted.job_id, job.type_name, job.namespace, queue))
         return DuplicateJobId(inserted.job_id)
-    if events.JobEnqueued in events.listening:
-        tell_on_commit(alias, [job], stage)
-    if stage == Stage.ENQUEUED:
-        _wake_on_commit(alias)
-    elif stage == Stage.WAITING:
-        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1))
-    return JobId(job.id)
+    return _written(alias, job, stage)
 
 
 def _insert_fan_in(job: NewJob) -> JobId:
@@ -400,12 +382,20 @@ def _insert_fan_in(job: NewJob) -> JobId:
     stage = inserted.stage
     if stage is None:
         raise JobNotFound(_missing_parents(inserted.missing, job.namespace))
+    return _written(alias, job, stage, fan_in=True)
+
+
+def _written(alias: str, job: NewJob, stage: str, *, fan_in: bool = False) -> JobId:
+    """What follows the insert of a continuation or a unique job once it
+    was written in ``stage``: events, a wake-up, or its settling after the
+    commit."""
     if events.JobEnqueued in events.listening:
         tell_on_commit(alias, [job], stage)
     if stage == Stage.ENQUEUED:
         _wake_on_commit(alias)
     elif stage == Stage.WAITING:
-        settle_on_commit(alias, job.id, wake=functools.partial(wakeup.wake, 1), fan_in=True)
+        wake = functools.partial(wakeup.wake, 1)
+        settle_on_commit(alias, job.id, wake=wake, fan_in=fan_in)
     return JobId(job.id)
 
 
