@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -150,6 +151,25 @@ def test_an_enqueue_stores_the_key_and_the_limit_and_plain_jobs_store_neither(la
     assert key_columns(later_db, child) == ("c", 1)
     assert key_columns(later_db, delayed) == ("d", 1)
     assert key_columns(later_db, plain) == (None, None)
+
+
+def test_the_job_page_shows_a_keyed_jobs_key_and_limit(later_db, limited):
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create(username="viewer", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="later_django", codename="view_dashboard")
+    )
+    client = Client()
+    client.force_login(user)
+    pair = later.enqueue(limited.Pair(key="x"))
+    plain = later.enqueue(Noop(n=1))
+    page = client.get(f"/admin/later/jobs/{pair}/").content.decode()
+    assert re.search(r'id="later-concurrency-key">pair-x \(at most 2 running at once\)<', page)
+    assert "later-concurrency-key" not in client.get(f"/admin/later/jobs/{plain}/").content.decode()
+    detail = client.get(f"/admin/later/api/jobs/{pair}").json()
+    assert (detail["concurrency_key"], detail["concurrency_limit"]) == ("pair-x", 2)
 
 
 def test_a_plain_jobs_insert_names_no_limit_column(limited):

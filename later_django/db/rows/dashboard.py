@@ -108,6 +108,9 @@ class JobDetail:
     # Its unique key, and the start of its uniqueness window (unique_for).
     unique_key: str | None = None
     unique_slot_ms: int | None = None
+    # Its concurrency key and the most jobs of it that run at once.
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,7 @@ DETAIL_COLUMNS: Final = (
     "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
     "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
     "history, parent_id, recurring, topic, partition, sequence, queue, unique_key, "
-    "unique_slot_ms"
+    "unique_slot_ms, concurrency_key, concurrency_limit"
 )
 
 JOB_DETAIL_SQL: Final = compose(
