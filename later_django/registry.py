@@ -64,6 +64,8 @@ _by_name: dict[str, Handler] = {}
 # The handlers with a concurrency limit, by payload type: a plain enqueue
 # asks whether there are any without looking at every handler.
 _keyed: dict[type[Any], Handler] = {}
+# The payload types whose jobs have a unique key, kept the same way.
+_unique: set[type[Any]] = set()
 # Find handlers of names no @job registered, on first use: the Django Tasks
 # backend's jobs are named by their task's import path (later_django.tasks).
 _resolvers: list[Callable[[str], Handler | None]] = []
@@ -216,8 +218,9 @@ def _check_unique(
 
 
 def any_unique() -> bool:
-    """Does any registered type give its jobs a unique key?"""
-    return any(handler.unique_key is not None for handler in _by_type.values())
+    """Does any registered type give its jobs a unique key (a bulk enqueue
+    then looks at its rows before writing them)?"""
+    return bool(_unique)
 
 
 def _payload_type_of(func: Callable[..., Any]) -> type[Any]:
@@ -291,9 +294,12 @@ def _register(handler: Handler) -> None:
             _by_type.pop(replaced.payload_type, None)
             _by_name.pop(replaced.name, None)
             _keyed.pop(replaced.payload_type, None)
+            _unique.discard(replaced.payload_type)
     _by_type[handler.payload_type] = handler
     if handler.concurrency is not None:
         _keyed[handler.payload_type] = handler
+    if handler.unique_key is not None:
+        _unique.add(handler.payload_type)
     _by_name[handler.name] = handler
 
 
@@ -385,5 +391,6 @@ def unregister(payload_type: type[Any]) -> None:
     """Remove the handler of ``payload_type`` (for tests)."""
     handler = _by_type.pop(payload_type, None)
     _keyed.pop(payload_type, None)
+    _unique.discard(payload_type)
     if handler is not None:
         _by_name.pop(handler.name, None)
