@@ -37,6 +37,9 @@ class JobContext:
     app: Any = None
     # Made on first use: most jobs never look, and an Event costs a lock.
     _cancel: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+    # A Django Tasks attempt's end (db.rows.TaskAttemptEnd), handed over by
+    # its handler: the worker writes it with the attempt's outcome.
+    _attempt_end: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def cancel_requested(self) -> threading.Event:

@@ -35,6 +35,7 @@ from later_django.db.rows import (
     LimitedClaimRequest,
     OwnerFence,
     RetryWrite,
+    SuccessBatch,
 )
 from later_django.db.sql.jobs import JOB_INSERT_SQL
 from later_django.limits import QueueLimits
@@ -265,7 +266,7 @@ def _release(how: str) -> Callable[[Any, Any, str, int], bool]:
         fence = OwnerFence(job_id=job_id, attempts=attempts, owner=OWNER)
         if how == "success":
             done = dialect.jobs.job_complete_many(
-                cursor, owner=OWNER, jobs=[(job_id, attempts)], retention_ms=60_000
+                cursor, SuccessBatch(owner=OWNER, jobs=[(job_id, attempts)], retention_ms=60_000)
             )
             return done.done_ids == [job_id]
         if how == "failure":

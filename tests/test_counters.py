@@ -13,7 +13,14 @@ from django.test import override_settings
 
 import later_django as later
 from later_django.db import dialect_for
-from later_django.db.rows import ClaimRequest, ExpiredFence, FailureWrite, OwnerFence, RetryWrite
+from later_django.db.rows import (
+    ClaimRequest,
+    ExpiredFence,
+    FailureWrite,
+    OwnerFence,
+    RetryWrite,
+    SuccessBatch,
+)
 from later_django.ids import new_job_id
 from later_django.models import Job
 from later_django.states import Stage
@@ -131,7 +138,10 @@ class Mix:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 done = self.dialect.jobs.job_complete_many(
-                    c, owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
+                    c,
+                    SuccessBatch(
+                        owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
+                    ),
                 ).done_ids
                 assert done == [job_id]
 
@@ -168,7 +178,7 @@ class Mix:
             stale = self.rng.choice([("intruder", attempts), (owner, attempts - 1)])
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 done = self.dialect.jobs.job_complete_many(
-                    c, owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS
+                    c, SuccessBatch(owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS)
                 ).done_ids
                 assert done == []
 

@@ -22,7 +22,7 @@ import later_django as later
 from later_django import codec
 from later_django.conf import conf
 from later_django.db import dialect_for
-from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence, RetryWrite
+from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence, RetryWrite, SuccessBatch
 from later_django.db.sessions import WorkerSessions
 from later_django.ids import new_job_id
 from later_django.types import NewJob
@@ -52,7 +52,10 @@ def _complete(later_db, claimed, *, owner="worker-1"):
         done = (
             dialect_for(later_db.alias)
             .jobs.job_complete_many(
-                c, owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
+                c,
+                SuccessBatch(
+                    owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
+                ),
             )
             .done_ids
         )

@@ -24,7 +24,7 @@ import later_django as later
 from later_django import JobContext
 from later_django.conf import conf
 from later_django.db import dialect_for
-from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence
+from later_django.db.rows import ClaimRequest, FailureWrite, OwnerFence, SuccessBatch
 from later_django.db.sessions import WorkerSessions
 from later_django.ids import new_job_id
 from later_django.testing import drain
@@ -54,7 +54,10 @@ def _complete(later_db, *claimed, owner=OWNER):
     continuations it released."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         completion = dialect_for(later_db.alias).jobs.job_complete_many(
-            c, owner=owner, jobs=[(j.id, j.attempts) for j in claimed], retention_ms=DAY_MS
+            c,
+            SuccessBatch(
+                owner=owner, jobs=[(j.id, j.attempts) for j in claimed], retention_ms=DAY_MS
+            ),
         )
     assert sorted(completion.done_ids) == sorted(j.id for j in claimed)
     return completion.released

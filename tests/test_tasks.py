@@ -194,6 +194,20 @@ def test_results_go_with_their_jobs_and_plain_jobs_write_none(later_db, record):
     assert result_rows(later_db) == 0
 
 
+@pytest.mark.parametrize("fail", [False, True], ids=["success", "failure"])
+def test_an_attempt_whose_claim_was_taken_over_writes_no_result(later_db, fail):
+    """A result is written with its attempt's outcome, under the same fence:
+    an attempt whose lease another server took stores neither."""
+    from later_django.exceptions import LeaseLost
+    from later_django.testing import drain
+
+    result = tasks.lose_own_lease.enqueue(fail)
+    with pytest.raises(LeaseLost):
+        drain()
+    assert result_rows(later_db) == 0
+    assert tasks.lose_own_lease.get_result(result.id).status == TaskResultStatus.RUNNING
+
+
 def test_a_tasks_queue_that_later_does_not_declare_is_a_system_check_error(settings):
     settings.TASKS = {
         "default": {

@@ -31,6 +31,7 @@ from later_django.db.rows import (
     OwnerFence,
     RetryWrite,
     StuckJob,
+    SuccessBatch,
     TaskAttemptEnd,
 )
 from later_django.db.sql import fan_in as fan_in_sql
@@ -320,13 +321,11 @@ class JobEngine(Operations, abc.ABC):
     def job_complete_many(
         self,
         cursor: CursorWrapper,
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
+        batch: SuccessBatch,
     ) -> Completion:
         """Mark each claim of ``jobs`` that ``owner`` still holds as succeeded
-        and release their waiting continuations. Run in one transaction."""
+        and release their waiting continuations; write the ``results`` of
+        those that are task jobs. Run in one transaction."""
 
     async def ajob_claim(self, cursor: AsyncCursor[Any], request: ClaimRequest) -> list[ClaimedJob]:
         """(supports_async_connection) job_claim on the worker's asyncio
@@ -336,10 +335,7 @@ class JobEngine(Operations, abc.ABC):
     async def ajob_complete_many(
         self,
         conn: AsyncConnection[Any],
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
+        batch: SuccessBatch,
     ) -> Completion:
         """(supports_async_connection) job_complete_many on the worker's
         asyncio connection, in autocommit: one statement."""
@@ -525,14 +521,14 @@ class JobEngine(Operations, abc.ABC):
         return bool(cursor.rowcount == 1)
 
     # -- what is written with jobs ---------------------------------------------------------
-    def task_result_save(self, cursor: CursorWrapper, end: TaskAttemptEnd) -> bool:
-        """Store the end of an attempt of a task job; return False when the
-        job is no longer at that attempt (nothing is stored)."""
-        cursor.execute(
-            self._sql(tasks_sql.TASK_RESULT_SAVE_SQL),
-            [end.earlier_workers, end.errors, end.return_value, end.job_id, end.attempt],
-        )
-        return bool(cursor.rowcount == 1)
+    def task_results_write(
+        self, cursor: CursorWrapper, *, owner: str, ends: Sequence[TaskAttemptEnd]
+    ) -> None:
+        """Write the ends of attempts of task jobs whose outcomes ``owner``
+        just stored, fenced, in this transaction."""
+        if ends:
+            sql = self._sql(tasks_sql.TASK_RESULT_WRITE_SQL)
+            cursor.executemany(sql, [end.row(owner) for end in ends])
 
     @abc.abstractmethod
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:

@@ -20,6 +20,7 @@ from later_django.db.rows import (
     PartitionCompletion,
     PartitionHead,
     PartitionSlot,
+    SuccessBatch,
     claimed_jobs,
 )
 from later_django.db.sql import jobs as jobs_sql
@@ -149,7 +150,10 @@ class PartitionStore(Operations):
         if not self.partition_fence(cursor, job.lane, owner=done.owner):
             return False
         completion = self._jobs.job_complete_many(
-            cursor, owner=done.owner, jobs=[(job.id, job.attempts)], retention_ms=done.retention_ms
+            cursor,
+            SuccessBatch(
+                owner=done.owner, jobs=[(job.id, job.attempts)], retention_ms=done.retention_ms
+            ),
         )
         return bool(completion.done_ids)
 

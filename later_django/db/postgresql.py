@@ -35,6 +35,7 @@ from later_django.db.rows import (
     PartitionClaim,
     PartitionClaimRequest,
     PartitionCompletion,
+    SuccessBatch,
     claimed_jobs,
 )
 from later_django.db.sql import postgresql as pg_sql
@@ -127,32 +128,24 @@ class PostgresJobEngine(JobEngine):
     def job_complete_many(
         self,
         cursor: CursorWrapper,
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
+        batch: SuccessBatch,
     ) -> Completion:
-        if not jobs:
+        if not batch.jobs:
             return Completion(done_ids=[], released=0)
-        cursor.execute(pg_sql.JOB_COMPLETE_MANY_SQL, _complete_params(owner, jobs, retention_ms))
+        sql, params = _complete(batch)
+        cursor.execute(sql, params)
         return _completion(cursor.fetchone())
 
     async def ajob_complete_many(
         self,
         conn: AsyncConnection[Any],
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
+        batch: SuccessBatch,
     ) -> Completion:
-        if not jobs:
+        if not batch.jobs:
             return Completion(done_ids=[], released=0)
+        sql, params = _complete(batch)
         async with conn.cursor() as cursor:
-            await cursor.execute(
-                pg_sql.JOB_COMPLETE_MANY_SQL,
-                _complete_params(owner, jobs, retention_ms),
-                prepare=_prepare(),
-            )
+            await cursor.execute(sql, params, prepare=_prepare())
             return _completion(await cursor.fetchone())
 
     # -- counters -----------------------------------------------------------------------
@@ -339,10 +332,22 @@ def _claim_params(request: ClaimRequest) -> list[Any]:
     return [*queue_filter_params(request), request.owner, request.lease_ms]
 
 
-def _complete_params(owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int) -> list[Any]:
-    """later_complete_many's arguments: the batch as two arrays, so the
-    call's text never changes."""
-    return [[job_id for job_id, _ in jobs], [attempts for _, attempts in jobs], owner, retention_ms]
+def _complete(batch: SuccessBatch) -> tuple[str, list[Any]]:
+    """The completion of ``batch`` and its parameters: later_complete_many's
+    arguments are the batch as two arrays, so the call's text never changes;
+    a batch with task jobs writes their results in the same statement."""
+    jobs = batch.jobs
+    params: list[Any] = [
+        [job_id for job_id, _ in jobs],
+        [attempts for _, attempts in jobs],
+        batch.owner,
+        batch.retention_ms,
+    ]
+    if not batch.results:
+        return pg_sql.JOB_COMPLETE_MANY_SQL, params
+    rows = [end.row(batch.owner) for end in batch.results]
+    params += [list(column) for column in zip(*rows, strict=True)]
+    return pg_sql.JOB_COMPLETE_MANY_WITH_RESULTS_SQL, params
 
 
 def _completion(row: Any) -> Completion:

@@ -25,7 +25,14 @@ from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.errors import is_sqlite_locked
 from later_django.db.past_django import qmark
-from later_django.db.rows import ClaimRequest, Completion, LimitedClaim, LimitedClaimRequest
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    LimitedClaim,
+    LimitedClaimRequest,
+    SuccessBatch,
+    TaskAttemptEnd,
+)
 from later_django.exceptions import LaterBusy, LaterError
 from later_django.types import ClaimedJob
 
@@ -196,6 +203,10 @@ class _QmarkCursor:
         self._cursor.execute(qmark(sql), params)
         return self
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> _QmarkCursor:
+        self._cursor.executemany(qmark(sql), rows)
+        return self
+
     def fetchall(self) -> list[Any]:
         return self._cursor.fetchall()
 
@@ -250,15 +261,20 @@ class WorkerSessions:
         )
 
     async def complete_many(
-        self, *, owner: str, jobs: Sequence[tuple[str, int]], retention_ms: int
+        self,
+        *,
+        owner: str,
+        jobs: Sequence[tuple[str, int]],
+        retention_ms: int,
+        results: Sequence[TaskAttemptEnd] = (),
     ) -> Completion:
         """Store the successes of the claims ``jobs`` (id, attempt) that
-        ``owner`` still holds."""
-        args: dict[str, Any] = {"owner": owner, "jobs": jobs, "retention_ms": retention_ms}
+        ``owner`` still holds, and the ``results`` of those that are task jobs."""
+        batch = SuccessBatch(owner=owner, jobs=jobs, retention_ms=retention_ms, results=results)
         if self.postgres is not None:
-            return await self.postgres.run(lambda d, conn: d.jobs.ajob_complete_many(conn, **args))
+            return await self.postgres.run(lambda d, conn: d.jobs.ajob_complete_many(conn, batch))
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.jobs.job_complete_many(c, **args), atomic=True)
+        return await self.sqlite.run(lambda d, c: d.jobs.job_complete_many(c, batch), atomic=True)
 
     async def close(self) -> None:
         for session in (self.postgres, self.sqlite):

@@ -10,7 +10,7 @@ import itertools
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, ClassVar, Final
 from urllib.parse import unquote, urlsplit
 
@@ -22,7 +22,7 @@ from later_django.db.errors import SQLITE_ERROR, sqlite_code
 from later_django.db.jobs import JobEngine, claims_params, insert_one, queue_filter_params
 from later_django.db.limits import LimitStore
 from later_django.db.past_django import log_query, qmark, ready
-from later_django.db.rows import ClaimRequest, Completion, claimed_jobs
+from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
 from later_django.types import ClaimedJob, NewJob
@@ -79,20 +79,22 @@ class SqliteJobEngine(JobEngine):
     def job_complete_many(
         self,
         cursor: CursorWrapper,
-        *,
-        owner: str,
-        jobs: Sequence[tuple[str, int]],
-        retention_ms: int,
+        batch: SuccessBatch,
     ) -> Completion:
+        jobs, owner = batch.jobs, batch.owner
         if not jobs:
             return Completion(done_ids=[], released=0)
         complete = self._sql(
             sqlite_sql.JOB_COMPLETE_MANY_SQL, ids=ids(len(jobs)), pairs=pairs(len(jobs))
         )
-        cursor.execute(complete, [retention_ms, *claims_params(jobs), owner])
+        cursor.execute(complete, [batch.retention_ms, *claims_params(jobs), owner])
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
             return Completion(done_ids=done, released=0)
+        if batch.results:
+            finished = set(done)
+            ended = [end for end in batch.results if end.job_id in finished]
+            self.task_results_write(cursor, owner=owner, ends=ended)
         # A statement of its own, after the parents' completion: it sees
         # every child committed before it runs.
         waiting = self._sql(sqlite_sql.JOB_WAITING_CHILDREN_OF_SQL, ids=ids(len(done)))
@@ -107,7 +109,9 @@ class SqliteJobEngine(JobEngine):
             released = int(cursor.rowcount)
         fan_in = [str(job_id) for job_id, fan_in in children if fan_in]
         if fan_in:
-            released += self._resolve_fan_in(cursor, fan_in, retention_ms=retention_ms).released
+            released += self._resolve_fan_in(
+                cursor, fan_in, retention_ms=batch.retention_ms
+            ).released
         return Completion(done_ids=done, released=released)
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:

@@ -12,14 +12,12 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
 from django.utils.module_loading import import_string
 
 from later_django.clock import to_datetime
 from later_django.codec import decode
 from later_django.conf import conf
 from later_django.context import JobContext
-from later_django.db import dialect_for
 from later_django.db.rows import TaskAttemptEnd
 from later_django.lookup import parse_history
 from later_django.models import Job
@@ -163,29 +161,26 @@ def error_of(exc: BaseException) -> TaskError:
     )
 
 
-def save_attempt(
-    job_id: str,
-    attempt: int,
+def hand_over(
+    ctx: JobContext,
     earlier: Earlier,
     *,
     error: TaskError | None = None,
     value: Any = None,
 ) -> None:
-    """Store the end of an attempt in one statement: its worker id, its
-    error (if it failed) after the earlier ones, or its return value."""
+    """Hand the end of this attempt to the worker, which writes it with the
+    job's outcome: its worker id, its error (if it failed) after the earlier
+    ones, or its return value."""
     errors = list(earlier.errors)
     if error is not None:
         errors.append(
             {"exception_class_path": error.exception_class_path, "traceback": error.traceback}
         )
     workers = json.dumps(earlier.worker_ids)[:-1] + ("," if earlier.worker_ids else "")
-    alias = conf.database
-    with connections[alias].cursor() as cursor:
-        end = TaskAttemptEnd(
-            job_id=job_id,
-            attempt=attempt,
-            earlier_workers=workers,
-            errors=json.dumps(errors),
-            return_value=None if error is not None else json.dumps(value),
-        )
-        dialect_for(alias).jobs.task_result_save(cursor, end)
+    end = TaskAttemptEnd(
+        job_id=str(ctx.job_id),
+        earlier_workers=workers,
+        errors=json.dumps(errors),
+        return_value=None if error is not None else json.dumps(value),
+    )
+    object.__setattr__(ctx, "_attempt_end", end)

@@ -2,9 +2,10 @@
 and the handler of that name is made on first use (the backend's resolver,
 later_django.tasks.backend.resolve, asks this module for it).
 
-An attempt writes its worker id before the task function runs, and its error
-or return value after; then the worker stores the job's outcome as for any
-job, so retries, leases and recovery are the same as for plain jobs.
+An attempt hands its end (its worker id, its error or return value) to the
+worker, which writes it with the job's outcome, in the same statement or
+transaction, as for any job: retries, leases and recovery are the same as for
+plain jobs, and a result exists exactly when its outcome was stored.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def handler(task: Task, name: str, sender: type[Any]) -> registry.Handler:
     retry = getattr(task, "retry", None)
 
     # An attempt reads what earlier attempts stored only when there were
-    # some (or the task takes a context), and writes once, at its end: the
-    # first attempt of a task without context costs one statement.
+    # some (or the task takes a context), and writes nothing itself: the
+    # first attempt of a task without context costs no statement.
     def run_sync(ctx: JobContext, call: TaskCall) -> None:
         earlier = results.earlier_attempts(ctx.job_id, ctx.attempt)
         holder = results.lease_holder(ctx.job_id) if task.takes_context else None
@@ -47,13 +48,13 @@ def handler(task: Task, name: str, sender: type[Any]) -> registry.Handler:
             value = compat.normalize_json(task.func(*_arguments(task, result, call), **call.kwargs))
         except BaseException as exc:
             error = results.error_of(exc)
-            results.save_attempt(ctx.job_id, ctx.attempt, earlier, error=error)
+            results.hand_over(ctx, earlier, error=error)
             _failed(result, error, sender)
             raise
-        results.save_attempt(ctx.job_id, ctx.attempt, earlier, value=value)
+        results.hand_over(ctx, earlier, value=value)
         _succeeded(result, value, sender)
 
-    # An async task's result reads and writes go through sync_to_async's
+    # An async task's result reads go through sync_to_async's
     # default, thread-sensitive thread, like Django's own async ORM calls:
     # under later_django.testing's drain() that is the test's thread, inside
     # its transaction.
@@ -70,10 +71,10 @@ def handler(task: Task, name: str, sender: type[Any]) -> registry.Handler:
             value = compat.normalize_json(raw)
         except BaseException as exc:
             error = results.error_of(exc)
-            await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, error=error)
+            results.hand_over(ctx, earlier, error=error)
             _failed(result, error, sender)
             raise
-        await _db(results.save_attempt, ctx.job_id, ctx.attempt, earlier, value=value)
+        results.hand_over(ctx, earlier, value=value)
         _succeeded(result, value, sender)
 
     return registry.Handler(

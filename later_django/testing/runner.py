@@ -24,7 +24,7 @@ from later_django import codec, queues, registry
 from later_django.conf import conf
 from later_django.context import JobContext, build_app
 from later_django.db import dialect_for
-from later_django.db.rows import ClaimRequest
+from later_django.db.rows import ClaimRequest, SuccessBatch
 from later_django.exceptions import LeaseLost
 from later_django.ids import JobId, new_job_id
 from later_django.types import ClaimedJob
@@ -37,6 +37,7 @@ from later_django.worker.executor import (
     outcome_of_bad_payload,
     outcome_of_error,
     outcome_without_handler,
+    with_attempt_end,
 )
 
 logger = logging.getLogger(__name__)
@@ -185,9 +186,12 @@ class _Drain:
                     job.id
                     in self.dialect.jobs.job_complete_many(
                         cursor,
-                        owner=self.owner,
-                        jobs=[(job.id, job.attempts)],
-                        retention_ms=self.retention_ms,
+                        SuccessBatch(
+                            owner=self.owner,
+                            jobs=[(job.id, job.attempts)],
+                            retention_ms=self.retention_ms,
+                            results=[] if outcome.attempt_end is None else [outcome.attempt_end],
+                        ),
                     ).done_ids
                 )
             else:
@@ -236,8 +240,8 @@ class _Drain:
         except KeyboardInterrupt:
             raise  # stops the test run, as Ctrl-C should
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
-            return outcome_of_error(job, handler, ctx, payload, exc)
-        return SUCCEEDED
+            return with_attempt_end(outcome_of_error(job, handler, ctx, payload, exc), ctx)
+        return with_attempt_end(SUCCEEDED, ctx)
 
     def _call(self, handler: registry.Handler, ctx: JobContext, payload: object) -> None:
         # An async handler runs under async_to_sync, so its async ORM calls

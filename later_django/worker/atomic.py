@@ -24,7 +24,7 @@ from django.db.backends.utils import CursorWrapper
 from later_django.context import JobContext
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
-from later_django.db.rows import PartitionCompletion
+from later_django.db.rows import PartitionCompletion, SuccessBatch
 from later_django.exceptions import LaterError
 from later_django.types import ClaimedJob
 
@@ -119,7 +119,10 @@ class AtomicRunner:
             done = PartitionCompletion(job=job, owner=self.owner, retention_ms=self.retention_ms)
             return Committed(stored=dialect.partitions.partition_complete(cursor, done))
         completion = dialect.jobs.job_complete_many(
-            cursor, owner=self.owner, jobs=[(job.id, job.attempts)], retention_ms=self.retention_ms
+            cursor,
+            SuccessBatch(
+                owner=self.owner, jobs=[(job.id, job.attempts)], retention_ms=self.retention_ms
+            ),
         )
         return Committed(stored=bool(completion.done_ids), released=completion.released)
 

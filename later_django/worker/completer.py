@@ -21,7 +21,13 @@ from django.db.backends.utils import CursorWrapper
 from later_django import events
 from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
-from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
+from later_django.db.rows import (
+    FailureWrite,
+    OwnerFence,
+    PartitionCompletion,
+    RetryWrite,
+    TaskAttemptEnd,
+)
 from later_django.db.sessions import WorkerSessions
 from later_django.maintenance.runner import Maintenance
 from later_django.threaded_store import ThreadedStore
@@ -84,6 +90,9 @@ class Completer:
         self._completions: Coalescer[Claim, bool] = Coalescer(
             self._complete_batch, max_batch=COMPLETE_BATCH
         )
+        # The ends of Django Tasks attempts whose success waits for a shared
+        # completion: written by it, in its statement.
+        self._attempt_ends: dict[Claim, TaskAttemptEnd] = {}
         # Told when a partition head's outcome is stored or given up: its
         # partition may run its next head.
         self.on_lane_done: Callable[[ClaimedJob], None] = lambda job: None
@@ -98,6 +107,8 @@ class Completer:
         self.unstored[claim] = job
         if outcome.kind != "succeeded" or job.lane is not None:
             return self._finish_in_task(job, outcome, ran)
+        if outcome.attempt_end is not None:
+            self._attempt_ends[claim] = outcome.attempt_end
         # The common case costs no task: the shared completion's own future
         # says when it is stored. Only a failed store falls back to the
         # retrying task.
@@ -136,9 +147,17 @@ class Completer:
         return done
 
     async def _complete_batch(self, requests: list[Claim]) -> list[bool]:
+        ends = self._attempt_ends
+        tasks = [(claim, ends[claim]) for claim in requests if claim in ends] if ends else []
         completion = await self.sessions.complete_many(
-            owner=self.owner, jobs=requests, retention_ms=self.retention_ms
+            owner=self.owner,
+            jobs=requests,
+            retention_ms=self.retention_ms,
+            results=[end for _, end in tasks],
         )
+        for claim, _ in tasks:
+            # Written, or refused with its claim: either way never needed again.
+            del ends[claim]
         if completion.released:
             # Continuations just became ready: this server's idle workers need
             # not wait for a poll (SQLite) to find them.
@@ -239,6 +258,7 @@ class Completer:
         claim = (job.id, job.attempts)
         self.leases.release(claim)
         self.unstored.pop(claim, None)
+        self._attempt_ends.pop(claim, None)
         logger.error(
             "gave up storing the outcome of job %s attempt %d (%s): %s; its lease "
             "expires and the stuck-job recovery runs it again",
@@ -391,7 +411,22 @@ def store_failure(
     """Store a retry, a snooze or a terminal failure of ``owner``'s claim of
     ``job``, fenced by the claim; return whether the fence held. Run in one
     transaction. The worker's completer and later_django.testing's drain()
-    both store them through this."""
+    both store them through this. A task job's result is written with it."""
+    stored = _store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
+    if stored and outcome.attempt_end is not None:
+        dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
+    return stored
+
+
+def _store_failure(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: ClaimedJob,
+    outcome: Outcome,
+    *,
+    owner: str,
+    retention_ms: int,
+) -> bool:
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
     if outcome.kind == "cancelled":
         return dialect.jobs.job_cancel_running(cursor, fence, retention_ms)

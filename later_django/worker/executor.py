@@ -14,11 +14,12 @@ import functools
 import logging
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from later_django import codec, registry
 from later_django.context import JobContext
+from later_django.db.rows import TaskAttemptEnd
 from later_django.exceptions import JobTimeout, Snooze
 from later_django.ids import JobId
 from later_django.retry import RetryPolicy, default_policy
@@ -49,6 +50,8 @@ class Outcome:
     committed: bool | None = None
     # The continuations that committed success released.
     released: int = 0
+    # A Django Tasks attempt's end, written with the outcome when its fence holds.
+    attempt_end: TaskAttemptEnd | None = None
 
 
 SUCCEEDED = Outcome(kind="succeeded")
@@ -135,10 +138,10 @@ class Executor:
                 ctx.cancel_requested.set()
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
-            return outcome_of_error(job, handler, ctx, payload, exc)
+            return with_attempt_end(outcome_of_error(job, handler, ctx, payload, exc), ctx)
         finally:
             del self._running[claim]
-        return SUCCEEDED
+        return with_attempt_end(SUCCEEDED, ctx)
 
 
 async def _run_async_within(
@@ -186,6 +189,13 @@ def _timed_out(limit_ms: int) -> JobTimeout:
 # What a job's run that did not succeed means. The worker's executor and
 # later_django.testing's drain() both decide through these, so a job fails,
 # retries and resolves its policy the same way under both.
+
+
+def with_attempt_end(outcome: Outcome, ctx: JobContext) -> Outcome:
+    """``outcome`` with the attempt's end its handler handed over, if any
+    (a Django Tasks job's: later_django.tasks.runner)."""
+    end = ctx._attempt_end
+    return outcome if end is None else replace(outcome, attempt_end=end)
 
 
 def committed_outcome(committed: Committed) -> Outcome:

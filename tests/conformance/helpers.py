@@ -25,6 +25,7 @@ from later_django.db.rows import (
     OwnerFence,
     PartitionClaimRequest,
     PartitionSlot,
+    SuccessBatch,
 )
 from later_django.ids import new_job_id
 from later_django.states import Stage
@@ -205,19 +206,22 @@ def claim(
 
 
 def complete(
-    later_db, jobs: list[tuple[str, int]], *, owner: str = OWNER, retention_ms: int = DAY_MS
+    later_db,
+    jobs: list[tuple[str, int]],
+    *,
+    owner: str = OWNER,
+    retention_ms: int = DAY_MS,
+    results: list[Any] | None = None,
 ) -> Completion:
     """The worker's batch completion, through the pair its capability names."""
     dialect = dialect_for(later_db.alias)
+    batch = SuccessBatch(owner=owner, jobs=jobs, retention_ms=retention_ms, results=results or [])
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
-            later_db,
-            lambda conn: dialect.jobs.ajob_complete_many(
-                conn, owner=owner, jobs=jobs, retention_ms=retention_ms
-            ),
+            later_db, lambda conn: dialect.jobs.ajob_complete_many(conn, batch)
         )
     with cursor_of(later_db, atomic=True) as c:
-        return dialect.jobs.job_complete_many(c, owner=owner, jobs=jobs, retention_ms=retention_ms)
+        return dialect.jobs.job_complete_many(c, batch)
 
 
 def claim_one(later_db, job_id: str, **kwargs: Any) -> ClaimedJob:

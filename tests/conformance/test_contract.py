@@ -106,7 +106,7 @@ COVERED: dict[str, frozenset[str]] = {
             "job_retry_failed",
             "job_run_now",
             # the Django Tasks backend's results
-            "task_result_save",
+            "task_results_write",
         }
     ),
     "cluster": frozenset(

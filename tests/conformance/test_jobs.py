@@ -6,7 +6,6 @@ jobs, the Tasks backend's results and the stage counters' folding.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +22,7 @@ from later_django.db.rows import (
     OwnerFence,
     RetryWrite,
     StuckJob,
+    SuccessBatch,
     TaskAttemptEnd,
 )
 from later_django.ids import new_job_id
@@ -305,7 +305,7 @@ def test_claim_pair_on_a_cursor_runs_everywhere_the_asyncio_pair_where_declared(
     with cursor_of(later_db, atomic=True) as c:
         (job,) = dialect.jobs.job_claim(c, request)
         done = dialect.jobs.job_complete_many(
-            c, owner=OWNER, jobs=[(job.id, job.attempts)], retention_ms=DAY_MS
+            c, SuccessBatch(owner=OWNER, jobs=[(job.id, job.attempts)], retention_ms=DAY_MS)
         )
     assert (job.id, done.done_ids) == (job_id, [job_id])
     assert stages(later_db, job_id) == ["success"]
@@ -316,7 +316,9 @@ def test_claim_pair_on_a_cursor_runs_everywhere_the_asyncio_pair_where_declared(
                 asyncio.run(dialect.jobs.ajob_claim(c, request))
             with pytest.raises(NotImplementedError):
                 asyncio.run(
-                    dialect.jobs.ajob_complete_many(c, owner=OWNER, jobs=[], retention_ms=1)
+                    dialect.jobs.ajob_complete_many(
+                        c, SuccessBatch(owner=OWNER, jobs=[], retention_ms=1)
+                    )
                 )
 
 
@@ -753,10 +755,8 @@ def test_job_prune_deletes_finished_jobs_past_their_retention(later_db, dialect)
     claim(later_db, limit=5)
     for job_id in (gone[0], kept):
         with cursor_of(later_db) as c:
-            end = TaskAttemptEnd(
-                job_id=job_id, attempt=1, earlier_workers="[", errors="[]", return_value="1"
-            )
-            assert dialect.jobs.task_result_save(c, end)
+            end = TaskAttemptEnd(job_id=job_id, earlier_workers="[", errors="[]", return_value="1")
+            dialect.jobs.task_results_write(c, owner=OWNER, ends=[end])
     ready = insert(later_db)
     assert len(complete(later_db, [(job_id, 1) for job_id in gone], retention_ms=0).done_ids) == 3
     assert complete(later_db, [(kept, 1)], retention_ms=HOUR_MS).done_ids == [kept]
@@ -1132,34 +1132,36 @@ def test_job_prune_deletes_a_fan_in_childs_parent_list(later_db, dialect):
 # -- the Django Tasks backend's results -------------------------------------------------
 
 
-def test_task_result_save_stores_an_attempts_end_fenced_by_the_attempt(later_db, dialect):
-    """One statement: the worker ids before it plus the lease holder's, the
-    errors and the return value; nothing for an attempt the job is past."""
+def test_task_results_are_written_by_the_completion_whose_fence_held(later_db, dialect):
+    """A batch's task results are written with it, for the claims it
+    completed only: the worker ids before the attempt plus the completing
+    server's, the errors and the return value; a second write is an upsert."""
+    done, taken = insert(later_db), insert(later_db)
+    claim(later_db, limit=2)
+
+    def end(job_id: str, earlier: str, value: str | None) -> TaskAttemptEnd:
+        return TaskAttemptEnd(
+            job_id=job_id, earlier_workers=earlier, errors='[{"e": 1}]', return_value=value
+        )
+
+    def rows() -> dict[str, tuple[object, ...]]:
+        sql = "SELECT job_id, worker_ids, errors, return_value FROM later_task_result"
+        return {str(row[0]): tuple(row[1:]) for row in later_db.rows(sql)}
+
+    results = [end(done, '["a",', '{"x": 2}'), end(taken, "[", "3")]
+    completion = complete(later_db, [(done, 1), (taken, 2)], results=results)
+    assert completion.done_ids == [done], "the claim of attempt 2 is not held"
+    assert rows() == {done: (f'["a","{OWNER}"]', '[{"e": 1}]', '{"x": 2}')}
+    with cursor_of(later_db) as c:
+        dialect.jobs.task_results_write(c, owner="server-b", ends=[end(done, "[", None)])
+    assert rows() == {done: ('["server-b"]', '[{"e": 1}]', None)}
+
+
+def test_a_batch_without_task_results_writes_none(later_db, dialect):
     job_id = insert(later_db)
     claim_one(later_db, job_id)
-
-    def save(attempt: int, earlier: str, errors: str, value: str | None) -> bool:
-        with cursor_of(later_db) as c:
-            end = TaskAttemptEnd(
-                job_id=job_id, attempt=attempt, earlier_workers=earlier, errors=errors,
-                return_value=value,
-            )  # fmt: skip
-            return dialect.jobs.task_result_save(c, end)
-
-    def row() -> tuple[object, ...]:
-        sql = "SELECT worker_ids, errors, return_value FROM later_task_result WHERE job_id = %s"
-        return later_db.rows(sql, [job_id])[0]
-
-    assert save(1, "[", '[{"e": 1}]', None) is True
-    assert row() == (f'["{OWNER}"]', '[{"e": 1}]', None)
-    assert save(1, '["a", "b",', "[]", '{"x": 2}') is True  # an upsert
-    assert json.loads(str(row()[0])) == ["a", "b", OWNER] and row()[2] == '{"x": 2}'
-    assert save(2, "[", "[]", "3") is False, "the job is at attempt 1"
-    assert row()[2] == '{"x": 2}'
-    assert (
-        save(1, "[", "[]", None) is True
-        and later_db.scalar("SELECT COUNT(*) FROM later_task_result") == 1
-    )
+    assert complete(later_db, [(job_id, 1)]).done_ids == [job_id]
+    assert later_db.scalar("SELECT COUNT(*) FROM later_task_result") == 0
 
 
 # -- the database's clock: a stage is never stamped before the previous one -------------

@@ -48,3 +48,21 @@ def succeed_on_third(context, tag: str) -> dict[str, object]:
 @task
 async def on_the_loop(x: int) -> dict[str, object]:
     return {"doubled": x * 2, "thread": threading.current_thread().name}
+
+
+@task(takes_context=True)
+def lose_own_lease(context, fail: bool) -> int:
+    """Hands its job's lease to another server, as a takeover would, then
+    succeeds or fails: its outcome, and so its result, must not be stored."""
+    from django.db import connections
+
+    from later_django.conf import conf
+
+    with connections[conf.database].cursor() as cursor:
+        cursor.execute(
+            "UPDATE later_job SET lease_owner = 'another-server' WHERE id = %s",
+            [context.task_result.id],
+        )
+    if fail:
+        raise ValueError("after its lease was taken")
+    return 1

@@ -35,6 +35,7 @@ from .jobs import (
     OwnerFence,
     RetryWrite,
     StuckJob,
+    SuccessBatch,
     TaskAttemptEnd,
     claimed_jobs,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "StatRow",
     "StoredRecord",
     "StuckJob",
+    "SuccessBatch",
     "TaskAttemptEnd",
     "claimed_jobs",
 ]

@@ -4,6 +4,7 @@ results, and the end of a Django Tasks attempt.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -80,15 +81,33 @@ class ExtraColumns:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskAttemptEnd:
-    """The end of an attempt of a Django Tasks job, stored in one statement."""
+    """The end of an attempt of a Django Tasks job: written with the job's
+    outcome, in the transaction (or the statement) that stores it, so the
+    result is there exactly when the outcome is."""
 
     job_id: str
-    attempt: int  # the fence: nothing is stored once the job is past it
     # The worker ids before this attempt as JSON without its closing bracket
-    # ('[' or '["a",'): the lease holder's id is added in SQL.
+    # ('[' or '["a",'): the id of the server storing the outcome completes it.
     earlier_workers: str
     errors: str  # JSON list of {"exception_class_path", "traceback"}
     return_value: str | None  # JSON, once the attempt succeeded
+
+    def row(self, owner: str) -> tuple[str, str, str, str | None]:
+        """later_task_result's row, ``owner`` being the attempt's worker."""
+        workers = f"{self.earlier_workers}{json.dumps(owner)}]"
+        return (self.job_id, workers, self.errors, self.return_value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SuccessBatch:
+    """Successes to store: the claims ``jobs`` (id, attempts) that ``owner``
+    still holds, kept ``retention_ms`` once finished, and the ``results``
+    of those that are Django Tasks jobs, written with them."""
+
+    owner: str
+    jobs: Sequence[tuple[str, int]]
+    retention_ms: int
+    results: Sequence[TaskAttemptEnd] = ()
 
 
 # -- rows ------------------------------------------------------------------------------

@@ -111,6 +111,27 @@ CLAIM_KEYED_LOCK_SQL: Final = "SELECT pg_advisory_xact_lock(%s)"
 # The function's text is frozen in the objects migration (later_django.objects).
 JOB_COMPLETE_MANY_SQL: Final = "SELECT done_ids, released FROM later_complete_many(%s, %s, %s, %s)"
 
+# A batch holding the successes of Django Tasks jobs: their results are
+# written by the same statement, for the ids whose fence held, so a result
+# exists exactly when its success does and costs no round trip of its own.
+# The function runs once (a CTE with a volatile call is materialized); the
+# results come as four arrays, one element per task job of the batch.
+JOB_COMPLETE_MANY_WITH_RESULTS_SQL: Final = """
+WITH c AS (SELECT done_ids, released FROM later_complete_many(%s, %s, %s, %s)),
+written AS (
+    INSERT INTO later_task_result (job_id, worker_ids, errors, return_value)
+    SELECT r.job_id, r.worker_ids, r.errors, r.return_value
+    FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])
+        AS r(job_id, worker_ids, errors, return_value), c
+    WHERE r.job_id = ANY (c.done_ids)
+    ON CONFLICT (job_id) DO UPDATE SET
+        worker_ids = excluded.worker_ids,
+        errors = excluded.errors,
+        return_value = excluded.return_value
+)
+SELECT done_ids, released FROM c
+"""
+
 # -- counters -------------------------------------------------------------------
 # One folder at a time per namespace; the others skip this round.
 COUNTER_COMPACT_LOCK_SQL: Final = "SELECT pg_try_advisory_xact_lock(%s)"
