@@ -10,6 +10,9 @@ enqueued in one transaction while the workers are idle; the figure is jobs
 finished per second from that commit to the last success. Latency: one
 partition job at a time enqueued to idle workers; enqueue to handler start
 is ``started_ms - created_ms`` of the job row (both the database's clock).
+The same workers then run as many plain no-op jobs (``Noop``), enqueued the
+same way, and as many plain jobs one at a time: the ratios compare the
+ordered lane with what plain jobs get from the same servers.
 
 PostgreSQL is LATER_TEST_POSTGRES_URL or a throwaway server that
 tests/pgserver.py starts (fsync off); SQLite a WAL file in a temp folder.
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -77,7 +81,7 @@ def main() -> None:
 
     import later_django as later
     from later_django.conf import conf
-    from tests.jobapp.jobs import Ordered
+    from tests.jobapp.jobs import Noop, Ordered
 
     alias = conf.database
     call_command("later_migrate", verbosity=0)
@@ -111,25 +115,38 @@ def main() -> None:
         time.sleep(1.0)  # every server has seen the others (membership refresh)
 
         total = KEYS * PER_KEY
-        with transaction.atomic(using=alias):
+
+        def drain(enqueue_all: Any) -> float:
+            done = scalar("SELECT count(*) FROM later_job WHERE stage = 'success'")
+            with transaction.atomic(using=alias):
+                enqueue_all()
+            committed = time.perf_counter()
+            while scalar("SELECT count(*) FROM later_job WHERE stage = 'success'") < done + total:
+                time.sleep(0.02)
+            return time.perf_counter() - committed
+
+        def idle_latencies(payload: Any, enqueue: Any) -> list[float]:
+            latencies = []
+            for n in range(LATENCY_SAMPLES):
+                job_id = enqueue(payload(n))
+                while True:
+                    info = later.get_job(job_id)
+                    if info is not None and info.stage == "success":
+                        break
+                    time.sleep(0.002)
+                latencies.append((info.started_at - info.created_at).total_seconds() * 1000)
+                time.sleep(0.05)  # idle again
+            return sorted(latencies)
+
+        def ordered_all() -> None:
             for n in range(PER_KEY):
                 for k in range(KEYS):
                     later.enqueue_to_partition_in(Ordered(f"key-{k}", n))
-        committed = time.perf_counter()
-        while scalar("SELECT count(*) FROM later_job WHERE stage = 'success'") < total:
-            time.sleep(0.02)
-        elapsed = time.perf_counter() - committed
 
-        latencies = []
-        for n in range(LATENCY_SAMPLES):
-            job_id = later.enqueue_to_partition(Ordered("latency", n))
-            while True:
-                info = later.get_job(job_id)
-                if info is not None and info.stage == "success":
-                    break
-                time.sleep(0.002)
-            latencies.append((info.started_at - info.created_at).total_seconds() * 1000)
-            time.sleep(0.05)  # idle again
+        elapsed = drain(ordered_all)
+        latencies = idle_latencies(lambda n: Ordered("latency", n), later.enqueue_to_partition)
+        plain_elapsed = drain(lambda: later.enqueue_many([Noop(n) for n in range(total)]))
+        plain_latencies = idle_latencies(Noop, later.enqueue)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
@@ -137,18 +154,24 @@ def main() -> None:
             proc.wait(30)
         shutil.rmtree(folder, ignore_errors=True)
 
-    latencies.sort()
     print(f"later_django partitions on {args.db}")
+    rate, plain_rate = total / elapsed, total / plain_elapsed
     print(
         f"  ordered throughput: {total} jobs, {KEYS} keys over {PARTITIONS} partitions, "
-        f"{PROCESSES} processes x {WORKERS} workers: {total / elapsed:,.0f} jobs/s "
-        f"({elapsed:.2f} s)"
+        f"{PROCESSES} processes x {WORKERS} workers: {rate:,.0f} jobs/s ({elapsed:.2f} s)"
     )
-    p50, p95 = statistics.median(latencies), latencies[int(len(latencies) * 0.95) - 1]
     print(
-        f"  idle enqueue->start, {LATENCY_SAMPLES} jobs: p50 {p50:.1f} ms, "
-        f"p95 {p95:.1f} ms, max {latencies[-1]:.1f} ms"
+        f"  plain drain, the same servers: {plain_rate:,.0f} jobs/s ({plain_elapsed:.2f} s); "
+        f"ordered / plain = {rate / plain_rate:.0%}"
     )
+    for name, found in (("ordered", latencies), ("plain", plain_latencies)):
+        p50, p95 = statistics.median(found), found[int(len(found) * 0.95) - 1]
+        print(
+            f"  idle enqueue->start, {LATENCY_SAMPLES} {name} jobs: p50 {p50:.1f} ms, "
+            f"p95 {p95:.1f} ms, max {found[-1]:.1f} ms"
+        )
+    ratio = statistics.median(latencies) / max(statistics.median(plain_latencies), 0.1)
+    print(f"  idle latency p50, ordered / plain = {ratio:.1f}x")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,11 @@ CAPABILITY_OPERATIONS: Final = (
     ("needs_vacuum", "dialect", ("vacuum",)),
     ("supports_async_connection", "jobs", ("ajob_claim", "ajob_complete_many")),
     ("supports_async_connection", "limits", ("aclaim_limited",)),
+    (
+        "supports_async_connection",
+        "partitions",
+        ("apartition_heads", "apartition_claim", "apartition_complete"),
+    ),
 )
 
 
@@ -66,7 +71,7 @@ class Dialect(abc.ABC):
     supports_change_counter: ClassVar[bool] = False
     # (*) Do the worker's claims and completions run on an asyncio connection
     # of its own (jobs.ajob_claim, jobs.ajob_complete_many,
-    # limits.aclaim_limited)? Else they run
+    # limits.aclaim_limited, and the partitions' apartition_*)? Else they run
     # inline on a connection that never waits for a lock.
     supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes
@@ -95,7 +100,6 @@ class Dialect(abc.ABC):
         self.partitions: PartitionStore = self.partition_store(sql, self.jobs)
         self.log = self.log_store(sql)
         self.limits: LimitStore = self.limit_store(sql)
-        self.log = LogStore(sql)
         self.reads = ReadModels(sql)
         self.cluster = Cluster(sql)
 
@@ -105,6 +109,7 @@ class Dialect(abc.ABC):
             "dialect": (cls, Dialect),
             "jobs": (cls.job_engine, JobEngine),
             "limits": (cls.limit_store, LimitStore),
+            "partitions": (cls.partition_store, PartitionStore),
         }
         wrong = [
             name

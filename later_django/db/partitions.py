@@ -6,7 +6,7 @@ fence."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
@@ -28,6 +28,9 @@ from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import topics as topics_sql
 from later_django.db.statements import Operations, Statements
 from later_django.types import NewJob, PartitionLane, PartitionStats
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
 
 
 class PartitionStore(Operations):
@@ -105,10 +108,28 @@ class PartitionStore(Operations):
     def partition_heads(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionHead]:
         """Every partition of ``namespace`` that has had a job, with its head."""
         cursor.execute(self._sql(partitions_sql.PARTITION_HEADS_SQL), [namespace])
-        return [
-            PartitionHead(topic=str(t), partition=int(p), job_id=j, stage=s)
-            for t, p, j, s in cursor.fetchall()
-        ]
+        return partition_heads(cursor.fetchall())
+
+    async def apartition_heads(
+        self, conn: AsyncConnection[Any], *, namespace: str
+    ) -> list[PartitionHead]:
+        """(supports_async_connection) partition_heads on the worker's
+        asyncio connection."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
+
+    async def apartition_claim(
+        self, conn: AsyncConnection[Any], request: PartitionClaimRequest
+    ) -> PartitionClaim | None:
+        """(supports_async_connection) partition_claim on the worker's
+        asyncio connection, in autocommit: one statement."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
+
+    async def apartition_complete(
+        self, conn: AsyncConnection[Any], done: PartitionCompletion
+    ) -> bool:
+        """(supports_async_connection) partition_complete on the worker's
+        asyncio connection, in autocommit: one statement."""
+        raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     def partition_claim(
         self, cursor: CursorWrapper, request: PartitionClaimRequest
@@ -257,3 +278,8 @@ class PartitionStore(Operations):
             )
             for topic, partition, next_seq, head, run_at, stage, owner, epoch, expires in rows
         ]
+
+
+def partition_heads(rows: list[Any]) -> list[PartitionHead]:
+    """partition_heads' rows as PartitionHeads."""
+    return [PartitionHead(topic=str(t), partition=int(p), job_id=j, stage=s) for t, p, j, s in rows]

@@ -30,6 +30,10 @@ from later_django.db.rows import (
     Completion,
     LimitedClaim,
     LimitedClaimRequest,
+    PartitionClaim,
+    PartitionClaimRequest,
+    PartitionCompletion,
+    PartitionHead,
     SuccessBatch,
     TaskAttemptEnd,
 )
@@ -275,6 +279,41 @@ class WorkerSessions:
             return await self.postgres.run(lambda d, conn: d.jobs.ajob_complete_many(conn, batch))
         assert self.sqlite is not None
         return await self.sqlite.run(lambda d, c: d.jobs.job_complete_many(c, batch), atomic=True)
+
+    # -- partition heads (worker/partitions.py) -----------------------------------------
+    async def partition_heads(self, *, namespace: str) -> list[PartitionHead]:
+        """Every partition of ``namespace`` that has had a job, with its head."""
+        if self.postgres is not None:
+            return await self.postgres.run(
+                lambda d, conn: d.partitions.apartition_heads(conn, namespace=namespace)
+            )
+        assert self.sqlite is not None
+        return await self.sqlite.run(
+            lambda d, c: d.partitions.partition_heads(c, namespace=namespace)
+        )
+
+    async def partition_claim(self, request: PartitionClaimRequest) -> PartitionClaim | None:
+        """Take or keep a partition's lease and claim its ready head."""
+        if self.postgres is not None:
+            return await self.postgres.run(
+                lambda d, conn: d.partitions.apartition_claim(conn, request)
+            )
+        assert self.sqlite is not None
+        return await self.sqlite.run(
+            lambda d, c: d.partitions.partition_claim(c, request), atomic=True
+        )
+
+    async def partition_complete(self, done: PartitionCompletion) -> bool:
+        """Store a partition head's success behind its claim and its
+        partition's fence; return whether both held."""
+        if self.postgres is not None:
+            return await self.postgres.run(
+                lambda d, conn: d.partitions.apartition_complete(conn, done)
+            )
+        assert self.sqlite is not None
+        return await self.sqlite.run(
+            lambda d, c: d.partitions.partition_complete(c, done), atomic=True
+        )
 
     async def close(self) -> None:
         for session in (self.postgres, self.sqlite):

@@ -195,13 +195,17 @@ class Completer:
         delay = 0.05
         while True:
             try:
-                if job.lane is not None:
-                    # A success is one statement where the database allows.
-                    one = self.store.dialect.partitions.writes_one_statement
+                if job.lane is not None and outcome.kind == "succeeded":
+                    # On the completions' own connection, as plain successes.
+                    done = PartitionCompletion(
+                        job=job, owner=self.owner, retention_ms=self.retention_ms
+                    )
+                    stored = await self.sessions.partition_complete(done)
+                elif job.lane is not None:
                     stored = await self.store.run(
                         self.pool,
                         lambda d, c: self._store_partition(d, c, job, outcome),
-                        atomic=not (one and outcome.kind == "succeeded"),
+                        atomic=True,
                     )
                 elif outcome.kind == "succeeded":
                     stored = await self._completions.submit(claim)

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from later_django.db.rows import PartitionClaimRequest
+from later_django.db.sessions import WorkerSessions
 from later_django.partitions.hashing import owner_of
 from later_django.states import Stage
 from later_django.threaded_store import ThreadedStore
@@ -50,6 +51,7 @@ class PartitionClaimer:
     def __init__(
         self,
         *,
+        alias: str,
         namespace: str,
         owner: str,
         store: ThreadedStore,
@@ -61,6 +63,9 @@ class PartitionClaimer:
     ) -> None:
         self.namespace = namespace
         self.owner = owner
+        # Claims and looks for ready heads, on a connection of their own as
+        # the claims of plain jobs; membership and releases on the store.
+        self.sessions = WorkerSessions(alias)
         self.store = store
         self.pool = pool
         self.leases = leases
@@ -108,19 +113,14 @@ class PartitionClaimer:
     async def _claim_in(self, key: Key) -> ClaimedJob | None:
         lane = PartitionLane(self.namespace, key[0], key[1])
         sent = asyncio.get_running_loop().time()
-        result = await self.store.run(
-            self.pool,
-            lambda d, c: d.partitions.partition_claim(
-                c,
-                PartitionClaimRequest(
-                    lane=lane,
-                    owner=self.owner,
-                    partition_lease_ms=self.partition_lease_ms,
-                    job_lease_ms=self.leases.lease_ms,
-                    server_ttl_ms=self.server_ttl_ms,
-                ),
-            ),
-            atomic=True,
+        result = await self.sessions.partition_claim(
+            PartitionClaimRequest(
+                lane=lane,
+                owner=self.owner,
+                partition_lease_ms=self.partition_lease_ms,
+                job_lease_ms=self.leases.lease_ms,
+                server_ttl_ms=self.server_ttl_ms,
+            )
         )
         if result is None:
             self.held.pop(key, None)  # another live server holds it
@@ -143,9 +143,7 @@ class PartitionClaimer:
             async with self._scan_lock:  # a look in flight answers for this one too
                 return bool(self._ready)
         async with self._scan_lock:
-            heads = await self.store.run(
-                self.pool, lambda d, c: d.partitions.partition_heads(c, namespace=self.namespace)
-            )
+            heads = await self.sessions.partition_heads(namespace=self.namespace)
             found = [(head.topic, head.partition) for head in heads if head.stage == Stage.ENQUEUED]
             ready = [
                 key
@@ -219,6 +217,9 @@ class PartitionClaimer:
                 c, namespace=self.namespace, owner=self.owner, partition=key
             ),
         )
+
+    async def close(self) -> None:
+        await self.sessions.close()
 
     def release_all(self, dialect: Any, cursor: Any) -> None:
         """Let go of every partition lease (a graceful stop): the winners

@@ -195,6 +195,7 @@ class Server:
                 self._queue_workers(name, count, wakes[name], executor, poll_interval, first_id)
             )
         self.partitions = PartitionClaimer(
+            alias=self.alias,
             namespace=self.namespace,
             owner=self.server_id,
             store=self.store,
@@ -457,6 +458,7 @@ class Server:
         if pending:
             for queue in self.queues:
                 await queue.claimer.close()
+            await self.partitions.close()
             await self.completer.abandon(pending)
         await self.services.stop_all()
         self.notifier.stop()
@@ -474,6 +476,7 @@ class Server:
         await self.notifier.join(CONNECTION_CLOSE_TIMEOUT)
         for queue in self.queues:
             await queue.claimer.close()
+        await self.partitions.close()
         await self.completer.close()
         self.closed.set()
         await self.services.close(CONNECTION_CLOSE_TIMEOUT)

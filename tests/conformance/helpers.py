@@ -24,6 +24,8 @@ from later_django.db.rows import (
     LogTopicRow,
     OwnerFence,
     PartitionClaimRequest,
+    PartitionCompletion,
+    PartitionHead,
     PartitionSlot,
     SuccessBatch,
 )
@@ -271,15 +273,44 @@ def insert_partitioned(later_db, lane: PartitionLane = ORDERS, **fields: Any) ->
 
 
 def claim_head(later_db, owner: str, *, partition_lease_ms: int = LEASE_MS, lane=ORDERS):
-    with cursor_of(later_db, atomic=True) as c:
-        request = PartitionClaimRequest(
-            lane=lane,
-            owner=owner,
-            partition_lease_ms=partition_lease_ms,
-            job_lease_ms=LEASE_MS,
-            server_ttl_ms=LEASE_MS,
+    """The worker's claim of a partition head, through the operation its
+    capability names (on the asyncio connection where it has one)."""
+    request = PartitionClaimRequest(
+        lane=lane,
+        owner=owner,
+        partition_lease_ms=partition_lease_ms,
+        job_lease_ms=LEASE_MS,
+        server_ttl_ms=LEASE_MS,
+    )
+    dialect = dialect_for(later_db.alias)
+    if dialect.supports_async_connection:
+        return on_async_connection(
+            later_db, lambda conn: dialect.partitions.apartition_claim(conn, request)
         )
-        return dialect_for(later_db.alias).partitions.partition_claim(c, request)
+    with cursor_of(later_db, atomic=True) as c:
+        return dialect.partitions.partition_claim(c, request)
+
+
+def complete_head(later_db, done: PartitionCompletion) -> bool:
+    """The worker's success of a partition head, as claim_head claims it."""
+    dialect = dialect_for(later_db.alias)
+    if dialect.supports_async_connection:
+        return on_async_connection(  # type: ignore[no-any-return]
+            later_db, lambda conn: dialect.partitions.apartition_complete(conn, done)
+        )
+    with cursor_of(later_db, atomic=True) as c:
+        return dialect.partitions.partition_complete(c, done)
+
+
+def heads_of(later_db) -> list[PartitionHead]:
+    """The worker's look for ready heads, as claim_head claims them."""
+    dialect = dialect_for(later_db.alias)
+    if dialect.supports_async_connection:
+        return on_async_connection(  # type: ignore[no-any-return]
+            later_db, lambda conn: dialect.partitions.apartition_heads(conn, namespace=NS)
+        )
+    with cursor_of(later_db) as c:
+        return dialect.partitions.partition_heads(c, namespace=NS)
 
 
 # -- the retained log -------------------------------------------------------------------

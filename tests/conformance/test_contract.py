@@ -143,6 +143,9 @@ COVERED: dict[str, frozenset[str]] = {
             "partition_claim",
             "partition_fence",
             "partition_complete",
+            "apartition_heads",
+            "apartition_claim",
+            "apartition_complete",
             "partition_renew",
             "partition_release",
             "topic_servers",
@@ -291,6 +294,18 @@ def test_stores_reach_each_other_only_through_what_they_are_given():
             assert ".vendor ==" not in text, path
 
 
+def test_each_dialect_runs_the_stores_it_declares():
+    """A vendor's stores are the classes it names: a store made anew after
+    (a base class where the vendor has its own) would silently drop the
+    vendor's statements."""
+    for dialect in DIALECTS:
+        cls = type(dialect)
+        assert type(dialect.jobs) is cls.job_engine
+        assert type(dialect.partitions) is cls.partition_store
+        assert type(dialect.log) is cls.log_store
+        assert type(dialect.limits) is cls.limit_store
+
+
 def test_dialect_capability_flags_match_their_operations():
     """A vendor implements a gated operation exactly when it declares its
     flag: a dialect that breaks this cannot even be defined."""
@@ -308,6 +323,13 @@ def test_dialect_capability_flags_match_their_operations():
         limits = type(dialect.limits)
         limited_async = limits.aclaim_limited is not LimitStore.aclaim_limited
         assert limited_async == cls.supports_async_connection
+        partitions = type(dialect.partitions)
+        lane_async = {
+            name
+            for name in ("apartition_heads", "apartition_claim", "apartition_complete")
+            if getattr(partitions, name) is not getattr(PartitionStore, name)
+        }
+        assert bool(lane_async) == cls.supports_async_connection and len(lane_async) in (0, 3)
 
     with pytest.raises(TypeError, match="change_counter"):
 

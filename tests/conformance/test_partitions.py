@@ -25,7 +25,9 @@ from tests.conformance.helpers import (
     assert_counts,
     claim,
     claim_head,
+    complete_head,
     cursor_of,
+    heads_of,
     insert,
     insert_partitioned,
     new_job,
@@ -124,6 +126,7 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
             (h.topic, h.partition): h for h in dialect.partitions.partition_heads(c, namespace=NS)
         }
     assert heads[("orders", 3)].job_id == head and heads[("orders", 3)].stage == "enqueued"
+    assert heads_of(later_db) == list(heads.values())  # the worker's look: the same
     epoch, job = claim_head(later_db, "a")
     assert job is not None and job.id == head and job.lane == ORDERS._replace(epoch=epoch)
     assert claim_head(later_db, "b") is None  # a's lease is live
@@ -143,8 +146,15 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
         completion = PartitionCompletion(job=done, owner="a", retention_ms=DAY_MS)
         with cursor_of(later_db, atomic=not dialect.partitions.writes_one_statement) as c:
             assert dialect.partitions.partition_complete(c, completion) is stored
+        # The worker's own path (the asyncio connection's, where there is
+        # one) agrees: nothing is stored twice, a stale epoch never.
+        assert complete_head(later_db, completion) is False
     assert stages(later_db, head) == ["success"]
-    assert claim_head(later_db, "a")[1].id == second
+    _, next_head = claim_head(later_db, "a")
+    assert next_head is not None and next_head.id == second
+    completion = PartitionCompletion(job=next_head, owner="a", retention_ms=DAY_MS)
+    assert complete_head(later_db, completion) is True
+    assert stages(later_db, second) == ["success"]
     with cursor_of(later_db, atomic=True) as c:
         dialect.partitions.partition_release(c, namespace=NS, owner="a")
         assert dialect.partitions.partition_fence(c, job.lane, owner="a") is False
