@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-NEWEST = "later_django.migrations.0017_fan_in"
+NEWEST = "later_django.migrations.0018_partition_news"
 
 
 def _newest() -> ModuleType:

@@ -82,8 +82,55 @@ def test_partition_jobs_notify_their_own_channel_never_the_plain_one(later_db, s
     with psycopg.connect(autocommit=True, **connect_kwargs(later_db.alias)) as listener:
         listener.execute("LISTEN later")
         listener.execute("LISTEN later_partition")
-        later.enqueue_to_partition(Ordered("k", 0))
+        job_id = later.enqueue_to_partition(Ordered("k", 0))
         later.enqueue_to_partition_delayed(Ordered("k", 1), timedelta(hours=1))  # not ready
         later.enqueue(Noop(n=1))
-        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=3)]
-    assert notes == [("later_partition", "default"), ("later", "default")]
+        notes = [(n.channel, n.payload) for n in listener.notifies(timeout=2, stop_after=4)]
+    partition = _partition_of(later_db, job_id)
+    # The partition by name (migration 0018), and the bare namespace for
+    # servers of the previous release.
+    assert notes == [
+        ("later_partition", "default"),
+        ("later_partition", f"default\x1fordered\x1e{partition}"),
+        ("later", "default"),
+    ]
+
+
+def _partition_of(later_db, job_id: str) -> int:
+    return int(later_db.scalar("SELECT partition FROM later_job WHERE id = %s", [job_id]))
+
+
+def test_a_finished_partition_head_names_its_partition_and_only_it(later_db, settings):
+    """A head that finishes announces its partition, so the server that
+    wins it queues it without a look over every partition; a job that only
+    starts announces nothing."""
+    if not dialect_for(later_db.alias).supports_listen:
+        pytest.skip("SQLite cannot notify")
+    import psycopg
+
+    from later_django.db.postgresql import connect_kwargs
+    from later_django.worker.notifier import partition_noticed
+
+    set_later(settings, TOPICS={"ordered": 8})
+    job_id = later.enqueue_to_partition(Ordered("k", 0))
+    partition = _partition_of(later_db, job_id)
+    with psycopg.connect(autocommit=True, **connect_kwargs(later_db.alias)) as listener:
+        listener.execute("LISTEN later_partition")
+
+        async def body(server: Any) -> None:
+            await await_stage(job_id, "success")
+
+        serve(body, workers=1)
+        payloads = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+    assert payloads == ["default", f"default\x1fordered\x1e{partition}"]
+    assert [partition_noticed(p, "default") for p in payloads] == [None, ("ordered", partition)]
+
+
+def test_partition_payloads_are_read_for_this_namespace_only():
+    from later_django.worker.notifier import partition_noticed
+
+    assert partition_noticed("ns\x1fledger\x1e7", "ns") == ("ledger", 7)
+    assert partition_noticed("ns\x1fa.b\x1e0", "ns") == ("a.b", 0)
+    assert partition_noticed("other\x1fledger\x1e7", "ns") is None
+    assert partition_noticed("ns", "ns") is None  # the previous release's payload
+    assert partition_noticed("ns\x1fledger\x1e", "ns") is None

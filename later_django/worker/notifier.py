@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
+from typing import TYPE_CHECKING
 
 from django.db.backends.utils import CursorWrapper
 
@@ -20,6 +21,9 @@ from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
 from later_django.queues import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from later_django.worker.partitions import PartitionWakeup
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +90,19 @@ def ready_count(payload: str, namespace: str) -> tuple[str, int]:
     return queue or DEFAULT_QUEUE, int(count) if count.isdigit() else 1
 
 
+def partition_noticed(payload: str, namespace: str) -> tuple[str, int] | None:
+    """The (topic, partition) of ``namespace`` a ``later_partition`` payload
+    names: the namespace, chr(31), the topic, chr(30) and the partition
+    (migration 0018). None for another namespace's, and for the bare
+    namespace that the same commits also send for servers of the previous
+    release (which look over every partition on it)."""
+    said, found, place = payload.partition("\x1f")
+    if not found or said != namespace:
+        return None
+    topic, _, partition = place.rpartition("\x1e")
+    return (topic, int(partition)) if partition.isdigit() else None
+
+
 class Notifier:
     """Feeds a Wakeup from LISTEN (PostgreSQL), from watching commits (SQLite)
     and from local commits.
@@ -103,7 +120,7 @@ class Notifier:
         namespace: str,
         listen: bool,
         watch: bool = False,
-        partition_wake: Wakeup | None = None,
+        partition_wake: PartitionWakeup | None = None,
         keyed: frozenset[str] = frozenset(),
     ) -> None:
         # The wake-ups of each served queue's workers, by its name.
@@ -175,8 +192,9 @@ class Notifier:
                         continue
                     channel, payload = note
                     if channel == PARTITION_CHANNEL:
-                        if partitions is not None and payload == self.namespace:
-                            partitions.wake(1)
+                        noticed = partition_noticed(payload, self.namespace)
+                        if partitions is not None and noticed is not None:
+                            partitions.noticed(noticed)
                     else:
                         queue, ready = ready_count(payload, self.namespace)
                         if ready and (wake := self.wakes.get(queue)) is not None:

@@ -8,7 +8,8 @@ They claim through a PartitionClaimer, which knows:
   over the live servers that poll topics (their heartbeat says so), so a
   server joining or leaving moves only the partitions whose winner changes;
 - which partitions have a ready head (one read over the namespace's
-  partitions, an index probe each, on a wake-up or a poll);
+  partitions, an index probe each, after a wake-up from outside or a
+  poll; a partition whose head finished here is queued again without one);
 - which partitions it holds the lease of, with their fencing epoch, and
   which have a head running or being stored here: a partition runs one job
   at a time, so a partition with a head in flight is never claimed again
@@ -47,6 +48,35 @@ LOST = "its partition's lease was lost (another server took the partition over)"
 RESERVED: Claim = ("", 0)
 
 
+class PartitionWakeup(Wakeup):
+    """The partition workers' wake-ups, and whether one brought news.
+
+    A wake-up from outside (a commit announced, a poll, a change of
+    membership) may mean heads are ready that this server has not seen:
+    the next claim that finds nothing queued looks over the partitions. A
+    partition of this server's that is free again (its head's outcome
+    stored) is queued here and needs no look: ``requeued`` wakes a worker
+    for it without one. Without that difference every worker that found
+    nothing would look again after every job."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.news = True  # nothing seen yet
+        # Told of a partition a commit announced (its claimer's noticed()).
+        self.on_noticed: Callable[[Key], None] = lambda key: self.wake(1)
+
+    def wake(self, count: int | None = None) -> None:
+        self.news = True
+        super().wake(count)
+
+    def requeued(self) -> None:
+        super().wake(1)
+
+    def noticed(self, key: Key) -> None:
+        """A commit announced that ``key``'s partition may have a ready head."""
+        self.on_noticed(key)
+
+
 class PartitionClaimer:
     def __init__(
         self,
@@ -57,7 +87,7 @@ class PartitionClaimer:
         store: ThreadedStore,
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
-        wake: Wakeup,
+        wake: PartitionWakeup,
         partition_lease_ms: int,
         server_ttl_ms: int,
     ) -> None:
@@ -85,6 +115,7 @@ class PartitionClaimer:
         self._scan_lock = asyncio.Lock()
         # Stops the handler of a claim whose partition lease was lost.
         self.on_lost: Callable[[Claim, str], None] = lambda claim, why: None
+        wake.on_noticed = self.noticed
 
     def wins(self, key: Key) -> bool:
         return owner_of(self.namespace, key[0], key[1], self.servers) == self.owner
@@ -106,7 +137,7 @@ class PartitionClaimer:
                         del self.busy[key]
                 if job is not None:
                     return job
-            if not await self._scan():
+            if not self.wake.news or not await self._scan():
                 return None
         return None
 
@@ -143,6 +174,7 @@ class PartitionClaimer:
             async with self._scan_lock:  # a look in flight answers for this one too
                 return bool(self._ready)
         async with self._scan_lock:
+            self.wake.news = False  # a wake-up during the look brings news again
             heads = await self.sessions.partition_heads(namespace=self.namespace)
             found = [(head.topic, head.partition) for head in heads if head.stage == Stage.ENQUEUED]
             ready = [
@@ -152,6 +184,16 @@ class PartitionClaimer:
             ]
             self._ready.extend(key for key in ready if key not in self._ready)
             return bool(self._ready)
+
+    def noticed(self, key: Key) -> None:
+        """A commit announced ``key``'s partition (a job of it became ready,
+        or its head finished): queue it if this server wins it. One whose
+        head runs or is being stored here is queued again when that ends."""
+        if key in self.busy or key in self._blocked or not self.wins(key):
+            return
+        if key not in self._ready:
+            self._ready.append(key)
+        self.wake.requeued()
 
     # -- outcomes -----------------------------------------------------------------
     def done(self, job: ClaimedJob) -> None:
@@ -164,7 +206,7 @@ class PartitionClaimer:
         if self.busy.get(key) == (job.id, job.attempts):
             del self.busy[key]
             self._ready.appendleft(key)
-            self.wake.wake(1)
+            self.wake.requeued()
 
     def drop(self, claim: Claim) -> None:
         """``claim``'s job lease was given up: its partition is free here (its

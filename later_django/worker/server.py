@@ -40,7 +40,7 @@ from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
 from later_django.worker.lease_book import Claim, LeaseBook
 from later_django.worker.notifier import Notifier, Wakeup
-from later_django.worker.partitions import PartitionClaimer
+from later_django.worker.partitions import PartitionClaimer, PartitionWakeup
 from later_django.worker.queue_workers import QueueWorkers
 from later_django.worker.services import ServiceGroup
 from later_django.worker.status import StatusReporter
@@ -169,7 +169,7 @@ class Server:
         )
         # Partition pollers run where topics are set (docs/partitions.md).
         self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
-        self.partition_wake = Wakeup()
+        self.partition_wake = PartitionWakeup()
         self.notifier = Notifier(
             wakes,
             alias=self.alias,
