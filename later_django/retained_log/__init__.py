@@ -5,7 +5,7 @@ A database log on LATER["DATABASE"], not a Kafka protocol. Use it as
 ``from later_django import retained_log as log``. Every call has an async
 twin with an ``a`` prefix (``aappend``, ``aread``, ``aacquire``, ...;
 ``Lease.acommit``, ``Lease.arenew``, ``Lease.arelease``). See
-docs/retained-log.md.
+docs/how-to/retained-log.md.
 """
 
 from __future__ import annotations
