@@ -90,6 +90,9 @@ class Claim(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageChange:
+    """One entry of ``JobInfo.history``: the stage a job entered, and when
+    (on the database's clock)."""
+
     stage: str
     at: dt.datetime
 

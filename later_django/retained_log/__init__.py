@@ -41,6 +41,7 @@ def _consume_on_own_thread(*args: Any, **kwargs: Any) -> ConsumeResult:
 # consume() blocks while it runs: its twin runs it on a thread of its own,
 # not on the one thread Django keeps for sync_to_async calls.
 aconsume = sync_to_async(_consume_on_own_thread, thread_sensitive=False)
+aconsume.__doc__ = "Run :func:`consume` from async code, on a thread of its own."
 
 __all__ = [
     "ConsumeResult",
