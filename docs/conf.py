@@ -42,7 +42,7 @@ source_suffix = {".md": "markdown"}
 root_doc = "index"
 # What is not a page: the build, the Grafana and Prometheus files that pages
 # link to, and the images (served as static files through the pages).
-exclude_patterns = ["_build", "grafana", "img", "README.md"]
+exclude_patterns = ["_build", "grafana", "img"]
 
 myst_enable_extensions = ["colon_fence"]
 # Anchors for the ## and ### headings, so a link can name a section
