@@ -1,6 +1,7 @@
 """The reference pages cover the code: every public name has a docstring and
 an autodoc entry in docs/reference/, and every setting, check id, management
-command option and metric has its entry there."""
+command option and metric has its entry there; README.md's links lead to
+files."""
 
 from __future__ import annotations
 
@@ -179,3 +180,14 @@ def test_docs_reference_checks_its_own_helpers():
     assert own_docstring(Choices) == ""
     assert own_docstring(later_django.Stage)
     assert inspect.getdoc(Choices)  # what a naive check would have accepted
+
+
+def test_docs_readme_links_lead_to_files():
+    """README.md's relative links name files of the repository (the site's
+    pages are checked when it is built)."""
+    text = (PROJECT_DIR / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if "://" not in t]
+    assert len(local) > 10
+    missing = [t for t in local if not (PROJECT_DIR / t).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
