@@ -147,7 +147,9 @@ def test_docs_reference_has_every_command_option(command):
     common = {max(a.option_strings, key=len) for a in common_parser._actions if a.option_strings}
     common |= {"args"}
     parser = load_command_class("later_django", command).create_parser("manage.py", command)
-    text = section(reference_text("commands.md"), f"## `{command}`")
+    page = reference_text("commands.md")
+    assert f"\n## `{command}`\n" in page, f"docs/reference/commands.md has no section {command}"
+    text = section(page, f"## `{command}`")
     missing = [option for option in own_options(parser, common) if f"`{option}" not in text]
     assert not missing, f"{command} options missing from docs/reference/commands.md: {missing}"
 
