@@ -1,5 +1,5 @@
 """The dashboard in Django admin: an entry in the admin index, and its pages
-at ``/admin/later/`` of the default admin site (docs/dashboard.md; another
+at ``/admin/later/`` of the default admin site (docs/how-to/dashboard.md; another
 admin site adds them with ``later_django.dashboard.urls.for_site`` and its
 index entry by registering ``Dashboard`` with ``DashboardAdmin``)."""
 

@@ -1,4 +1,4 @@
-"""System checks for the LATER settings; every ID is listed in docs/checks.md."""
+"""System checks for the LATER settings; every ID is listed in docs/reference/checks.md."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _check_queues(value: object) -> list[CheckMessage]:
                 "E025",
                 f"{problem}.",
                 "Write e.g. LATER['QUEUES'] = {'default': {}, 'emails': {'rate_limit': "
-                "'100/m'}}; see docs/rate-limits.md.",
+                "'100/m'}}; see docs/how-to/rate-limits.md.",
             )
             for problem in queue_option_errors(name, options)
         ]
@@ -112,13 +112,17 @@ def _unknown_keys_hint(unknown: list[str]) -> str:
     }
     if len(unknown) == 1:
         if guesses:
-            return f"Did you mean {guesses[unknown[0]]}? Otherwise remove it; see docs/settings.md."
-        return "Remove it or fix its spelling; see docs/settings.md."
+            return (
+                f"Did you mean {guesses[unknown[0]]}? Otherwise remove it; "
+                "see docs/reference/settings.md."
+            )
+        return "Remove it or fix its spelling; see docs/reference/settings.md."
     if not guesses:
-        return "Remove them or fix their spelling; see docs/settings.md."
+        return "Remove them or fix their spelling; see docs/reference/settings.md."
     named = ", ".join(f"{guess} (for {key})" for key, guess in guesses.items())
     return (
-        f"Did you mean {named}? Otherwise remove them or fix their spelling; see docs/settings.md."
+        f"Did you mean {named}? Otherwise remove them or fix their spelling; "
+        "see docs/reference/settings.md."
     )
 
 

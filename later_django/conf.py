@@ -22,7 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_RETRY_POLICY": None,
     "TOPICS": {},
     # Named queues and their options: {"default": {}, "emails": {}}
-    # ("default" always exists; docs/queues.md).
+    # ("default" always exists; docs/how-to/queues.md).
     "QUEUES": {"default": {}},
     "RECURRING_SEQUENTIAL_PARTITIONS": None,
     "CONTEXT": None,
@@ -31,13 +31,13 @@ DEFAULTS: dict[str, Any] = {
     "JOBS_MODULE": "jobs",
     "MAX_PAYLOAD_BYTES": 1 << 20,
     # PostgreSQL: plan later's own statements once per connection. Turn off
-    # behind a pooler that cannot keep prepared statements (docs/settings.md).
+    # behind a pooler that cannot keep prepared statements (docs/reference/settings.md).
     "PREPARED_STATEMENTS": True,
     # OpenTelemetry: a span around each handler run, parented to the span
-    # that enqueued the job (needs opentelemetry-api; docs/metrics.md).
+    # that enqueued the job (needs opentelemetry-api; docs/how-to/monitoring.md).
     "TRACING": False,
     # Tests and local development: run jobs in the enqueuing process when
-    # their enqueue commits, with no worker (docs/testing.md).
+    # their enqueue commits, with no worker (docs/how-to/testing.md).
     "RUN_INLINE": False,
     "LEASE_DURATION": timedelta(seconds=30),
     "STUCK_JOB_GRACE": timedelta(seconds=30),
@@ -56,7 +56,7 @@ DEFAULTS: dict[str, Any] = {
     # report: {"events": ["billing"], "audit": None} (None: every group).
     "RETAINED_LOG_LAG": {},
     # Recurring occurrences missed by less than this (downtime) still run;
-    # of older ones only the latest runs, once (docs/recurring.md).
+    # of older ones only the latest runs, once (docs/how-to/recurring.md).
     "RECURRING_MISSED_GRACE": timedelta(minutes=1),
 }
 

@@ -59,7 +59,7 @@ def enqueue(
     ``at`` (an aware datetime): due then; ``after`` (a job id, or a list of
     them): a continuation, due once every one of them succeeded, failed with
     ``parent failed`` if one fails or is cancelled (JobNotFound, nothing
-    written, when one does not exist; docs/fan-in.md); ``timeout`` (a
+    written, when one does not exist; docs/how-to/fan-in.md); ``timeout`` (a
     timedelta): how long one attempt may run
     (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
     the named queue it runs on (default: the type's ``@job(queue=...)``, else
@@ -68,7 +68,7 @@ def enqueue(
     while an unfinished job of the type holds the key, nothing is written
     and that job's id is returned, its ``duplicate`` True; ``unique_for`` (a
     timedelta) widens that to any job of the key enqueued in the same window
-    of that length, finished ones included (docs/unique-jobs.md).
+    of that length, finished ones included (docs/how-to/unique-jobs.md).
     Keywords that conflict (``delay`` and ``at``; either with ``after``) raise TypeError
     naming both, and nothing is written.
     """
@@ -168,7 +168,7 @@ def enqueue_continue_all(
     parents: Iterable[str], payload: object, *, priority: int | None = None
 ) -> JobId:
     """``enqueue(payload, after=parents)``: due once every job of ``parents``
-    succeeded (a fan-in, docs/fan-in.md).
+    succeeded (a fan-in, docs/how-to/fan-in.md).
 
     It runs once, after the last of them. If one fails or is cancelled the
     job is failed with reason ``parent failed`` and never runs. Parents that

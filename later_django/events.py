@@ -105,6 +105,8 @@ class LeaseLost(Event):
 
 @dataclass(slots=True)
 class ServerStarted(Event):
+    """A worker server started, with ``workers`` worker tasks."""
+
     server_id: str
     namespace: str
     workers: int
@@ -112,6 +114,8 @@ class ServerStarted(Event):
 
 @dataclass(slots=True)
 class ServerStopped(Event):
+    """A worker server stopped, having run ``processed`` jobs."""
+
     server_id: str
     namespace: str
     processed: int

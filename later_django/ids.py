@@ -46,7 +46,7 @@ class JobId(str):
 
 
 class DuplicateJobId(JobId):
-    """The id of the job that held an enqueue's unique key (docs/unique-jobs.md)."""
+    """The id of the job that held an enqueue's unique key (docs/how-to/unique-jobs.md)."""
 
     __slots__ = ()
     duplicate = True

@@ -181,7 +181,7 @@ class Metrics:
     # A worker's one event per job (JobFinished: it also says when the handler
     # started) finds the series it adds to in one lookup of its few labels,
     # which keeps metrics on within a few microseconds per job
-    # (docs/metrics.md, "Cost"). Starts are counted by the dashboard's
+    # (docs/how-to/monitoring.md, "Cost"). Starts are counted by the dashboard's
     # figures (JobStarted), not here.
     def on_finished(self, event: events.JobFinished) -> None:
         waited, since_created = event.waited, event.since_created

@@ -66,7 +66,7 @@ class EnqueueOptions:
     # whether LATER["QUEUES"] declares it is the builder's check.
     queue: str | None = None
     # The job's unique key (None: the type's @job(unique_key=...), if any),
-    # and the window over finished jobs too (docs/unique-jobs.md).
+    # and the window over finished jobs too (docs/how-to/unique-jobs.md).
     unique_key: str | None = None
     unique_for: dt.timedelta | Unset = UNSET
     # What the call that made these options names a keyword, where it names

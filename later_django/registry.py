@@ -32,7 +32,7 @@ class Handler:
     func: Callable[..., Any]
     is_async: bool
     retry: RetrySpec = None
-    # Sequential partition mode: the topic its jobs go to (docs/partitions.md).
+    # Sequential partition mode: the topic its jobs go to (docs/how-to/partitions.md).
     topic: str | None = None
     # The priority of its jobs when an enqueue gives none.
     priority: int = 0
@@ -41,13 +41,13 @@ class Handler:
     # The queue of its jobs when an enqueue names none (None: "default").
     queue: str | None = None
     # Its jobs' unique key when an enqueue gives none, and the window of
-    # unique_for in ms (docs/unique-jobs.md).
+    # unique_for in ms (docs/how-to/unique-jobs.md).
     unique_key: UniqueKeySpec = None
     unique_for_ms: int | None = None
     # Its writes on the LATER database commit with its job's success, in one
-    # transaction, or roll back with a failure (docs/atomic-jobs.md).
+    # transaction, or roll back with a failure (docs/how-to/atomic-jobs.md).
     atomic: bool = False
-    # Per-key concurrency (docs/concurrency-limits.md): at most
+    # Per-key concurrency (docs/how-to/concurrency-limits.md): at most
     # ``concurrency`` of its jobs of one key run at once across every
     # server; the key is what ``concurrency_key`` returns for the payload
     # (None: the type's name, one limit over all its jobs). None: no limit.
@@ -117,7 +117,7 @@ def job(
     ``(ctx, payload) -> RetryPolicy`` resolved after the first failure.
     ``topic`` puts the type's jobs in sequential partition mode: the payload
     type then needs a ``partition_key()`` method, and its jobs are enqueued
-    with ``enqueue_to_partition`` and friends (docs/partitions.md).
+    with ``enqueue_to_partition`` and friends (docs/how-to/partitions.md).
     ``priority`` is its jobs' priority when an enqueue gives none, and
     ``timeout`` how long one attempt may run when an enqueue gives none,
     and ``queue`` the named queue its jobs run on when an enqueue names
@@ -125,15 +125,15 @@ def job(
     (a str, or a callable given the payload that returns one) makes its
     jobs unique, and ``unique_for`` (a timedelta) widens that to a window
     over finished jobs too, when an enqueue gives neither
-    (docs/unique-jobs.md). ``atomic=True`` runs a sync handler in a
+    (docs/how-to/unique-jobs.md). ``atomic=True`` runs a sync handler in a
     transaction of the LATER database that also stores its job's success:
     its writes there commit exactly when the job succeeds
-    (docs/atomic-jobs.md); an async handler is refused.
+    (docs/how-to/atomic-jobs.md); an async handler is refused.
     ``concurrency_key`` (a callable taking the payload, returning a str)
     and ``concurrency`` (an int >= 1; 1 when only a key is given) limit how
     many jobs of one key run at once across every server; ``concurrency``
     alone limits every job of the type as one key
-    (docs/concurrency-limits.md). Neither applies to a topic's jobs.
+    (docs/how-to/concurrency-limits.md). Neither applies to a topic's jobs.
     """
 
     def register(func: F) -> F:

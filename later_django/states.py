@@ -6,6 +6,12 @@ from django.db import models
 
 
 class Stage(models.TextChoices):
+    """A job's stage; its values are the strings ``JobInfo.stage`` holds.
+
+    ``enqueued`` (ready), ``delayed`` (due later), ``waiting`` (for its
+    parents), ``running``, ``requeued`` (a failed attempt waits for its
+    retry), and the finished ``success``, ``failed`` and ``cancelled``."""
+
     ENQUEUED = "enqueued"
     DELAYED = "delayed"
     WAITING = "waiting"

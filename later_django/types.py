@@ -33,7 +33,7 @@ class NewJob(NamedTuple):
     # Its named queue; None: the default queue.
     queue: str | None = None
     # Its unique key, and the length of its uniqueness window in ms
-    # (docs/unique-jobs.md); None: not unique, no window.
+    # (docs/how-to/unique-jobs.md); None: not unique, no window.
     unique_key: str | None = None
     unique_for_ms: int | None = None
     # Its concurrency key and limit when its type has one; None otherwise.
@@ -90,6 +90,9 @@ class Claim(NamedTuple):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageChange:
+    """One entry of ``JobInfo.history``: the stage a job entered, and when
+    (on the database's clock)."""
+
     stage: str
     at: dt.datetime
 
@@ -118,10 +121,10 @@ class JobInfo:
     sequence: int | None = None
     # The identifier of the schedule this job is an occurrence of.
     recurring: str | None = None
-    # Its unique key (docs/unique-jobs.md), if it was enqueued with one.
+    # Its unique key (docs/how-to/unique-jobs.md), if it was enqueued with one.
     unique_key: str | None = None
     # Every parent it runs after, in id order: a fan-in job's, a
-    # continuation's one, none for other jobs (docs/fan-in.md).
+    # continuation's one, none for other jobs (docs/how-to/fan-in.md).
     parents: tuple[JobId, ...] = ()
 
 

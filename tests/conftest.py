@@ -12,7 +12,7 @@ from django.db import connections
 from later_django.db.base import TABLES
 from tests.helpers import LaterDb, Workers
 
-# later_drain and later_inline, enabled the way docs/testing.md tells users to;
+# later_drain and later_inline, enabled the way docs/how-to/testing.md tells users to;
 # the browser and page fixtures of the real-browser tests (tests/browser.py).
 pytest_plugins = ["later_django.testing.pytest_plugin", "tests.browser"]
 

@@ -1,4 +1,4 @@
-"""Atomic jobs (``@job(atomic=True)``, docs/atomic-jobs.md): a sync handler's
+"""Atomic jobs (``@job(atomic=True)``, docs/how-to/atomic-jobs.md): a sync handler's
 writes on the LATER database commit with its job's success, in one
 transaction, or not at all.
 

@@ -4,7 +4,7 @@ Each run starts its own database (the PostgreSQL one with initdb/pg_ctl,
 like tests/pgserver.py), three ``later_worker`` processes and a producer,
 injects every fault kind at least once and must report 0 lost jobs and no
 violation, with partitioned jobs checked for order (pairs compared > 0, 0
-violations). See docs/chaos.md; the long profile is a documented command.
+violations). See docs/project/chaos.md; the long profile is a documented command.
 """
 
 from __future__ import annotations

@@ -152,7 +152,9 @@ def test_checks_suggest_the_nearest_key_for_a_misspelt_one(settings):
     (message,) = later_messages()
     assert message.id == "later.W001"
     assert message.msg == "LATER has unknown keys: WORKRES."
-    assert message.hint == "Did you mean WORKERS? Otherwise remove it; see docs/settings.md."
+    assert message.hint == (
+        "Did you mean WORKERS? Otherwise remove it; see docs/reference/settings.md."
+    )
 
 
 def test_checks_suggest_a_key_for_each_misspelt_one(settings):
@@ -164,7 +166,7 @@ def test_checks_suggest_a_key_for_each_misspelt_one(settings):
     assert message.msg == "LATER has unknown keys: FROBNICATE, TOPIC, workers."
     assert message.hint == (
         "Did you mean TOPICS (for TOPIC), WORKERS (for workers)? Otherwise remove "
-        "them or fix their spelling; see docs/settings.md."
+        "them or fix their spelling; see docs/reference/settings.md."
     )
 
 
@@ -173,7 +175,7 @@ def test_checks_suggest_nothing_for_a_wholly_unknown_key(settings):
     set_later(settings, FROBNICATE=1)
     (message,) = later_messages()
     assert message.id == "later.W001"
-    assert message.hint == "Remove it or fix its spelling; see docs/settings.md."
+    assert message.hint == "Remove it or fix its spelling; see docs/reference/settings.md."
     assert "did you mean" not in message.hint.lower()
 
 

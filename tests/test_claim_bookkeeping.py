@@ -1,7 +1,7 @@
 """A server's own record of its claims agrees with the database's: a claim
 that finished during a renewal is not lost, a spare kept past its deadline
 is given back, and a claim or completion abandoned mid-statement is settled
-from what the database stored (docs/design.md, "Leases")."""
+from what the database stored (docs/explanation/design.md, "Leases")."""
 
 from __future__ import annotations
 

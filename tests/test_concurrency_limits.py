@@ -1,4 +1,4 @@
-"""Per-key concurrency across every server (docs/concurrency-limits.md): the
+"""Per-key concurrency across every server (docs/how-to/concurrency-limits.md): the
 @job options and the keys an enqueue stores, the claim that keeps each
 key's limit exact under concurrent claimers, every way a running job frees
 its key's slot, a server whose ready jobs are all over their limits (no

@@ -1,4 +1,4 @@
-"""How many PostgreSQL connections one later_worker process opens (docs/operations.md)."""
+"""How many PostgreSQL connections one later_worker process opens (docs/how-to/operations.md)."""
 
 from __future__ import annotations
 

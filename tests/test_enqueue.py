@@ -726,7 +726,7 @@ def test_aenqueue_in_from_async_code_raises_transaction_required_naming_itself(l
 
 
 def test_enqueue_in_through_sync_to_async_commits_with_the_writes_around_it(later_db):
-    """The way docs/enqueue.md gives async code: one sync function holds the
+    """The way docs/reference/enqueue.md gives async code: one sync function holds the
     block, enqueue_in inside it, awaited through sync_to_async."""
 
     def place(n: int, fail: bool) -> str:

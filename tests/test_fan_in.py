@@ -1,4 +1,4 @@
-"""Fan-in (docs/fan-in.md): a job enqueued after several parents runs once,
+"""Fan-in (docs/how-to/fan-in.md): a job enqueued after several parents runs once,
 after the last of them succeeded, and fails with "parent failed" without
 running when one fails or is cancelled. On SQLite and PostgreSQL, through
 the storage operations in this process and with real later_worker

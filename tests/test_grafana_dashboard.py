@@ -21,7 +21,7 @@ import pytest
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 DASHBOARD = PROJECT_DIR / "docs" / "grafana" / "later-dashboard.json"
 ALERTS = PROJECT_DIR / "docs" / "grafana" / "alerts.yml"
-METRICS_DOC = PROJECT_DIR / "docs" / "metrics.md"
+METRICS_DOC = PROJECT_DIR / "docs" / "reference" / "metrics.md"
 
 COUNTERS = {
     "later_job_transitions_total",

@@ -1,9 +1,9 @@
 """Sequential partition mode across real ``later_worker`` processes: order
 under kills, pauses and failures, ownership moves, and the fence of a
-partition's epoch (docs/partitions.md).
+partition's epoch (docs/how-to/partitions.md).
 
 The order test's size is CI's; ``LATER_ORDER_JOBS=200`` runs the full
-acceptance size (50 keys x 200 jobs): docs/partitions.md has the figures.
+acceptance size (50 keys x 200 jobs): docs/how-to/partitions.md has the figures.
 """
 
 from __future__ import annotations

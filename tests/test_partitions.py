@@ -1,5 +1,5 @@
 """Sequential partition mode in one process: enqueue, sequences, the lane
-rule and in-order runs (docs/partitions.md). Real processes, kills and
+rule and in-order runs (docs/how-to/partitions.md). Real processes, kills and
 pauses are in tests/test_partition_processes.py."""
 
 from __future__ import annotations
@@ -315,7 +315,7 @@ def test_sequential_recurring_needs_its_setting_and_continue_needs_a_sequential_
 def test_the_plain_claim_reads_the_ready_index_which_holds_no_partition_job(topics):
     """The ready index's predicate says topic IS NULL, and the plain claim's
     terms imply it, so the claim keeps its index plan and never reads a
-    partition job's entry (docs/design.md, the lane rule)."""
+    partition job's entry (docs/explanation/design.md, the lane rule)."""
     claim_select = (
         "SELECT id FROM later_job WHERE namespace = 'default' AND queue = '' "
         "AND stage = 'enqueued' AND topic IS NULL ORDER BY priority DESC, id LIMIT 8"

@@ -1,5 +1,5 @@
 """Named queues: where a job's queue is stored, which server claims it, and
-pausing a queue for every server (docs/queues.md)."""
+pausing a queue for every server (docs/how-to/queues.md)."""
 
 from __future__ import annotations
 
@@ -408,7 +408,7 @@ RETURNING id
 
 def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_db, queues):
     """Servers of the previous release run beside this one while a deploy
-    rolls (docs/queues.md, "Upgrading"): their plain inserts name no queue
+    rolls (docs/how-to/queues.md, "Upgrading"): their plain inserts name no queue
     column and land in the default queue, which this release claims; their
     claims still work on the migrated tables, and take any queue's jobs,
     paused or not, as documented; the counters stay exact either way."""

@@ -1,4 +1,4 @@
-"""Per-queue rate limits across every server (docs/rate-limits.md): the
+"""Per-queue rate limits across every server (docs/how-to/rate-limits.md): the
 setting and its check, the claim that keeps the limit exact under
 concurrent claimers, a server that waits out a spent window without
 claiming, the Queues panel and the metric, and three worker processes held
@@ -94,7 +94,7 @@ def test_a_bad_rate_limit_or_queue_option_is_check_e025(settings):
         "'N/m' or 'N/h' with N from 1 to 1000000000 starts per second, minute or hour, "
         "e.g. '100/m'.",
     ]
-    assert all("docs/rate-limits.md" in m.hint for m in messages)
+    assert all("docs/how-to/rate-limits.md" in m.hint for m in messages)
     with pytest.raises(SystemCheckError, match="later.E025"):
         call_command("check")
     set_later(settings, QUEUES=rate_queues("100/m"))

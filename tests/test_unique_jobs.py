@@ -1,4 +1,4 @@
-"""Unique jobs (docs/unique-jobs.md) on both databases: a duplicate enqueue
+"""Unique jobs (docs/how-to/unique-jobs.md) on both databases: a duplicate enqueue
 writes nothing and returns the holder's id; the key is freed by finish,
 cancel and rollback; unique_for holds it over finished jobs in its window;
 concurrent enqueuers in separate transactions and processes never both get in."""

@@ -24,7 +24,7 @@ from tests.jobapp.jobs import Noop, Sleep
 # -- a fake server: markers only -----------------------------------------------------
 # After SIGSTOP ... SIGCONT a worker process replaced every idle worker as
 # "hung" and restarted its maintenance, because every progress marker was as
-# old as the pause (found by the chaos runner, docs/chaos.md). A late
+# old as the pause (found by the chaos runner, docs/project/chaos.md). A late
 # supervisor tick now restarts the markers instead of judging them.
 class PendingTask:
     """Stands in for a running worker task."""

@@ -104,8 +104,8 @@ LATER = {
     # Sequential partition mode: a customer's ledger lines (shop/jobs.py,
     # LedgerEntry) run one at a time, in order. The count is fixed for good.
     "TOPICS": {"ledger": 4},
-    # Named queues (docs/queues.md): receipts run on "emails" (shop/jobs.py),
-    # at most 20 started a second across every worker (docs/rate-limits.md).
+    # Named queues (docs/how-to/queues.md): receipts run on "emails" (shop/jobs.py),
+    # at most 20 started a second across every worker (docs/how-to/rate-limits.md).
     "QUEUES": {"default": {}, "emails": {"rate_limit": "20/s"}},
     # later_retained_log_consumer_lag for the shop's order events (shop/order_events.py).
     "RETAINED_LOG_LAG": {"order-events": ["analytics"]},

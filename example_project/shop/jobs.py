@@ -49,7 +49,7 @@ class NotifyWarehouse:
 
 
 # The warehouse's API takes two calls at a time, whatever the number of
-# workers (docs/concurrency-limits.md).
+# workers (docs/how-to/concurrency-limits.md).
 @job(retry=RetryPolicy.fixed(3, timedelta(milliseconds=500)), concurrency=2)
 def notify_warehouse(ctx: JobContext, payload: NotifyWarehouse) -> None:
     """Fails its first attempt(s), as a flaky remote API would; retries heal it."""

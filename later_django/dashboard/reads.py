@@ -1,7 +1,7 @@
 """What the dashboard shows, read for its pages and its JSON alike.
 
 Everything here reads counters, small tables or one index range: nothing
-grows with the backlog (docs/dashboard.md has the plans). The overview is
+grows with the backlog (docs/how-to/dashboard.md has the plans). The overview is
 computed at most once a second per cache and served to every viewer from
 Django's cache.
 """

@@ -1,6 +1,6 @@
 """Sequential partition mode: registered topics (``later_topic``),
 sequences, partition jobs, the partition leases pollers hold, and what
-operators do to a partition (docs/partitions.md). A partition job's
+operators do to a partition (docs/how-to/partitions.md). A partition job's
 success and failure are the job engine's writes, behind the partition's
 fence."""
 

@@ -1,6 +1,6 @@
 """The read models: exact counts per stage (``later_stage_count``, kept by
 triggers in the same transaction as every change of a job), the
-dashboard's figures and lists of jobs (docs/dashboard.md), and lookups.
+dashboard's figures and lists of jobs (docs/how-to/dashboard.md), and lookups.
 Both vendors run the same statements; the operator's actions on jobs are
 the job engine's (db/jobs.py)."""
 

@@ -1,4 +1,4 @@
-"""The parent lists of fan-in jobs (docs/fan-in.md): one row per (child,
+"""The parent lists of fan-in jobs (docs/how-to/fan-in.md): one row per (child,
 parent), written with the child and deleted when the child is pruned.
 
 Only jobs enqueued with ``after=[...]`` of two or more parents have rows:

@@ -82,20 +82,20 @@ class Job(models.Model):
     # With LATER["TRACING"]: the enqueuing span's context (W3C headers as
     # JSON) that the handler's span continues; written only then.
     trace_context = models.TextField(null=True)
-    # Sequential partition mode (docs/partitions.md): a topic's job runs in
+    # Sequential partition mode (docs/how-to/partitions.md): a topic's job runs in
     # its turn, by sequence within (topic, partition). NULL for plain jobs:
-    # ``topic`` is the lane column of docs/design.md's rule, so every place
+    # ``topic`` is the lane column of docs/explanation/design.md's rule, so every place
     # that looks for plain ready work says ``topic IS NULL``.
     topic = models.CharField(max_length=100, null=True)
     partition = models.IntegerField(null=True)
     sequence = models.BigIntegerField(null=True)
-    # Unique jobs (docs/unique-jobs.md): no two unfinished jobs of one type
+    # Unique jobs (docs/how-to/unique-jobs.md): no two unfinished jobs of one type
     # share a key, and with ``unique_for`` none of those enqueued in the same
     # window of that length (its start, by the database's clock). Both NULL
     # for every other job: the unique indexes below never hold its entry.
     unique_key = models.CharField(max_length=255, null=True)
     unique_slot_ms = models.BigIntegerField(null=True)
-    # Per-key concurrency (docs/concurrency-limits.md): the job's key and
+    # Per-key concurrency (docs/how-to/concurrency-limits.md): the job's key and
     # the most jobs of that key that may run at once. NULL for every other
     # job: only the insert of a job whose type has @job(concurrency=...)
     # names these columns.

@@ -83,7 +83,7 @@ class QueueState(models.Model):
     name = models.CharField(max_length=64)
     paused = models.BooleanField()
     changed_ms = models.BigIntegerField()
-    # A rate-limited queue (docs/rate-limits.md): the window its starts are
+    # A rate-limited queue (docs/how-to/rate-limits.md): the window its starts are
     # counted in (its start, epoch ms on the database's clock, a multiple
     # of the window's length) and the jobs its claims started in it. NULL
     # until a rate-limited claim of the queue first ran.

@@ -1,5 +1,5 @@
 """Sequential partition mode: topics whose jobs run one at a time per
-partition, in enqueue order (docs/partitions.md)."""
+partition, in enqueue order (docs/how-to/partitions.md)."""
 
 from __future__ import annotations
 

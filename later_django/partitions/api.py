@@ -1,5 +1,5 @@
 """The public calls of sequential partition mode: enqueue into a topic's
-partitions, and what operators do to a partition (docs/partitions.md).
+partitions, and what operators do to a partition (docs/how-to/partitions.md).
 
 A partition job is written like any job (JobBuilder builds it, the caller's
 transaction holds it) plus the next sequence of its partition, taken in the

@@ -5,7 +5,7 @@ A database log on LATER["DATABASE"], not a Kafka protocol. Use it as
 ``from later_django import retained_log as log``. Every call has an async
 twin with an ``a`` prefix (``aappend``, ``aread``, ``aacquire``, ...;
 ``Lease.acommit``, ``Lease.arenew``, ``Lease.arelease``). See
-docs/retained-log.md.
+docs/how-to/retained-log.md.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def _consume_on_own_thread(*args: Any, **kwargs: Any) -> ConsumeResult:
 # consume() blocks while it runs: its twin runs it on a thread of its own,
 # not on the one thread Django keeps for sync_to_async calls.
 aconsume = sync_to_async(_consume_on_own_thread, thread_sensitive=False)
+aconsume.__doc__ = "Run :func:`consume` from async code, on a thread of its own."
 
 __all__ = [
     "ConsumeResult",

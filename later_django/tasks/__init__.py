@@ -1,6 +1,6 @@
 """Django's Tasks API (``django.tasks``, or the ``django_tasks`` backport on
 Django 5.2) backed by later: ``TASKS = {"default": {"BACKEND":
-"later_django.tasks.LaterBackend"}}``. See docs/tasks.md."""
+"later_django.tasks.LaterBackend"}}``. See docs/how-to/tasks.md."""
 
 from __future__ import annotations
 

@@ -49,6 +49,13 @@ class LaterTask(Task):  # type: ignore[misc]
 
 
 class LaterBackend(compat.BaseTaskBackend):  # type: ignore[misc]
+    """The backend of Django's Tasks API that stores each task as a later job,
+    run by ``later_worker``: ``TASKS = {"default": {"BACKEND":
+    "later_django.tasks.LaterBackend"}}``.
+
+    ``enqueue()`` joins the caller's transaction, as ``later_django.enqueue``
+    does; results are read back from the job's row."""
+
     task_class = LaterTask
     supports_defer = True
     supports_async_task = True

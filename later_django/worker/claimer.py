@@ -7,7 +7,7 @@ it is not (or at shutdown). A shared claim the supervisor abandoned
 mid-statement may still have committed: the next claim first gives back
 what it took, so no job waits for the stuck-job recovery without having run.
 
-A queue with limits (docs/rate-limits.md, docs/concurrency-limits.md) is
+A queue with limits (docs/how-to/rate-limits.md, docs/how-to/concurrency-limits.md) is
 claimed by the limited claim instead; once its rate limit is spent for the
 window, its workers wait, without a claim, until the next window starts.
 """

@@ -5,7 +5,7 @@ A claim is ``(job id, attempt)``: what a lease fences. "Confirmed until" is
 on the loop's monotonic clock: the moment the statement that set or renewed
 the lease was sent, plus the lease, minus a margin. The database set the
 expiry from its own clock when the statement ran, which was no earlier than
-that moment, so the lease holds at least until then (docs/design.md,
+that moment, so the lease holds at least until then (docs/explanation/design.md,
 "Leases").
 """
 

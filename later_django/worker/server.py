@@ -59,7 +59,7 @@ T = TypeVar("T")
 
 # Thread pools, each thread with its own connection (opened when first
 # used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
-# connections (docs/operations.md, "Connections").
+# connections (docs/how-to/operations.md, "Connections").
 DB_THREADS = 4  # storing failures and retries: a statement each, about a millisecond
 SERVICE_THREADS = 4  # renewals, heartbeat, backlog readings, giving back claims
 MAINTENANCE_THREADS = 2
@@ -114,8 +114,8 @@ class Server:
         retention_ms = conf.millis("DASHBOARD_RETENTION")
         self.store = ThreadedStore(self.alias)
         wakes = {name: Wakeup() for name in served}
-        # What each served queue's claims keep (docs/rate-limits.md,
-        # docs/concurrency-limits.md): known at start from the settings and
+        # What each served queue's claims keep (docs/how-to/rate-limits.md,
+        # docs/how-to/concurrency-limits.md): known at start from the settings and
         # the registered types; a queue without limits claims plainly.
         keyed_queues = registry.keyed_queues()
         self.limits = {
@@ -167,7 +167,7 @@ class Server:
             wake=self.wake_every_queue,
             maintenance=self.maintenance,
         )
-        # Partition pollers run where topics are set (docs/partitions.md).
+        # Partition pollers run where topics are set (docs/how-to/partitions.md).
         self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
         self.partition_wake = PartitionWakeup()
         self.notifier = Notifier(

@@ -317,7 +317,7 @@ class WorkerPool:
             )
         else:
             # A thread cannot be stopped; waiting for it would let a handler
-            # that never returns hold this worker for good (docs/chaos.md).
+            # that never returns hold this worker for good (docs/project/chaos.md).
             logger.warning(
                 "abandoned sync handler of job %s attempt %d: %s; it goes on in its "
                 "thread, its outcome will be discarded, and worker %d moves on",

@@ -2,7 +2,7 @@
 against a real database with several ``later_worker`` processes, inject faults,
 print a report, and exit non-zero on any lost job or violation.
 
-See docs/chaos.md for what is measured and how to read the report.
+See docs/project/chaos.md for what is measured and how to read the report.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Analysis of a chaos run and its report.
 
-Definitions (docs/chaos.md):
+Definitions (docs/project/chaos.md):
 
 - **lost**: a planned job that, after the drain deadline, has no row, or is
   neither in a terminal stage nor legitimately pending (only hung jobs are:

@@ -83,7 +83,7 @@ def test_topic_register_once_and_partitions(later_db, dialect):
 def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_db, dialect):
     """Sequences count from 0 per partition; a rolled-back one is reused. A
     partition job is counted in its stage but never claimed, announced as
-    ready or counted as plain backlog (the lane rule, docs/design.md)."""
+    ready or counted as plain backlog (the lane rule, docs/explanation/design.md)."""
     first, seq0 = insert_partitioned(later_db)
     with pytest.raises(RuntimeError), cursor_of(later_db, atomic=True) as c:
         dialect.partitions.partition_next_sequence(c, ORDERS)

@@ -496,7 +496,7 @@ def run_tick_child(ctx: JobContext, payload: TickChild) -> None:
 
 @dataclass
 class Refresh:
-    """Unique per account while unfinished (docs/unique-jobs.md)."""
+    """Unique per account while unfinished (docs/how-to/unique-jobs.md)."""
 
     account: int
     n: int = 0

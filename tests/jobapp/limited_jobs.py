@@ -1,4 +1,4 @@
-"""Job types with a concurrency limit (docs/concurrency-limits.md).
+"""Job types with a concurrency limit (docs/how-to/concurrency-limits.md).
 
 Not the app's jobs module: a registered type with a concurrency key makes
 its queue's claims the keyed ones, so these are registered only where a

@@ -1,5 +1,5 @@
-"""What the limited claims take and return (docs/rate-limits.md,
-docs/concurrency-limits.md)."""
+"""What the limited claims take and return (docs/how-to/rate-limits.md,
+docs/how-to/concurrency-limits.md)."""
 
 from __future__ import annotations
 

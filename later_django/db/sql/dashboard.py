@@ -5,7 +5,7 @@ jobs.py's).
 Every list reads one index in that index's order, and repeats the index's
 predicate as the index states it (SQLite uses a partial index only for a
 query whose terms imply it), so a page costs the page at any backlog. The
-plans are in docs/dashboard.md.
+plans are in docs/how-to/dashboard.md.
 """
 
 from __future__ import annotations

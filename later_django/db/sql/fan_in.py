@@ -1,4 +1,4 @@
-"""SQL of fan-in jobs (docs/fan-in.md): ``later_fan_in`` holds every parent
+"""SQL of fan-in jobs (docs/how-to/fan-in.md): ``later_fan_in`` holds every parent
 of a job enqueued after several; its ``later_job.parent_id`` names the one
 it waits on now. Only fan-in jobs and their parents' failures read it: the
 plain completion reads it only when a parent just done has a waiting child.

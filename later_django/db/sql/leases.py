@@ -4,7 +4,7 @@ Three tables hold leases: ``later_lease`` (a server's lead of a
 cluster-wide duty), ``later_partition`` (a server's hold on a partition of a
 topic) and ``later_log_consumer`` (a group member's hold on a partition of
 the retained log). Each row is a key, a holder, an epoch and an expiry, and
-every statement on them is made here, by the same rule (docs/design.md,
+every statement on them is made here, by the same rule (docs/explanation/design.md,
 "Leases"):
 
 - take: a holder takes a lease that is free (never taken, released, or

@@ -1,5 +1,5 @@
-"""SQL of the limits across every server (docs/rate-limits.md,
-docs/concurrency-limits.md): a rate-limited queue's window in
+"""SQL of the limits across every server (docs/how-to/rate-limits.md,
+docs/how-to/concurrency-limits.md): a rate-limited queue's window in
 ``later_queue``, and the pick of a claim that keeps concurrency keys.
 
 A queue without limits never runs any of it: its claim is the plain one

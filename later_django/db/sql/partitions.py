@@ -1,6 +1,6 @@
 """SQL of sequential partition mode: sequences (``later_partition_seq``),
 partition leases (``later_partition``) and partition jobs in ``later_job``
-(docs/partitions.md)."""
+(docs/how-to/partitions.md)."""
 
 from __future__ import annotations
 

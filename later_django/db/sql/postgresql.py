@@ -85,7 +85,7 @@ WITH picked AS MATERIALIZED (
 JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
 
 # The claim of a queue some of whose types have a concurrency key
-# (docs/concurrency-limits.md): limits.KEYED_PICK's jobs, the candidates
+# (docs/how-to/concurrency-limits.md): limits.KEYED_PICK's jobs, the candidates
 # locked as the plain claim locks its jobs. The caller serialises it with
 # the namespace's other keyed claims (CLAIM_KEYED_LOCK_SQL), so the count of
 # running jobs per key it reads cannot miss a claim made meanwhile.

@@ -64,7 +64,7 @@ RETURNING {returning}
 JOB_CLAIM_SQL: Final = compose(_JOB_CLAIM, in_queue=IN_QUEUE)
 
 # The claim of a queue some of whose types have a concurrency key
-# (docs/concurrency-limits.md): limits.KEYED_PICK's jobs. The write lock,
+# (docs/how-to/concurrency-limits.md): limits.KEYED_PICK's jobs. The write lock,
 # taken before the statement reads, serialises it with every other claim,
 # so the count of running jobs per key it reads is exact.
 JOB_CLAIM_KEYED_SQL: Final = compose(
