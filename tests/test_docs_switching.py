@@ -115,9 +115,14 @@ def make_project(directory: Path) -> Path:
         )
     with (directory / "mysite" / "settings.py").open("a") as settings:
         settings.write(
-            '\n# The reader\'s own project: an app of theirs, mails kept in memory.\n'
+            "\n# The reader's own project: an app of theirs, mails kept in memory.\n"
             'INSTALLED_APPS += ["shop"]\n'
-            'EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"\n'
+            'LOCMEM = "django.core.mail.backends.locmem.EmailBackend"\n'
+            # Django 6.1's startproject configures MAILERS, and refuses EMAIL_BACKEND beside it.
+            'if "MAILERS" in globals():\n'
+            '    MAILERS["default"]["BACKEND"] = LOCMEM\n'
+            "else:\n"
+            "    EMAIL_BACKEND = LOCMEM\n"
         )
     return directory
 
