@@ -21,6 +21,7 @@ from .dashboard import (
     RunningJob,
     StatReading,
 )
+from .health import CounterDrift, ServerBeat, ServerBeats, UnleasedJob, UnleasedRunning
 from .jobs import (
     ClaimRequest,
     Completion,
@@ -82,6 +83,7 @@ from .servers import (
 __all__ = [
     "ClaimRequest",
     "Completion",
+    "CounterDrift",
     "DueSchedule",
     "ExpiredFence",
     "ExtraColumns",
@@ -130,6 +132,8 @@ __all__ = [
     "RateWindow",
     "RetryWrite",
     "RunningJob",
+    "ServerBeat",
+    "ServerBeats",
     "ScheduleAdvance",
     "ScheduleInfo",
     "ScheduleKey",
@@ -139,5 +143,7 @@ __all__ = [
     "StoredRecord",
     "StuckJob",
     "TaskAttemptEnd",
+    "UnleasedJob",
+    "UnleasedRunning",
     "claimed_jobs",
 ]
