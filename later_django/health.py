@@ -147,8 +147,9 @@ def _fleet(live: list[ServerBeat]) -> str:
     parts = [f"{version} ({n})" for version, n in named]
     if None in versions:
         parts.append(f"unrecorded ({versions[None]})")
-    label = "version" if len(parts) == 1 else "versions"
-    return f"fleet: {_servers(len(live))} live, {label} {', '.join(parts)}"
+    if len(parts) == 1:
+        return f"fleet: {_servers(len(live))} live, version {parts[0].rsplit(' (', 1)[0]}"
+    return f"fleet: {_servers(len(live))} live, versions {', '.join(parts)}"
 
 
 def _check_deep(alias: str, namespace: str, problems: list[str], facts: list[str]) -> None:
