@@ -129,8 +129,8 @@ class ReadModels(Operations):
         """Servers with a heartbeat in the last ``within_ms``."""
         cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
         return [
-            LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues)
-            for sid, host, pid, workers, topics, started, beat, queues in cursor.fetchall()
+            LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues, version)
+            for sid, host, pid, workers, topics, started, beat, queues, version in cursor.fetchall()
         ]
 
     def queue_states(self, cursor: CursorWrapper, *, namespace: str) -> list[QueueStateRow]:
