@@ -8,6 +8,7 @@ Reads only, and prints nothing: the command does (docs/operations.md).
 
 from __future__ import annotations
 
+import re
 import socket
 from collections import Counter
 from dataclasses import dataclass, field
@@ -143,13 +144,17 @@ def _fleet(live: list[ServerBeat]) -> str:
     if not live:
         return "fleet: no live server"
     versions = Counter(s.version for s in live)
-    named = sorted((v, n) for v, n in versions.items() if v is not None)
-    parts = [f"{version} ({n})" for version, n in named]
-    if None in versions:
-        parts.append(f"unrecorded ({versions[None]})")
-    if len(parts) == 1:
-        return f"fleet: {_servers(len(live))} live, version {parts[0].rsplit(' (', 1)[0]}"
-    return f"fleet: {_servers(len(live))} live, versions {', '.join(parts)}"
+    # None: servers of a release before versions were recorded, named last.
+    named = sorted(
+        ((v, n) for v, n in versions.items() if v is not None),
+        key=lambda item: _release_order(item[0]),
+        reverse=True,
+    )
+    labels = named + ([("unrecorded", versions[None])] if None in versions else [])
+    if len(labels) == 1:
+        return f"fleet: {_servers(len(live))} live, version {labels[0][0]}"
+    listed = ", ".join(f"{label} ({n})" for label, n in labels)
+    return f"fleet: {_servers(len(live))} live, versions {listed}"
 
 
 def _check_deep(alias: str, namespace: str, problems: list[str], facts: list[str]) -> None:
@@ -185,6 +190,12 @@ def _check_deep(alias: str, namespace: str, problems: list[str], facts: list[str
         )
     else:
         facts.append("every running job has a live lease")
+
+
+def _release_order(version: str) -> list[str | int]:
+    """``version`` split into text and numbers, so 0.10 sorts after 0.9."""
+    # re.split with a group alternates text and digits: the types line up.
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", version)]
 
 
 def _age(beats: ServerBeats, server: ServerBeat) -> int:

@@ -15,6 +15,8 @@ import pytest
 from django.core.management import call_command
 
 import later_django as later
+from later_django.db.rows import ServerBeat
+from later_django.health import _fleet
 from tests.helpers import PROJECT_DIR, STOP_TIMEOUT, wait_until
 from tests.jobapp.jobs import Noop
 
@@ -212,3 +214,14 @@ def test_health_on_an_unreachable_database_is_one_line(later_db, tmp_path):
         assert line.startswith(f"UNHEALTHY: cannot reach LATER['DATABASE'] {later_db.alias!r} ("), (
             line
         )
+
+
+def test_health_fleet_lists_versions_newest_first_then_unrecorded():
+    """Release numbers compare as numbers (0.10 after 0.9); servers that
+    record none come last; a fleet on one version names it alone."""
+    beat = lambda version: ServerBeat("s", "h", 1, version, 0)  # noqa: E731
+    fleet = [beat("0.9.0"), beat("0.10.0"), beat(None), beat("0.10.0")]
+    assert _fleet(fleet) == "fleet: 4 servers live, versions 0.10.0 (2), 0.9.0 (1), unrecorded (1)"
+    assert _fleet([beat(None), beat(None)]) == "fleet: 2 servers live, version unrecorded"
+    assert _fleet([beat("1.0")]) == "fleet: 1 server live, version 1.0"
+    assert _fleet([]) == "fleet: no live server"
