@@ -71,6 +71,7 @@ from later_django.registry import job
 from later_django.retry import RetryPolicy
 from later_django.states import Stage
 from later_django.types import JobInfo, PartitionStats, RecurringSchedule, StageChange
+from later_django.version import __version__ as __version__
 
 __all__ = [
     "AlreadyRegistered",

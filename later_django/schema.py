@@ -46,6 +46,20 @@ def unapplied_migrations(alias: str) -> list[str]:
     ]
 
 
+def unknown_migrations(alias: str) -> list[str]:
+    """later_django's migrations applied on the database ``alias`` that this
+    code does not have: a later release migrated it (its servers and this
+    code's run side by side during a rolling upgrade)."""
+    from django.db.migrations.loader import MigrationLoader
+
+    loader = MigrationLoader(connections[alias], ignore_no_migrations=True)
+    return sorted(
+        name
+        for app, name in loader.applied_migrations
+        if app == "later_django" and (app, name) not in loader.disk_migrations
+    )
+
+
 def unapplied_migrations_message(alias: str, unapplied: Sequence[str]) -> str:
     return (
         f"LATER['DATABASE'] {describe(alias)} lacks later's migrations "

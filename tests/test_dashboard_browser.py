@@ -441,6 +441,7 @@ def test_overview_follows_a_worker_then_every_page_in_both_themes(
     expect(stage_count(page, "failed")).to_have_text("2")
     expect(stage_count(page, "enqueued")).to_have_text("0")
     expect(page.locator("#later-servers tbody")).to_contain_text(str(worker.pid))
+    expect(page.locator("#later-servers tbody")).to_contain_text(later.__version__)
     assert page.evaluate("window.laterSameDocument") is True, "the counts came without a reload"
     worker_id = later_db.scalar("SELECT id FROM later_server WHERE pid = %s", [worker.pid])
     stages = [later_db.stage_of(job_id) for job_id in (*succeeded, *failed)]

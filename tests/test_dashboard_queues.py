@@ -410,3 +410,21 @@ def test_a_queue_links_to_its_ready_jobs_in_the_order_its_workers_take_them(
     assert plain in default and low not in default
     refused = viewer.get(f"{BASE}jobs/?stage=failed&queue=emails")
     assert b"set stage=enqueued" in refused.content
+
+
+def test_overview_shows_each_live_servers_version(queued: LaterDb, operator: Client) -> None:
+    """The servers panel names each server's release; a server of a release
+    before versions were recorded (its row has none) shows "unrecorded"."""
+    live_server_serving(queued, "old-7-c", None)
+    with connections[queued.alias].cursor() as cursor:
+        dialect_for(queued.alias).cluster.server_heartbeat(
+            cursor,
+            Heartbeat(server_id="web-1-a", namespace="default", hostname="host", pid=1, workers=4,
+                      version="9.9.9"),
+        )  # fmt: skip
+    servers = json.loads(operator.get(f"{BASE}api/overview").content)["servers"]
+    assert {s["id"]: s["version"] for s in servers} == {"old-7-c": None, "web-1-a": "9.9.9"}
+    page = operator.get(BASE).content.decode()
+    rows = page.split('<table id="later-servers">', 1)[1].split("</table>", 1)[0]
+    assert "<td>7</td><td>unrecorded</td>" in rows
+    assert "<td>1</td><td>9.9.9</td>" in rows

@@ -237,7 +237,7 @@ def test_guide_worker_commands_parse(page: str):
 
 def measured_rows() -> set[str]:
     """Every table row of the performance page and the SQLite results."""
-    sources = [*DOCS.glob("**/performance.md"), ROOT / "benchmarks" / "sqlite" / "RESULTS.md"]
+    sources = [*DOCS.glob("**/performance*.md"), ROOT / "benchmarks" / "sqlite" / "RESULTS.md"]
     return {
         line.strip()
         for source in sources

@@ -175,6 +175,7 @@ def _servers(
             "id": server.id,
             "hostname": server.hostname,
             "pid": server.pid,
+            "version": server.version,
             "workers": server.workers,
             "topics": server.topics,
             "queues": _served(server),

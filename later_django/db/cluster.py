@@ -28,6 +28,7 @@ class Cluster(Operations):
                 beat.workers,
                 beat.topics,
                 beat.queues,
+                beat.version,
             ],
         )
 

@@ -13,6 +13,7 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django import queues
 from later_django.db.rows import (
+    CounterDrift,
     JobDetail,
     JobPage,
     JobParent,
@@ -23,12 +24,17 @@ from later_django.db.rows import (
     LogConsumerRow,
     QueueSample,
     RunningJob,
+    ServerBeat,
+    ServerBeats,
     StatReading,
     StatRow,
+    UnleasedJob,
+    UnleasedRunning,
 )
 from later_django.db.rows.dashboard import RECENT, QueueStateRow
 from later_django.db.sql import counters as counters_sql
 from later_django.db.sql import dashboard as dashboard_sql
+from later_django.db.sql import health as health_sql
 from later_django.db.sql.dashboard import ListOrder
 from later_django.db.statements import Operations
 from later_django.states import Stage
@@ -123,8 +129,8 @@ class ReadModels(Operations):
         """Servers with a heartbeat in the last ``within_ms``."""
         cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
         return [
-            LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues)
-            for sid, host, pid, workers, topics, started, beat, queues in cursor.fetchall()
+            LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues, version)
+            for sid, host, pid, workers, topics, started, beat, queues, version in cursor.fetchall()
         ]
 
     def queue_states(self, cursor: CursorWrapper, *, namespace: str) -> list[QueueStateRow]:
@@ -233,6 +239,49 @@ class ReadModels(Operations):
         rows = rows[: query.page_size]
         after = _key(rows[-1], order) if more else None
         return JobPage([_summary(row) for row in rows], after, scanned_out=False)
+
+    # -- health (later_health) ----------------------------------------------------------
+    def server_beats(self, cursor: CursorWrapper, *, namespace: str) -> ServerBeats:
+        """Every server of ``namespace``, fresh or not, and the database's clock."""
+        cursor.execute(self._sql(health_sql.SERVER_BEATS_SQL), [namespace])
+        rows = cursor.fetchall()
+        return ServerBeats(
+            int(rows[0][0]),
+            tuple(
+                ServerBeat(sid, host, int(pid), version, int(beat))
+                for _, sid, host, pid, version, beat in rows
+                if sid is not None
+            ),
+        )
+
+    def counter_drift(self, cursor: CursorWrapper, *, namespace: str) -> list[CounterDrift]:
+        """Each (stage, lane) of ``namespace`` whose counter differs from its
+        rows, but 'success' (reading those would read the table: see
+        sql/health.py); empty when they agree."""
+        cursor.execute(self._sql(health_sql.COUNTER_DRIFT_SQL), [namespace] * 6)
+        return [
+            CounterDrift(stage, lane, int(counted), int(found))
+            for stage, lane, counted, found in cursor.fetchall()
+        ]
+
+    def running_unleased(
+        self, cursor: CursorWrapper, *, namespace: str, overdue_ms: int
+    ) -> UnleasedRunning:
+        """Running jobs of ``namespace`` without a lease, or whose lease
+        expired more than ``overdue_ms`` ago."""
+        params: list[str | int] = [namespace, overdue_ms]
+        cursor.execute(self._sql(health_sql.RUNNING_UNLEASED_COUNT_SQL), params)
+        count = int(cursor.fetchone()[0])
+        if not count:
+            return UnleasedRunning(0, ())
+        cursor.execute(self._sql(health_sql.RUNNING_UNLEASED_SQL), params)
+        return UnleasedRunning(
+            count,
+            tuple(
+                UnleasedJob(job_id, owner, None if age is None else int(age))
+                for job_id, owner, age in cursor.fetchall()
+            ),
+        )
 
 
 def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:

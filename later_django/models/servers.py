@@ -22,6 +22,9 @@ class Server(models.Model):
     # The queues it serves, comma-separated; NULL: a server of a release
     # before queues, which claims from every queue and knows no pause.
     queues = models.TextField(null=True)
+    # The release it runs (later_django.__version__); NULL: a server of a
+    # release before versions were recorded (docs/how-to/upgrading.md).
+    version = models.CharField(max_length=64, null=True)
 
     class Meta:
         db_table = "later_server"

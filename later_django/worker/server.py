@@ -33,6 +33,7 @@ from later_django.metrics_feed import MetricsFeed
 from later_django.partitions.reserved import recurring_partitions, registered_topics
 from later_django.threaded_store import ThreadedStore, new_pool
 from later_django.types import PartitionLocal
+from later_django.version import __version__
 from later_django.worker import extensions, supervisor
 from later_django.worker.atomic import AtomicRunner
 from later_django.worker.claimer import Claimer
@@ -533,6 +534,7 @@ class Server:
                     workers=self.worker_count,
                     topics=self.topics,
                     queues=self.served_queues,
+                    version=__version__[:64],
                 ),
             ),
         )

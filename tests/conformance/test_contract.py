@@ -191,6 +191,10 @@ COVERED: dict[str, frozenset[str]] = {
             "job_children",
             "job_parents",
             "job_page",
+            # later_health
+            "server_beats",
+            "counter_drift",
+            "running_unleased",
         }
     ),
 }

@@ -21,11 +21,14 @@ from tests.conformance.helpers import (
     LEASE_MS,
     NS,
     OWNER,
+    age,
     claim_one,
     cursor_of,
     db_now,
+    finish_unseen,
     insert,
     insert_child,
+    insert_partitioned,
     log_append,
     log_topic,
     new_job,
@@ -209,3 +212,106 @@ def test_queue_states_lists_every_queue_ever_paused_with_its_state(later_db, dia
         states = dialect.reads.queue_states(c, namespace=NS)
     assert [(s.name, s.paused) for s in states] == [("alpha", False), ("emails", True)]
     assert all(now - 60_000 <= s.changed_ms <= now for s in states)
+
+
+# -- later_health ------------------------------------------------------------------------
+
+
+def test_server_beats_reads_every_server_of_the_namespace_with_the_clock(later_db, dialect):
+    """Fresh and silent servers alike, each with its version (None for a
+    server of a release before versions), and the database's clock even
+    when there is no server."""
+    with cursor_of(later_db) as c:
+        empty = dialect.reads.server_beats(c, namespace=NS)
+        assert empty.servers == ()
+        assert abs(empty.now_ms - db_now(later_db)) < 5_000
+        dialect.cluster.server_heartbeat(
+            c,
+            Heartbeat(
+                server_id="new", namespace=NS, hostname="h1", pid=5, workers=2, version="2.0"
+            ),
+        )
+        dialect.cluster.server_heartbeat(
+            c, Heartbeat(server_id="old", namespace=NS, hostname="h2", pid=6, workers=1)
+        )
+        dialect.cluster.server_heartbeat(
+            c, Heartbeat(server_id="elsewhere", namespace="other", hostname="h1", pid=7, workers=1)
+        )
+        c.execute("UPDATE later_server SET heartbeat_ms = heartbeat_ms - 60000 WHERE id = 'old'")
+        beats = dialect.reads.server_beats(c, namespace=NS)
+    assert [(s.id, s.hostname, s.pid, s.version) for s in beats.servers] == [
+        ("new", "h1", 5, "2.0"),
+        ("old", "h2", 6, None),
+    ]
+    new, old = beats.servers
+    assert 0 <= beats.now_ms - new.heartbeat_ms < 5_000
+    assert 60_000 <= beats.now_ms - old.heartbeat_ms < 65_000
+
+
+def test_counter_drift_is_empty_while_the_triggers_count_and_names_a_broken_counter(
+    later_db, dialect
+):
+    """Jobs of every stage but success, plain and of a named queue and of a
+    partition, agree with their counters; a counter row written by hand is
+    named with its stage, lane, count and rows. The success counter is not
+    compared: reading those rows would read the table."""
+    insert(later_db)
+    insert(later_db, queue="emails")
+    insert(later_db, delay_ms=HOUR_MS)
+    insert_partitioned(later_db)
+    running = insert(later_db, priority=9)
+    claim_one(later_db, running)
+    parent = insert(later_db, delay_ms=HOUR_MS)
+    insert_child(later_db, parent)
+    failed, cancelled, succeeded = (insert(later_db, delay_ms=HOUR_MS) for _ in range(3))
+    finish_unseen(later_db, "failed", failed)
+    finish_unseen(later_db, "cancelled", cancelled)
+    finish_unseen(later_db, "success", succeeded)
+    insert(later_db, namespace="other")
+    with cursor_of(later_db) as c:
+        assert dialect.reads.counter_drift(c, namespace=NS) == []
+        # Counters set by hand: each key's rows replaced by one (PostgreSQL
+        # keeps delta rows, SQLite one row per key).
+        for namespace, stage, lane, n in (
+            (NS, "enqueued", "q:emails", 3),
+            (NS, "success", "", 5),
+            ("other", "failed", "", 1),
+        ):
+            c.execute(
+                "DELETE FROM later_stage_count WHERE namespace = %s AND stage = %s AND lane = %s",
+                [namespace, stage, lane],
+            )
+            c.execute(
+                "INSERT INTO later_stage_count (namespace, stage, lane, n) VALUES (%s, %s, %s, %s)",
+                [namespace, stage, lane, n],
+            )
+        drift = dialect.reads.counter_drift(c, namespace=NS)
+    assert [(d.stage, d.lane, d.counted, d.found) for d in drift] == [
+        ("enqueued", "q:emails", 3, 1)
+    ]
+    assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE stage = 'waiting'") == 1
+
+
+def test_running_unleased_finds_jobs_overdue_for_rescue_or_without_a_lease(later_db, dialect):
+    """A running job whose lease is live, or expired less than ``overdue_ms``
+    ago, is fine; one expired longer, or without a lease, is counted and
+    shown with its owner and how long ago its lease expired."""
+    first, second = insert(later_db, priority=2), insert(later_db, priority=1)
+    claim_one(later_db, first)
+    claim_one(later_db, second)
+    with cursor_of(later_db) as c:
+        assert dialect.reads.running_unleased(c, namespace=NS, overdue_ms=60_000).count == 0
+        age(later_db, "lease_expires_ms", first, LEASE_MS + 30_000)
+        assert dialect.reads.running_unleased(c, namespace=NS, overdue_ms=60_000).count == 0
+        age(later_db, "lease_expires_ms", first, 60_000)
+        c.execute(
+            "UPDATE later_job SET lease_owner = NULL, lease_expires_ms = NULL WHERE id = %s",
+            [second],
+        )
+        found = dialect.reads.running_unleased(c, namespace=NS, overdue_ms=60_000)
+        assert dialect.reads.running_unleased(c, namespace="other", overdue_ms=0).count == 0
+    assert found.count == 2
+    by_id = {job.id: job for job in found.examples}
+    assert by_id[first].owner == OWNER
+    assert 90_000 <= by_id[first].expired_for_ms < 95_000  # type: ignore[operator]
+    assert (by_id[second].owner, by_id[second].expired_for_ms) == (None, None)

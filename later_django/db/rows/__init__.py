@@ -21,6 +21,7 @@ from .dashboard import (
     RunningJob,
     StatReading,
 )
+from .health import CounterDrift, ServerBeat, ServerBeats, UnleasedJob, UnleasedRunning
 from .jobs import (
     ClaimRequest,
     Completion,
@@ -83,6 +84,7 @@ from .servers import (
 __all__ = [
     "ClaimRequest",
     "Completion",
+    "CounterDrift",
     "DueSchedule",
     "ExpiredFence",
     "ExtraColumns",
@@ -131,6 +133,8 @@ __all__ = [
     "RateWindow",
     "RetryWrite",
     "RunningJob",
+    "ServerBeat",
+    "ServerBeats",
     "ScheduleAdvance",
     "ScheduleInfo",
     "ScheduleKey",
@@ -141,5 +145,7 @@ __all__ = [
     "StuckJob",
     "SuccessBatch",
     "TaskAttemptEnd",
+    "UnleasedJob",
+    "UnleasedRunning",
     "claimed_jobs",
 ]

@@ -152,6 +152,8 @@ class LiveServer:
     # The queues it serves, comma-separated; None: a server of a release
     # before queues (it claims from every queue and ignores pause).
     queues: str | None = None
+    # The release it runs; None: a release before versions were recorded.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

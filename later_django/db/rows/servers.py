@@ -20,6 +20,8 @@ class Heartbeat:
     topics: bool = False
     # The queues it serves, comma-separated.
     queues: str = "default"
+    # The release it runs (later_django.__version__), at most 64 characters.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,8 @@ WHERE namespace = %s AND stage = 'running' ORDER BY started_ms LIMIT %s
 """
 
 SERVERS_SQL: Final = """
-SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms, queues FROM later_server
+SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms, queues, version
+FROM later_server
 WHERE namespace = %s AND heartbeat_ms >= {now} - %s ORDER BY hostname, pid
 """
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Final
 
 SERVER_HEARTBEAT_SQL: Final = """
-INSERT INTO later_server (id, namespace, hostname, pid, workers, topics, queues, started_ms,
-    heartbeat_ms)
-VALUES (%s, %s, %s, %s, %s, %s, %s, {now}, {now})
+INSERT INTO later_server (id, namespace, hostname, pid, workers, topics, queues, version,
+    started_ms, heartbeat_ms)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, {now}, {now})
 ON CONFLICT (id) DO UPDATE SET workers = excluded.workers, topics = excluded.topics,
-    queues = excluded.queues, heartbeat_ms = excluded.heartbeat_ms
+    queues = excluded.queues, version = excluded.version, heartbeat_ms = excluded.heartbeat_ms
 """
 
 # -- queues (later_queue) ------------------------------------------------------------

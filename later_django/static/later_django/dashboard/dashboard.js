@@ -177,7 +177,7 @@
     if (!servers.length) {
       const row = tbody.insertRow();
       const cell = row.insertCell();
-      cell.colSpan = 8;
+      cell.colSpan = 9;
       cell.textContent = "No live server.";
       return;
     }
@@ -188,7 +188,9 @@
       id.textContent = s.id;
       // A server of a release before queues (none recorded) claims from every queue.
       const queues = s.queues === null ? "every (previous release: ignores pause)" : s.queues.join(", ");
-      for (const value of [s.hostname, s.pid, s.workers, queues, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
+      // A server of a release before versions were recorded has none.
+      const version = s.version === null ? "unrecorded" : s.version;
+      for (const value of [s.hostname, s.pid, version, s.workers, queues, s.topics ? "yes" : "no", formatDuration(s.heartbeat_age_ms) + " ago"]) {
         row.insertCell().textContent = String(value);
       }
       const running = row.insertCell();
