@@ -65,10 +65,12 @@ def stored(name: str, argument: str = "queue") -> str | None:
     return name
 
 
-def column_value(name: str) -> str:
+def column_value(name: str | None) -> str:
     """What later_job.queue holds for the jobs of queue ``name``: '' for the
-    default queue (the column's database default), else the name."""
-    return "" if name == DEFAULT_QUEUE else name
+    default queue (the column's database default; a NewJob's None), else
+    the name. An insert that writes the column for every row of a batch
+    writes this, never NULL."""
+    return "" if name is None or name == DEFAULT_QUEUE else name
 
 
 def name_of(queue: str | None) -> str:

@@ -98,9 +98,16 @@ def test_a_types_queue_is_its_jobs_default_and_an_enqueue_overrides_it(later_db,
     try:
         assert queue_of(later_db, later.enqueue(Report(1))) == "reports"
         assert queue_of(later_db, later.enqueue(Report(2), queue="emails")) == "emails"
-        assert queue_of(later_db, later.enqueue(Report(3), queue="default")) == ""
+        third = later.enqueue(Report(3), queue="default")
+        assert queue_of(later_db, third) == ""
         (bulk,) = later.enqueue_many([Report(4)])
         assert queue_of(later_db, bulk) == "reports"
+        # Once a type names a queue, bulk inserts write the column of every
+        # row: a job of the default queue writes '' there, never NULL.
+        plain = later.enqueue_many([Noop(n=1), Noop(n=2)])
+        default = later.enqueue_many([Report(5)], queue="default")
+        assert [queue_of(later_db, job_id) for job_id in [*plain, *default]] == ["", "", ""]
+        assert set(claim(later_db, "default")) == {third, *plain, *default}
     finally:
         registry.unregister(Report)
 

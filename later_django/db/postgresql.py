@@ -44,7 +44,7 @@ from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.db.statements import Statements, VendorSql
-from later_django.queues import DEFAULT_QUEUE
+from later_django.queues import DEFAULT_QUEUE, column_value
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
@@ -411,7 +411,7 @@ def _copy_text(
             head = [_copy_value(job.namespace), _copy_value(job.type_name)]
             tail = ["enqueued", str(job.priority), "0", _copy_value(job.retry_policy)]
             if queued:
-                tail.append(_copy_value(job.queue))
+                tail.append(_copy_value(column_value(job.queue)))
             parts = shared[key] = ("\t".join(head), "\t".join(tail))
         # ids are ULIDs and payloads hex: neither needs escaping.
         lines.append(f"{job.id}\t{parts[0]}\t\\\\x{job.payload.hex()}\t{parts[1]}\n")

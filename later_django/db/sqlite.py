@@ -25,6 +25,7 @@ from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
+from later_django.queues import column_value
 from later_django.types import ClaimedJob, NewJob
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
@@ -64,7 +65,7 @@ class SqliteJobEngine(JobEngine):
                 for job in batch:
                     params += job[:6]  # the values of JOB_INSERT_MANY_ROW
                     if queued:
-                        params.append(job.queue)
+                        params.append(column_value(job.queue))
                 values = ", ".join([row] * len(batch))
                 cursor.execute(self._sql(insert, values=values), params)
 
