@@ -80,24 +80,31 @@ def previous_env(later_db, root: Path, record: Path) -> dict[str, str]:
     return {**later_db.worker_env(), "LATER_TEST_RECORD": str(record), "PYTHONPATH": path}
 
 
-def test_previous_release_worker_runs_beside_this_one(later_db, workers, previous_release):
-    """Both releases' workers serve one database migrated by this release:
-    jobs enqueued by either release's code each run exactly once, both
-    servers share them, and later_health sees both heartbeats, the previous
-    release's version unrecorded (NULL)."""
-    env = previous_env(later_db, previous_release, workers.record)
+def start_previous(workers, root: Path, env: dict[str, str]) -> WorkerProcess:
+    """A later_worker of the previous release's code (4 workers), stopped by
+    the ``workers`` fixture too."""
     log = workers.tmp_path / "previous-worker.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*WORKER_ARGS, "--workers", "4"],
-            cwd=previous_release,
+            cwd=root,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     previous = WorkerProcess(proc, log)
-    workers.started.append(previous)  # the fixture stops it too
+    workers.started.append(previous)
+    return previous
+
+
+def test_previous_release_worker_runs_beside_this_one(later_db, workers, previous_release):
+    """Both releases' workers serve one database migrated by this release:
+    jobs enqueued by either release's code each run exactly once, both
+    servers share them, and later_health sees both heartbeats, the previous
+    release's version unrecorded (NULL)."""
+    env = previous_env(later_db, previous_release, workers.record)
+    previous = start_previous(workers, previous_release, env)
     current = workers.start(workers=4)
     workers.wait_registered(previous, current)
 
@@ -168,18 +175,7 @@ def test_previous_release_worker_keeps_partition_order_beside_this_one(
     topic_env = {"LATER_TEST_SETTINGS": json.dumps({"TOPICS": {"ordered": 8}})}
     set_later(settings, TOPICS={"ordered": 8})
     env = {**previous_env(later_db, previous_release, workers.record), **topic_env}
-    log = workers.tmp_path / "previous-worker.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*WORKER_ARGS, "--workers", "4"],
-            cwd=previous_release,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    previous = WorkerProcess(proc, log)
-    workers.started.append(previous)
+    previous = start_previous(workers, previous_release, env)
     current = workers.start(workers=4, env=topic_env)
     workers.wait_registered(previous, current)
     keys, per_key = 16, 15
