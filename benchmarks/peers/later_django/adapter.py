@@ -49,12 +49,21 @@ class Adapter(Base):
         self.later.enqueue_many([self.payload(n=n, t=t) for n, t in items])
 
     def start_workers(self, concurrency: int) -> None:
+        # LBENCH_PROCESSES (N or "auto"): the total concurrency spread over
+        # that many server processes under one later_worker (--processes).
+        processes = os.environ.get("LBENCH_PROCESSES")
+        spread = []
+        if processes:
+            count = (os.cpu_count() or 1) if processes == "auto" else int(processes)
+            spread = [f"--processes={processes}"]
+            concurrency = max(1, concurrency // count)
         self.spawn(
             [
                 sys.executable,
                 "-m",
                 "django",
                 "later_worker",
+                *spread,
                 f"--workers={concurrency}",
                 "--verbosity=0",
             ]
