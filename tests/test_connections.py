@@ -9,7 +9,9 @@ from later_django.db import dialect_for
 from tests.helpers import wait_until
 from tests.jobapp.jobs import Flaky, Noop, NoRetry
 
-MAX_PER_PROCESS = 13  # claims + successes + LISTEN + 4 failures + 4 services + 2 maintenance
+# claims + successes + LISTEN + 4 failures + 4 services + 2 maintenance + the start-up
+# checks' connection, which the main thread keeps
+MAX_PER_PROCESS = 14
 
 OTHER_BACKENDS = """
 SELECT count(*) FROM pg_stat_activity
