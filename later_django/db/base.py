@@ -51,7 +51,7 @@ CAPABILITY_OPERATIONS: Final = (
     (
         "supports_async_connection",
         "partitions",
-        ("apartition_heads", "apartition_claim", "apartition_complete"),
+        ("apartition_heads", "apartition_claim", "apartition_complete_many"),
     ),
 )
 

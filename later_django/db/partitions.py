@@ -14,6 +14,8 @@ from later_django.db.jobs import JobEngine, continuation_params, option_columns
 from later_django.db.rows import (
     ExtraColumns,
     HeadFailure,
+    HeadsStored,
+    HeadSuccesses,
     JobPlace,
     PartitionClaim,
     PartitionClaimRequest,
@@ -124,10 +126,10 @@ class PartitionStore(Operations):
         asyncio connection, in autocommit: one statement."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
-    async def apartition_complete(
-        self, conn: AsyncConnection[Any], done: PartitionCompletion
-    ) -> bool:
-        """(supports_async_connection) partition_complete on the worker's
+    async def apartition_complete_many(
+        self, conn: AsyncConnection[Any], batch: HeadSuccesses
+    ) -> HeadsStored:
+        """(supports_async_connection) partition_complete_many on the worker's
         asyncio connection, in autocommit: one statement."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
@@ -166,22 +168,52 @@ class PartitionStore(Operations):
         and its partition's lease (owner, epoch) both still hold, and release
         its waiting continuations; return whether it was stored. Run in one
         transaction unless writes_one_statement."""
-        job = done.job
-        assert job.lane is not None
-        if not self.partition_fence(cursor, job.lane, owner=done.owner):
-            return False
+        batch = HeadSuccesses(
+            owner=done.owner, heads=[done.job], chain=[False], retention_ms=done.retention_ms
+        )
+        return bool(self.partition_complete_many(cursor, batch).done_ids)
+
+    def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
+        """Store the successes of ``batch.heads`` whose claim and partition
+        lease both still hold, release their waiting continuations, and
+        claim the next head of each partition ``batch.chain`` asks for if it
+        is ready. Run in one transaction unless writes_one_statement: the
+        fences' row locks hold off a takeover until it ends."""
+        owner = batch.owner
+        held = [job for job in batch.heads if self.partition_fence(cursor, job.lane, owner=owner)]
+        if not held:
+            return HeadsStored([], 0, [])
         completion = self._jobs.job_complete_many(
             cursor,
             SuccessBatch(
-                owner=done.owner, jobs=[(job.id, job.attempts)], retention_ms=done.retention_ms
+                owner=batch.owner,
+                jobs=[(job.id, job.attempts) for job in held],
+                retention_ms=batch.retention_ms,
             ),
         )
-        return bool(completion.done_ids)
+        done = set(completion.done_ids)
+        next_heads = []
+        for job, chain in zip(batch.heads, batch.chain, strict=True):
+            if not chain or job.id not in done:
+                continue
+            lane = job.lane
+            assert lane is not None
+            # The stored head is finished in this transaction: the head
+            # is now the next job.
+            cursor.execute(
+                self._sql(partitions_sql.PARTITION_CLAIM_HEAD_SQL),
+                [batch.owner, batch.job_lease_ms, lane.namespace, lane.topic, lane.partition],
+            )
+            next_heads += [head._replace(lane=lane) for head in claimed_jobs(cursor.fetchall())]
+        return HeadsStored(completion.done_ids, completion.released, next_heads)
 
-    def partition_fence(self, cursor: CursorWrapper, lane: PartitionLane, *, owner: str) -> bool:
+    def partition_fence(
+        self, cursor: CursorWrapper, lane: PartitionLane | None, *, owner: str
+    ) -> bool:
         """Does ``owner`` still hold ``lane``'s partition at ``lane.epoch``?
         Holds the row until the transaction ends, so an outcome stored in it
         is the current holder's."""
+        assert lane is not None
         cursor.execute(
             self._sql(partitions_sql.PARTITION_FENCE_SQL),
             [lane.namespace, lane.topic, lane.partition, owner, lane.epoch],

@@ -29,12 +29,13 @@ from later_django.db.retained_log import LogStore
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    HeadsStored,
+    HeadSuccesses,
     LimitedClaim,
     LimitedClaimRequest,
     LogAppend,
     PartitionClaim,
     PartitionClaimRequest,
-    PartitionCompletion,
     PartitionHead,
     SuccessBatch,
     claimed_jobs,
@@ -46,7 +47,7 @@ from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNE
 from later_django.db.statements import Statements, VendorSql
 from later_django.queues import DEFAULT_QUEUE, column_value
 from later_django.states import Stage
-from later_django.types import ClaimedJob, NewJob
+from later_django.types import ClaimedJob, NewJob, PartitionLane
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection, AsyncCursor
@@ -190,20 +191,20 @@ class PostgresPartitionStore(PartitionStore):
             )
             return _partition_claim(request, await cursor.fetchone())
 
-    def partition_complete(self, cursor: CursorWrapper, done: PartitionCompletion) -> bool:
-        cursor.execute(pg_sql.PARTITION_COMPLETE_SQL, _partition_complete_params(done))
-        row = cursor.fetchone()
-        return row is not None and bool(row[0])
+    def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
+        cursor.execute(self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL), _heads_complete_params(batch))
+        return _heads_stored(batch, cursor.fetchall())
 
-    async def apartition_complete(
-        self, conn: AsyncConnection[Any], done: PartitionCompletion
-    ) -> bool:
+    async def apartition_complete_many(
+        self, conn: AsyncConnection[Any], batch: HeadSuccesses
+    ) -> HeadsStored:
         async with conn.cursor() as cursor:
             await cursor.execute(
-                pg_sql.PARTITION_COMPLETE_SQL, _partition_complete_params(done), prepare=_prepare()
+                self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL),
+                _heads_complete_params(batch),
+                prepare=_prepare(),
             )
-            row = await cursor.fetchone()
-            return row is not None and bool(row[0])
+            return _heads_stored(batch, await cursor.fetchall())
 
     async def apartition_heads(
         self, conn: AsyncConnection[Any], *, namespace: str
@@ -238,20 +239,38 @@ def _partition_claim(request: PartitionClaimRequest, row: Any) -> PartitionClaim
     return PartitionClaim(epoch, job._replace(lane=lane._replace(epoch=epoch)))
 
 
-def _partition_complete_params(done: PartitionCompletion) -> list[Any]:
-    job, lane = done.job, done.job.lane
-    assert lane is not None
+def _heads_complete_params(batch: HeadSuccesses) -> list[Any]:
+    lanes = [_lane_of(job) for job in batch.heads]
     return [
-        lane.namespace,
-        lane.topic,
-        lane.partition,
-        done.owner,
-        lane.epoch,
-        [job.id],
-        [job.attempts],
-        done.owner,
-        done.retention_ms,
+        [lane.topic for lane in lanes],
+        [lane.partition for lane in lanes],
+        [lane.epoch for lane in lanes],
+        [job.id for job in batch.heads],
+        [job.attempts for job in batch.heads],
+        list(batch.chain),
+        lanes[0].namespace,
+        batch.owner,
+        batch.owner,
+        batch.retention_ms,
+        batch.owner,
+        batch.job_lease_ms,
     ]
+
+
+def _heads_stored(batch: HeadSuccesses, rows: list[Any]) -> HeadsStored:
+    """One row per next head claimed, or one without (its topic NULL)."""
+    lanes = {(lane.topic, lane.partition): lane for lane in map(_lane_of, batch.heads)}
+    claimed = [row for row in rows if row[2] is not None]
+    next_heads = [
+        job._replace(lane=lanes[(str(row[2]), int(row[3]))])
+        for row, job in zip(claimed, claimed_jobs([row[4:] for row in claimed]), strict=True)
+    ]
+    return HeadsStored(list(rows[0][0]), int(rows[0][1]), next_heads)
+
+
+def _lane_of(job: ClaimedJob) -> PartitionLane:
+    assert job.lane is not None, "a partition head has a lane"
+    return job.lane
 
 
 class PostgresLogStore(LogStore):

@@ -28,11 +28,12 @@ from later_django.db.past_django import qmark
 from later_django.db.rows import (
     ClaimRequest,
     Completion,
+    HeadsStored,
+    HeadSuccesses,
     LimitedClaim,
     LimitedClaimRequest,
     PartitionClaim,
     PartitionClaimRequest,
-    PartitionCompletion,
     PartitionHead,
     SuccessBatch,
     TaskAttemptEnd,
@@ -303,16 +304,16 @@ class WorkerSessions:
             lambda d, c: d.partitions.partition_claim(c, request), atomic=True
         )
 
-    async def partition_complete(self, done: PartitionCompletion) -> bool:
-        """Store a partition head's success behind its claim and its
-        partition's fence; return whether both held."""
+    async def partition_complete_many(self, batch: HeadSuccesses) -> HeadsStored:
+        """Store partition heads' successes behind their claims and their
+        partitions' fences, claiming the next heads ``batch.chain`` asks for."""
         if self.postgres is not None:
             return await self.postgres.run(
-                lambda d, conn: d.partitions.apartition_complete(conn, done)
+                lambda d, conn: d.partitions.apartition_complete_many(conn, batch)
             )
         assert self.sqlite is not None
         return await self.sqlite.run(
-            lambda d, c: d.partitions.partition_complete(c, done), atomic=True
+            lambda d, c: d.partitions.partition_complete_many(c, batch), atomic=True
         )
 
     async def close(self) -> None:

@@ -23,6 +23,7 @@ from later_django.db.base import Dialect
 from later_django.db.errors import is_transient
 from later_django.db.rows import (
     FailureWrite,
+    HeadSuccesses,
     OwnerFence,
     PartitionCompletion,
     RetryWrite,
@@ -93,6 +94,15 @@ class Completer:
         # The ends of Django Tasks attempts whose success waits for a shared
         # completion: written by it, in its statement.
         self._attempt_ends: dict[Claim, TaskAttemptEnd] = {}
+        # Partition heads' successes, shared as plain ones are. Each may claim
+        # its partition's next head in the same statement (asked of
+        # ``wants_next`` when it is submitted), handed to ``on_next_head`` as
+        # soon as the statement returns.
+        self._head_successes: Coalescer[tuple[ClaimedJob, bool], bool] = Coalescer(
+            self._complete_heads, max_batch=COMPLETE_BATCH
+        )
+        self.wants_next: Callable[[ClaimedJob], bool] = lambda job: False
+        self.on_next_head: Callable[[ClaimedJob], None] = lambda job: None
         # Told when a partition head's outcome is stored or given up: its
         # partition may run its next head.
         self.on_lane_done: Callable[[ClaimedJob], None] = lambda job: None
@@ -165,6 +175,26 @@ class Completer:
         completed = set(completion.done_ids)
         return [job_id in completed for job_id, _ in requests]
 
+    async def _complete_heads(self, requests: list[tuple[ClaimedJob, bool]]) -> list[bool]:
+        sent = asyncio.get_running_loop().time()
+        stored = await self.sessions.partition_complete_many(
+            HeadSuccesses(
+                owner=self.owner,
+                heads=[job for job, _ in requests],
+                chain=[chain for _, chain in requests],
+                retention_ms=self.retention_ms,
+                job_lease_ms=self.leases.lease_ms,
+            )
+        )
+        # Held from the moment the statement was sent, as any claim.
+        self.leases.hold([(head.id, head.attempts) for head in stored.next_heads], sent)
+        for head in stored.next_heads:
+            self.on_next_head(head)
+        if stored.released:
+            self.wake(stored.released)
+        completed = set(stored.done_ids)
+        return [job.id in completed for job, _ in requests]
+
     def _finish_in_task(
         self, job: ClaimedJob, outcome: Outcome, ran: Ran, *, unsure: bool = False
     ) -> asyncio.Future[None]:
@@ -196,11 +226,12 @@ class Completer:
         while True:
             try:
                 if job.lane is not None and outcome.kind == "succeeded":
-                    # On the completions' own connection, as plain successes.
-                    done = PartitionCompletion(
-                        job=job, owner=self.owner, retention_ms=self.retention_ms
-                    )
-                    stored = await self.sessions.partition_complete(done)
+                    # On the completions' own connection, shared as plain
+                    # successes. A retried store claims no next head: one an
+                    # earlier, unconfirmed try claimed is recovered once its
+                    # lease expires, as an abandoned claim's jobs are.
+                    chain = not unsure and self.wants_next(job)
+                    stored = await self._head_successes.submit((job, chain))
                 elif job.lane is not None:
                     stored = await self.store.run(
                         self.pool,

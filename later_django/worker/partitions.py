@@ -15,6 +15,12 @@ They claim through a PartitionClaimer, which knows:
   at a time, so a partition with a head in flight is never claimed again
   until that head's outcome is stored.
 
+A head's success may claim its partition's next head in the same statement
+(``wants_next``): a partition running head after head then costs one
+statement a job. The head so claimed waits here for the next free worker.
+Not while another partition of this server waits for a worker, so that
+every partition gets its turn.
+
 A claim takes (or keeps) the partition's lease and claims its head in one
 transaction; the lease is kept across consecutive heads and renewed with the
 membership, and released once the partition is won by another server or at
@@ -31,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from later_django.db.rows import PartitionClaimRequest
+from later_django.db.rows import OwnerFence, PartitionClaimRequest
 from later_django.db.sessions import WorkerSessions
 from later_django.partitions.hashing import owner_of
 from later_django.states import Stage
@@ -106,6 +112,10 @@ class PartitionClaimer:
         self.held: dict[Key, int] = {}  # partition leases held: their epoch
         self.busy: dict[Key, Claim] = {}  # partitions with a head in flight here
         self._ready: deque[Key] = deque()
+        # Next heads a success claimed, not started yet.
+        self._spares: deque[ClaimedJob] = deque()
+        self._giving_back: set[asyncio.Task[None]] = set()
+        self.stopping = False  # claim no next head with a success
         # Partitions whose lease another live server held at our last try:
         # not tried again before the next refresh (it lets go of what it no
         # longer wins there), so a scan does not retry a write in vain.
@@ -124,6 +134,14 @@ class PartitionClaimer:
     async def claim(self) -> ClaimedJob | None:
         """Claim the ready head of a partition this server wins and runs
         nothing in, or return None when there is none."""
+        while self._spares:
+            spare = self._spares.popleft()
+            if self.leases.confirmed((spare.id, spare.attempts)):
+                return spare
+            # Kept aside past its lease's deadline: no longer safe to start.
+            task = asyncio.create_task(self._give_back(spare), name="later-give-back")
+            self._giving_back.add(task)
+            task.add_done_callback(self._giving_back.discard)
         for _ in range(2):
             while self._ready:
                 key = self._ready.popleft()
@@ -196,6 +214,28 @@ class PartitionClaimer:
         self.wake.requeued()
 
     # -- outcomes -----------------------------------------------------------------
+    def wants_next(self, job: ClaimedJob) -> bool:
+        """Should the success of ``job`` (a partition head) claim its
+        partition's next head too? Not while another partition waits here
+        for a worker, once the partition is won elsewhere, or at shutdown."""
+        lane = job.lane
+        if lane is None or self.stopping or self._ready:
+            return False
+        key = (lane.topic, lane.partition)
+        return key not in self._blocked and self.wins(key)
+
+    def next_head(self, job: ClaimedJob) -> None:
+        """A head's success claimed ``job``, its partition's next head: the
+        next free worker runs it. (Its partition stays busy: the head's own
+        done() finds another claim there and leaves it.)"""
+        lane = job.lane
+        assert lane is not None
+        key = (lane.topic, lane.partition)
+        self.busy[key] = (job.id, job.attempts)
+        self.counts["heads", key[0], ""] += 1
+        self._spares.append(job)
+        self.wake.requeued()
+
     def done(self, job: ClaimedJob) -> None:
         """The outcome of ``job`` (a partition head) is stored, or given up:
         its partition may run its next head."""
@@ -211,9 +251,31 @@ class PartitionClaimer:
     def drop(self, claim: Claim) -> None:
         """``claim``'s job lease was given up: its partition is free here (its
         head stays running until the stuck-job recovery requeues it)."""
+        for job in list(self._spares):
+            if (job.id, job.attempts) == claim:
+                self._spares.remove(job)
         for key, held in list(self.busy.items()):
             if held == claim:
                 del self.busy[key]
+
+    async def release_spares(self) -> None:
+        """Give back the next heads claimed for workers that stopped before
+        taking them (at shutdown): they run again at once, elsewhere."""
+        spares, self._spares = list(self._spares), deque()
+        for job in spares:
+            await self._give_back(job)
+        if self._giving_back:
+            await asyncio.wait(self._giving_back)
+
+    async def _give_back(self, job: ClaimedJob) -> None:
+        claim = (job.id, job.attempts)
+        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
+        try:
+            await self.store.run(self.pool, lambda d, c: d.jobs.job_unclaim(c, fence))
+        except Exception as exc:  # noqa: BLE001  its lease recovers it instead
+            logger.warning("could not give back job %s: %s", job.id, exc)
+        self.leases.release(claim)
+        self.done(job)
 
     # -- membership and partition leases ----------------------------------------------
     async def refresh(self) -> None:

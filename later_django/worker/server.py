@@ -219,6 +219,8 @@ class Server:
         )
         self.partitions.on_lost = self.leases.give_up
         self.completer.on_lane_done = self.partitions.done
+        self.completer.wants_next = self.partitions.wants_next
+        self.completer.on_next_head = self.partitions.next_head
         self.leases.on_given_up = self._claim_given_up
         self.leases.on_cancel_requested = self._cancel_requested
         self.maintenance.on_rescued = self.completer.outcomes.add_recovered
@@ -432,6 +434,7 @@ class Server:
             await self.closed.wait()
             return
         self.stopping = True
+        self.partitions.stopping = True
         timeout = self.shutdown_timeout if timeout is None else timeout
         await self.services.stop("supervisor")
         for queue in self.queues:
@@ -461,6 +464,8 @@ class Server:
                 await queue.claimer.close()
             await self.partitions.close()
             await self.completer.abandon(pending)
+        # Next heads the last successes claimed, which no worker will start.
+        await self.partitions.release_spares()
         await self.services.stop_all()
         self.notifier.stop()
         for extension in self._extensions:

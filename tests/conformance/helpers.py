@@ -19,6 +19,8 @@ from later_django.db.rows import (
     ClaimRequest,
     Completion,
     FanInInsert,
+    HeadsStored,
+    HeadSuccesses,
     LogAppend,
     LogPartitionKey,
     LogTopicRow,
@@ -293,13 +295,22 @@ def claim_head(later_db, owner: str, *, partition_lease_ms: int = LEASE_MS, lane
 
 def complete_head(later_db, done: PartitionCompletion) -> bool:
     """The worker's success of a partition head, as claim_head claims it."""
+    batch = HeadSuccesses(
+        owner=done.owner, heads=[done.job], chain=[False], retention_ms=done.retention_ms
+    )
+    return bool(complete_heads(later_db, batch).done_ids)
+
+
+def complete_heads(later_db, batch: HeadSuccesses) -> HeadsStored:
+    """The worker's batch of heads' successes (on the asyncio connection
+    where it has one)."""
     dialect = dialect_for(later_db.alias)
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
-            later_db, lambda conn: dialect.partitions.apartition_complete(conn, done)
+            later_db, lambda conn: dialect.partitions.apartition_complete_many(conn, batch)
         )
     with cursor_of(later_db, atomic=True) as c:
-        return dialect.partitions.partition_complete(c, done)
+        return dialect.partitions.partition_complete_many(c, batch)
 
 
 def heads_of(later_db) -> list[PartitionHead]:

@@ -143,9 +143,10 @@ COVERED: dict[str, frozenset[str]] = {
             "partition_claim",
             "partition_fence",
             "partition_complete",
+            "partition_complete_many",
             "apartition_heads",
             "apartition_claim",
-            "apartition_complete",
+            "apartition_complete_many",
             "partition_renew",
             "partition_release",
             "topic_servers",
@@ -330,7 +331,7 @@ def test_dialect_capability_flags_match_their_operations():
         partitions = type(dialect.partitions)
         lane_async = {
             name
-            for name in ("apartition_heads", "apartition_claim", "apartition_complete")
+            for name in ("apartition_heads", "apartition_claim", "apartition_complete_many")
             if getattr(partitions, name) is not getattr(PartitionStore, name)
         }
         assert bool(lane_async) == cls.supports_async_connection and len(lane_async) in (0, 3)

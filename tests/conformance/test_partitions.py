@@ -10,6 +10,7 @@ import pytest
 from later_django.db import dialect_for
 from later_django.db.rows import (
     HeadFailure,
+    HeadSuccesses,
     Heartbeat,
     PartitionCompletion,
     PartitionSlot,
@@ -26,6 +27,7 @@ from tests.conformance.helpers import (
     claim,
     claim_head,
     complete_head,
+    complete_heads,
     cursor_of,
     heads_of,
     insert,
@@ -160,6 +162,102 @@ def test_partition_claim_takes_the_ready_head_under_a_fenced_lease(later_db, dia
         assert dialect.partitions.partition_fence(c, job.lane, owner="a") is False
     taken = claim_head(later_db, "b")
     assert taken is not None and taken[0] == epoch + 1 and taken[1] is None
+
+
+def successes(*heads, chain=None, owner="a") -> HeadSuccesses:
+    return HeadSuccesses(
+        owner=owner,
+        heads=list(heads),
+        chain=[True] * len(heads) if chain is None else chain,
+        retention_ms=DAY_MS,
+        job_lease_ms=LEASE_MS,
+    )
+
+
+def test_heads_succeed_in_one_batch_and_claim_their_partitions_next_heads(later_db, dialect):
+    """One call stores the heads of several partitions and claims, for the
+    partitions it is asked to, each one's next head if it is ready: in
+    sequence order, under the same partition lease (epoch), with a job lease
+    of the caller's."""
+    lanes = [PartitionLane(NS, "orders", p) for p in (3, 4, 5)]
+    a = [insert_partitioned(later_db, lanes[0])[0] for _ in range(3)]
+    b = [insert_partitioned(later_db, lanes[1])[0]]
+    b.append(insert_partitioned(later_db, lanes[1], delay_ms=HOUR_MS)[0])  # not ready
+    c = [insert_partitioned(later_db, lanes[2])[0] for _ in range(2)]
+    beat(later_db, "a")
+    heads = [claim_head(later_db, "a", lane=lane)[1] for lane in lanes]
+    assert [head.id for head in heads] == [a[0], b[0], c[0]]
+    stored = complete_heads(later_db, successes(*heads, chain=[True, True, False]))
+    assert sorted(stored.done_ids) == sorted([a[0], b[0], c[0]]) and stored.released == 0
+    (next_head,) = stored.next_heads  # b's next is delayed; c's was not asked for
+    assert next_head.id == a[1] and next_head.lane == heads[0].lane
+    assert next_head.attempts == 1 and next_head.attempt == 1
+    assert stages(later_db, *a, *b, *c) == [
+        "success",
+        "running",
+        "enqueued",
+        "success",
+        "delayed",
+        "success",
+        "enqueued",
+    ]
+    assert later_db.rows(f"SELECT lease_owner FROM later_job WHERE id = '{a[1]}'") == [("a",)]
+    # Head after head: the chain goes on in order, then stops at the end.
+    stored = complete_heads(later_db, successes(next_head))
+    assert stored.done_ids == [a[1]] and [h.id for h in stored.next_heads] == [a[2]]
+    last = complete_heads(later_db, successes(stored.next_heads[0]))
+    assert last.done_ids == [a[2]] and last.next_heads == []
+    assert stages(later_db, *a) == ["success"] * 3
+    assert_counts(later_db)
+
+
+def test_a_batch_stores_only_heads_whose_claim_and_partition_lease_hold(later_db, dialect):
+    """A head behind a stale epoch, another owner's lease, or a claim no
+    longer its own is neither stored nor followed by a claim of its next
+    head; the others of the batch are."""
+    lanes = [PartitionLane(NS, "orders", p) for p in (3, 4, 5)]
+    jobs = {lane: [insert_partitioned(later_db, lane)[0] for _ in range(2)] for lane in lanes}
+    beat(later_db, "a")
+    beat(later_db, "b")
+    heads = [claim_head(later_db, "a", lane=lane)[1] for lane in lanes]
+    stale = heads[0]._replace(lane=heads[0].lane._replace(epoch=heads[0].lane.epoch - 1))
+    lost = heads[1]._replace(attempts=heads[1].attempts + 1)  # another attempt's claim
+    stored = complete_heads(later_db, successes(stale, lost, heads[2]))
+    assert stored.done_ids == [heads[2].id]
+    assert [h.id for h in stored.next_heads] == [jobs[lanes[2]][1]]
+    assert stages(later_db, *jobs[lanes[0]], *jobs[lanes[1]]) == [
+        "running",
+        "enqueued",
+        "running",
+        "enqueued",
+    ]
+    # Another server's lease: released by a, taken by b.
+    with cursor_of(later_db, atomic=True) as c:
+        dialect.partitions.partition_release(
+            c, namespace=NS, owner="a", partition=("orders", lanes[0].partition)
+        )
+    assert claim_head(later_db, "b", lane=lanes[0]) is not None
+    assert complete_heads(later_db, successes(heads[0])) == ([], 0, [])
+    assert stages(later_db, heads[0].id) == ["running"]
+    assert_counts(later_db)
+
+
+def test_a_continuation_the_batch_releases_runs_next_once(later_db, dialect):
+    """A partition's next job waiting on the head just stored becomes ready
+    with it; it is then the partition's head, claimed once: by the same
+    call, or by the next claim of the partition."""
+    first, _ = insert_partitioned(later_db)
+    child, _ = insert_partitioned(later_db, parent_id=first)
+    beat(later_db, "a")
+    _, head = claim_head(later_db, "a")
+    stored = complete_heads(later_db, successes(head))
+    assert stored.done_ids == [first] and stored.released == 1
+    if not stored.next_heads:
+        stored = stored._replace(next_heads=[claim_head(later_db, "a")[1]])
+    assert [h.id for h in stored.next_heads] == [child]
+    assert claim_head(later_db, "a")[1] is None  # running: not claimed twice
+    assert stages(later_db, first, child) == ["success", "running"]
+    assert_counts(later_db)
 
 
 def test_partition_stats_covers_every_partition_of_a_registered_topic(later_db, dialect):

@@ -43,6 +43,8 @@ from .jobs import (
 from .limits import LimitedClaim, LimitedClaimRequest, RateWindow
 from .partitions import (
     HeadFailure,
+    HeadsStored,
+    HeadSuccesses,
     JobPlace,
     PartitionClaim,
     PartitionClaimRequest,
@@ -91,6 +93,8 @@ __all__ = [
     "FailureWrite",
     "Fence",
     "HeadFailure",
+    "HeadsStored",
+    "HeadSuccesses",
     "Heartbeat",
     "HeldLease",
     "JobDetail",

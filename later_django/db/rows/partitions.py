@@ -4,6 +4,7 @@ poller's claim of a partition head, and the head's completion or forced failure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -45,7 +46,33 @@ class PartitionCompletion:
     retention_ms: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadSuccesses:
+    """The successes of ``heads``, partition heads ``owner`` claimed, each
+    stored behind its claim and its partition's fence. Where ``chain``
+    (one flag per head) is true, the partition's next head, if it is
+    ready, is claimed for ``owner`` with them (a job lease of
+    ``job_lease_ms``): a partition running head after head pays one
+    statement a job, not a success and a claim."""
+
+    owner: str
+    heads: Sequence[ClaimedJob]
+    chain: Sequence[bool]
+    retention_ms: int
+    job_lease_ms: int = 0
+
+
 # -- rows ------------------------------------------------------------------------------
+
+
+class HeadsStored(NamedTuple):
+    """HeadSuccesses stored: the heads whose fences held, how many waiting
+    continuations became ready, and the next heads claimed (each with its
+    partition's lane and epoch)."""
+
+    done_ids: list[str]
+    released: int
+    next_heads: list[ClaimedJob]
 
 
 class PartitionSlot(NamedTuple):

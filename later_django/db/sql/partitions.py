@@ -105,21 +105,23 @@ PARTITION_CLAIM_HEAD_SQL: Final = compose(
 # Is (owner, epoch) still the partition's lease? Locks the row (PostgreSQL)
 # until the outcome's transaction ends, so a takeover waits for the outcome
 # or the outcome sees the takeover.
-HELD: Final = "namespace = %s AND topic = %s AND partition = %s AND owner = %s AND epoch = %s"
-PARTITION_FENCE_SQL: Final = compose(
-    "SELECT 1 FROM later_partition WHERE {held} {for_update}", held=HELD
-)
+PARTITION_FENCE_SQL: Final = """SELECT 1 FROM later_partition
+WHERE namespace = %s AND topic = %s AND partition = %s AND owner = %s AND epoch = %s {for_update}"""
 
 # A server renews and releases its partitions by its id (never another's).
+# A statement that changes several of them locks their rows in the order of
+# their key first, as the batched success of heads does (PostgreSQL's
+# PARTITION_COMPLETE_MANY_SQL), so two such statements never deadlock.
+OWNED_IN_KEY_ORDER: Final = """(namespace, topic, partition) IN (
+    SELECT namespace, topic, partition FROM later_partition
+    WHERE namespace = %s AND owner = %s ORDER BY topic, partition {for_update})"""
 PARTITION_RENEW_SQL: Final = renew_sql(
-    PARTITION_LEASE, where="namespace = %s AND owner = %s", returning="topic, partition, epoch"
+    PARTITION_LEASE, where=OWNED_IN_KEY_ORDER, returning="topic, partition, epoch"
 )
 PARTITION_RELEASE_SQL: Final = release_sql(
     PARTITION_LEASE, where="namespace = %s AND owner = %s AND topic = %s AND partition = %s"
 )
-PARTITION_RELEASE_ALL_SQL: Final = release_sql(
-    PARTITION_LEASE, where="namespace = %s AND owner = %s"
-)
+PARTITION_RELEASE_ALL_SQL: Final = release_sql(PARTITION_LEASE, where=OWNED_IN_KEY_ORDER)
 
 # force_fail_partition_head first takes the partition's row lock (and, on
 # SQLite, the write lock) with a write that changes no value, so the head it

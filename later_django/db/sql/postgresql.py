@@ -15,9 +15,10 @@ from later_django.db.sql.jobs import (
     PROMOTE,
     QUEUE_RUNS,
     TO_FAILED,
+    TO_RUNNING,
 )
 from later_django.db.sql.limits import KEYED_PICK
-from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, HELD
+from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, UNFINISHED_OF
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
@@ -243,17 +244,64 @@ SELECT lease.epoch, head.* FROM lease LEFT JOIN head ON true
     returning=CLAIM_RETURNING,
 )
 
-# A head's success in one statement: the fence locks the partition's row
-# (FOR UPDATE, held to the end of the statement), and the batch completion
-# runs only if (owner, epoch) still hold it; its one-time filter keeps the
-# function from running otherwise.
-PARTITION_COMPLETE_SQL: Final = compose(
+# The successes of partition heads in one statement, each behind its
+# partition's fence, and the next head of each partition asked for
+# (``chain``) claimed by the same statement. The fence locks the rows the
+# server still holds at the heads' epochs, in the order of their key, as
+# every statement that locks several partitions does (PARTITION_RENEW_SQL,
+# PARTITION_RELEASE_ALL_SQL), so two never deadlock; the locks are held to
+# the end of the statement. The heads behind a fence that held are stored
+# by later_complete_many (each also fenced by its claim).
+#
+# A next head is the partition's lowest unfinished job but the head just
+# stored: the statement's snapshot predates the store, so the stored head
+# still looks unfinished in it. The next head must be ready in that
+# snapshot and still on its newest version; a continuation the store itself
+# released is not seen, and its partition is claimed the usual way. No job
+# of a lower sequence can be missing from the snapshot: sequences commit in
+# order (sql/partitions.py's SEQUENCE_NEXT_SQL). One row per next head
+# claimed (done_ids and released repeated), or one row without one.
+PARTITION_COMPLETE_MANY_SQL: Final = compose(
     """
-WITH fence AS MATERIALIZED (SELECT 1 FROM later_partition WHERE {held} FOR UPDATE)
-SELECT c.done_ids FROM later_complete_many(%s, %s, %s, %s) c
-WHERE EXISTS (SELECT 1 FROM fence)
+WITH given(topic, partition, epoch, id, attempts, chain) AS (
+    SELECT * FROM unnest(
+        %s::text[], %s::integer[], %s::bigint[], %s::text[], %s::integer[], %s::boolean[])
+),
+fence AS MATERIALIZED (
+    SELECT p.namespace, p.topic, p.partition FROM later_partition p
+    WHERE p.namespace = %s AND p.owner = %s
+      AND (p.topic, p.partition, p.epoch) IN (SELECT topic, partition, epoch FROM given)
+    ORDER BY p.topic, p.partition
+    FOR UPDATE
+),
+held AS MATERIALIZED (
+    SELECT f.namespace, g.topic, g.partition, g.id, g.attempts, g.chain
+    FROM given g JOIN fence f ON f.topic = g.topic AND f.partition = g.partition
+),
+c AS MATERIALIZED (
+    SELECT c.done_ids, c.released FROM (
+        SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
+               coalesce(array_agg(attempts ORDER BY id), '{}') AS attempts
+        FROM held
+    ) h CROSS JOIN LATERAL later_complete_many(h.ids, h.attempts, %s, %s) c
+),
+next AS (
+    UPDATE later_job SET {to_running}
+    WHERE id IN (
+        SELECT (
+            SELECT n.id FROM later_job n
+            WHERE n.namespace = h.namespace AND n.topic = h.topic
+              AND n.partition = h.partition AND {unfinished} AND n.id <> h.id
+            ORDER BY n.sequence LIMIT 1)
+        FROM held h, c WHERE h.chain AND h.id = ANY (c.done_ids)
+    ) AND stage = 'enqueued'
+    RETURNING topic, partition, {returning}
+)
+SELECT c.done_ids, c.released, next.* FROM c LEFT JOIN next ON true
 """,
-    held=HELD,
+    to_running=TO_RUNNING,
+    unfinished=compose(UNFINISHED_OF, stage="n.stage"),
+    returning=CLAIM_RETURNING,
 )
 
 # The whole database's size on disk.
