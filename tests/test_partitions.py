@@ -206,6 +206,87 @@ def test_a_server_runs_each_key_in_enqueue_order_one_at_a_time(topics, record):
     assert [run.n for run in runs["key-0"]] == [0, 1, 2, 3, 3, 4, 5, 6, 7]
 
 
+def keys_in_distinct_partitions(count: int) -> list[str]:
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < count:
+        keys.setdefault(partition_for_key(f"key-{n}", TOPICS["ordered"]), f"key-{n}")
+        n += 1
+    return list(keys.values())
+
+
+def test_a_heads_success_claims_its_partitions_next_head(topics, record):
+    """Head after head, a partition pays one statement a job: the success of
+    each head claims the next one (the partition's lease is taken once)."""
+    for n in range(12):
+        later.enqueue_to_partition(Ordered("k", n))
+
+    async def body(server):
+        async def all_done() -> bool:
+            return (await in_thread(later.stage_counts))["success"] == 12
+
+        await await_until(all_done, 30)
+        return dict(server.partitions.counts)
+
+    counts = serve(body, workers=2)
+    assert [run.n for run in ordered_runs(record)["k"]] == list(range(12))
+    assert counts[("heads", "ordered", "")] == 12
+    assert counts[("claims", "ordered", "")] < 4  # the first head, and any look in between
+
+
+def test_partitions_waiting_for_a_worker_take_turns(topics, record):
+    """With fewer workers than partitions that have work, a partition whose
+    head finished goes behind the others waiting (its success claims no next
+    head then): none waits for another's whole backlog."""
+    keys = keys_in_distinct_partitions(3)
+    for n in range(4):
+        for key in keys:
+            later.enqueue_to_partition(Ordered(key, n))
+
+    async def body(server):
+        async def all_done() -> bool:
+            return (await in_thread(later.stage_counts))["success"] == 12
+
+        await await_until(all_done, 30)
+
+    serve(body, workers=1)
+    runs = ordered_runs(record)
+    assert max(runs[key][0].start for key in keys) < min(runs[key][-1].start for key in keys)
+
+
+def test_a_next_head_no_worker_took_is_given_back_at_shutdown(topics, record):
+    """A head's success claimed the next one, but no worker took it before
+    the server stopped: it is given back, ready for the next server at once,
+    and never ran here."""
+    first = later.enqueue_to_partition(Ordered("k", 0))
+    second = later.enqueue_to_partition(Ordered("k", 1))
+
+    def first_claim_only(server) -> None:
+        claim, claims = server.partitions.claim, []
+
+        async def claim_once():
+            if claims:
+                return None  # no worker takes anything more
+            claims.append(1)
+            return await claim()
+
+        server.partitions.claim = claim_once
+
+    async def body(server):
+        async def chained() -> bool:
+            stages = await in_thread(lambda: [later.get_job(i).stage for i in (first, second)])
+            return stages == ["success", "running"]
+
+        await await_until(chained, 15)
+
+    serve(body, workers=1, before_start=first_claim_only)
+    assert [run.n for run in ordered_runs(record)["k"]] == [0]
+    assert topics.rows(
+        f"SELECT stage, lease_owner, attempts, uncounted FROM later_job WHERE id = '{second}'"
+    ) == [("enqueued", None, 1, 1)]  # its attempt given back, not counted
+    assert topics.rows("SELECT owner FROM later_partition") == [(None,)]
+
+
 def test_a_delayed_head_blocks_its_partition_until_due(topics, record):
     first = later.enqueue_to_partition_delayed(Ordered("k", 0), timedelta(milliseconds=600))
     second = later.enqueue_to_partition(Ordered("k", 1))

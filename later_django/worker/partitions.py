@@ -245,7 +245,9 @@ class PartitionClaimer:
         key = (lane.topic, lane.partition)
         if self.busy.get(key) == (job.id, job.attempts):
             del self.busy[key]
-            self._ready.appendleft(key)
+            # Behind the partitions already waiting for a worker: with more
+            # partitions than workers, each gets its turn.
+            self._ready.append(key)
             self.wake.requeued()
 
     def drop(self, claim: Claim) -> None:
