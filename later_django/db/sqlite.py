@@ -19,13 +19,20 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import JobEngine, claims_params, insert_one, queue_filter_params
+from later_django.db.jobs import (
+    JobEngine,
+    claims_params,
+    insert_one,
+    queue_filter_params,
+    ready_now,
+)
 from later_django.db.limits import LimitStore
 from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
 from later_django.queues import column_value
+from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
@@ -40,9 +47,16 @@ class SqliteJobEngine(JobEngine):
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         # Straight on the sqlite3 connection under Django's (the same
         # session and transaction): Django's cursor would add a fifth.
+        ready(db)
+        if ready_now(job):
+            insert = qmark(self._sql(sqlite_sql.JOB_INSERT_READY_SQL))
+            started = time.monotonic()
+            with db.wrap_database_errors:
+                db.connection.execute(insert, job[:6])
+            log_query(db, insert, started)
+            return Stage.ENQUEUED.value
         template, params = insert_one(job)
         insert = qmark(self._sql(template))
-        ready(db)
         started = time.monotonic()
         with db.wrap_database_errors:
             row = db.connection.execute(insert, params).fetchone()
