@@ -37,11 +37,14 @@ from later_django.types import ClaimedJob, NewJob
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
 INSERT_BATCH_SIZE: Final = 1000
+ENQUEUED: Final = Stage.ENQUEUED.value
 
 
 class SqliteJobEngine(JobEngine):
     fail_descendants_sql: ClassVar[str] = sqlite_sql.JOB_FAIL_DESCENDANTS_SQL
     revive_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL
+    # The insert of a job due now, rendered on first use (most enqueues run it).
+    _ready_insert: str | None = None
 
     # -- enqueue ---------------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
@@ -49,12 +52,14 @@ class SqliteJobEngine(JobEngine):
         # session and transaction): Django's cursor would add a fifth.
         ready(db)
         if ready_now(job):
-            insert = qmark(self._sql(sqlite_sql.JOB_INSERT_READY_SQL))
+            insert = self._ready_insert
+            if insert is None:
+                insert = self._ready_insert = qmark(self._sql(sqlite_sql.JOB_INSERT_READY_SQL))
             started = time.monotonic()
             with db.wrap_database_errors:
                 db.connection.execute(insert, job[:6])
             log_query(db, insert, started)
-            return Stage.ENQUEUED.value
+            return ENQUEUED
         template, params = insert_one(job)
         insert = qmark(self._sql(template))
         started = time.monotonic()
