@@ -21,7 +21,7 @@ from django.db import DatabaseError, connections, transaction
 from later_django import events, queues, registry, schema, tracing, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
-from later_django.db import dialect_for
+from later_django.db import dialect_for, dialect_of
 from later_django.exceptions import JobNotFound, TransactionRequired
 from later_django.ids import DuplicateJobId, JobId, as_job_id, new_job_ids
 from later_django.options import (
@@ -315,8 +315,9 @@ def tell_on_commit(alias: str, jobs: Sequence[NewJob], stage: str) -> None:
 
 def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
+    db = connections[alias]
     try:
-        stage = dialect_for(alias).jobs.job_insert_one(connections[alias], job)
+        stage = dialect_of(db).jobs.job_insert_one(db, job)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

@@ -54,11 +54,27 @@ class DuplicateJobId(JobId):
 
 def new_job_id(now_ms: int | None = None) -> JobId:
     """Return a fresh id whose time part is ``now_ms`` (default: the clock)."""
-    return new_job_ids(1, now_ms)[0]
+    now_ms, first = _reserve(1, now_ms)
+    return _encode((now_ms << _RANDOM_BITS) | first)
 
 
 def new_job_ids(count: int, now_ms: int | None = None) -> list[JobId]:
     """Return ``count`` fresh ids in increasing order, made under one lock."""
+    now_ms, first = _reserve(count, now_ms)
+    ids = []
+    prefix_of, prefix = -1, ""
+    start = (now_ms << _RANDOM_BITS) | first
+    for value in range(start, start + count):
+        # Ids of one batch share their first 16 characters; only the last 10 vary.
+        high = value >> _LOW_BITS
+        if high != prefix_of:
+            prefix_of, prefix = high, "".join([_PAIRS[(high >> s) & 1023] for s in _HIGH_SHIFTS])
+        ids.append(JobId(prefix + "".join([_PAIRS[(value >> s) & 1023] for s in _LOW_SHIFTS])))
+    return ids
+
+
+def _reserve(count: int, now_ms: int | None) -> tuple[int, int]:
+    """The time part and first random part of ``count`` ids in a row."""
     global _last_ms, _last_random
     if now_ms is None:
         now_ms = time.time_ns() // 1_000_000
@@ -69,17 +85,23 @@ def new_job_ids(count: int, now_ms: int | None = None) -> list[JobId]:
         else:
             first = int.from_bytes(os.urandom(10), "big") >> 1
         _last_ms, _last_random = now_ms, first + count - 1
-    ids = []
-    prefix_of, prefix = -1, ""
-    for value in range(
-        (now_ms << _RANDOM_BITS) | first, ((now_ms << _RANDOM_BITS) | first) + count
-    ):
-        # Ids of one batch share their first 16 characters; only the last 10 vary.
-        high = value >> _LOW_BITS
-        if high != prefix_of:
-            prefix_of, prefix = high, "".join([_PAIRS[(high >> s) & 1023] for s in _HIGH_SHIFTS])
-        ids.append(JobId(prefix + "".join([_PAIRS[(value >> s) & 1023] for s in _LOW_SHIFTS])))
-    return ids
+    return now_ms, first
+
+
+# The first 16 characters last encoded, and the value >> _LOW_BITS they
+# encode: ids made in one millisecond share them (one tuple, so a thread
+# never reads one half of another's pair).
+_prefix: tuple[int, str] = (-1, "")
+
+
+def _encode(value: int) -> JobId:
+    global _prefix
+    high = value >> _LOW_BITS
+    cached, prefix = _prefix
+    if high != cached:
+        prefix = "".join([_PAIRS[(high >> s) & 1023] for s in _HIGH_SHIFTS])
+        _prefix = (high, prefix)
+    return JobId(prefix + "".join([_PAIRS[(value >> s) & 1023] for s in _LOW_SHIFTS]))
 
 
 def id_time_ms(job_id: str) -> int:

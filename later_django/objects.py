@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-NEWEST = "later_django.migrations.0018_partition_news"
+NEWEST = "later_django.migrations.0020_sqlite_counts_in_place"
 
 
 def _newest() -> ModuleType:

@@ -21,7 +21,8 @@ TRACER_NAME = "later_django"
 
 
 def enabled() -> bool:
-    return bool(conf.TRACING)
+    # Read on every enqueue: the merged dict, past the attribute lookup.
+    return bool(conf.merged()["TRACING"])
 
 
 def current_context() -> str | None:

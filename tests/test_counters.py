@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.db import connections, transaction
@@ -356,3 +357,49 @@ def test_stage_counts_ignore_other_namespaces(later_db, settings):
     assert later.stage_counts()["delayed"] == 1
     settings.LATER = base
     assert later.stage_counts() == {**dict.fromkeys(Stage, 0), "enqueued": 1}
+
+
+def test_stage_counts_stay_exact_where_a_counts_first_row_rolls_back(later_db):
+    """The first job of a stage makes its count's row. Made in a savepoint
+    that rolls back, inside a block that commits, the row goes and the
+    counts of the committed jobs stay; the next job of that stage, in
+    autocommit, counts from zero again."""
+
+    def counts() -> dict[str, int]:
+        return {stage: n for stage, n in later.stage_counts().items() if n}
+
+    with transaction.atomic(using=later_db.alias):
+        later.enqueue(Noop(n=0))
+        with contextlib.suppress(Rollback), transaction.atomic(using=later_db.alias):
+            later.enqueue_delayed(Noop(n=1), dt.timedelta(hours=1))
+            assert counts() == {"enqueued": 1, "delayed": 1}
+            raise Rollback
+        later.enqueue(Noop(n=2))
+    assert counts() == {"enqueued": 2}
+    later.enqueue_delayed(Noop(n=3), dt.timedelta(hours=1))
+    later.enqueue(Noop(n=4))
+    assert counts() == {"enqueued": 3, "delayed": 1}
+    truth = dict(later_db.rows("SELECT stage, COUNT(*) FROM later_job GROUP BY stage"))
+    assert counts() == truth
+
+
+def test_an_enqueue_commit_writes_its_row_its_indexes_and_its_count(later_db):
+    """An enqueue in autocommit writes four pages to SQLite's WAL: the job's
+    row, its id and ready index entries, and its stage's count (version 6's
+    upsert of the count also rewrote the counts' sqlite_sequence row)."""
+    if not dialect_for(later_db.alias).single_writer:
+        pytest.skip("PostgreSQL has no WAL of whole pages to count")
+    db = connections[later_db.alias]
+    later.enqueue(Noop())  # its count's row exists: the next ones update it
+    wal = Path(f"{db.settings_dict['NAME']}-wal")
+    with db.cursor() as cursor:
+        page_size = cursor.execute("PRAGMA page_size").fetchone()[0]
+        busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    assert (busy, wal.stat().st_size) == (0, 0)
+    enqueues = 50
+    for n in range(enqueues):
+        later.enqueue(Noop(n=n))
+    # The WAL's header, then a header and a page per frame.
+    frames = (wal.stat().st_size - 32) / (24 + page_size)
+    # A few more where a page splits as the rows grow.
+    assert 4 * enqueues <= frames < 4.5 * enqueues

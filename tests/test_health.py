@@ -133,14 +133,14 @@ def test_health_names_an_unapplied_migration(later_db):
     migration and the command that applies it; one ahead of it (a later
     release migrated it, as during a rolling upgrade) is healthy and says so."""
     alias = later_db.alias
-    call_command("migrate", "later_django", "0018", database=alias, verbosity=0)
+    call_command("migrate", "later_django", "0019", database=alias, verbosity=0)
     try:
         code, line = later_health(later_db)
     finally:
         call_command("migrate", "later_django", database=alias, verbosity=0)
     assert code == 1
     assert line == (
-        f"UNHEALTHY: later's migrations 0019_server_version are not applied on {alias!r}; "
+        f"UNHEALTHY: later's migrations 0020_sqlite_counts_in_place are not applied on {alias!r}; "
         f"run `python manage.py later_migrate`; database {alias!r} reachable"
     )
     later_db.execute(

@@ -35,9 +35,10 @@ from tests.order_check import checked_pairs, order_violations, stored_runs
 pytestmark = [pytest.mark.slow, pytest.mark.one_env]
 
 # The previous release: the commit this release's changes to the database
-# (0018_partition_news, 0019_server_version) were made on, i.e. the newest
-# code that ran without them. A fixed commit, not HEAD~1 (which moves with every commit) nor a tag
-# (a clone may lack it): every clone with history has it. When a release
+# (0018_partition_news, 0019_server_version, 0020_sqlite_counts_in_place)
+# were made on, i.e. the newest code that ran without them. A fixed commit,
+# not HEAD~1 (which moves with every commit) nor a tag (a clone may lack
+# it): every clone with history has it. When a release
 # after this one changes the schema again, its branch point replaces it.
 PREVIOUS_RELEASE = "d2c50aa"
 JOBS_PER_RELEASE = 300

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from later_django.db.base import Dialect
 
@@ -27,3 +28,9 @@ def _dialect_for_vendor(vendor: str) -> Dialect:
 def dialect_for(alias: str) -> Dialect:
     """Return the dialect of the database ``alias``."""
     return _dialect_for_vendor(connections[alias].vendor)
+
+
+def dialect_of(db: BaseDatabaseWrapper) -> Dialect:
+    """Return the dialect of the connection ``db`` (a caller that holds it
+    already saves dialect_for's lookup of the thread's connection)."""
+    return _dialect_for_vendor(db.vendor)

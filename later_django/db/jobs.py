@@ -593,6 +593,21 @@ def option_columns(job: NewJob) -> tuple[str, str, list[Any]]:
     return columns, value_sql, values
 
 
+def ready_now(job: NewJob) -> bool:
+    """Is ``job`` due at once and without any option, so stored
+    ``enqueued`` from NewJob's first six fields alone (as the bulk inserts
+    store theirs)? A unique job is never: it takes job_insert_unique."""
+    return (
+        job.parent_id is None
+        and job.run_at_ms is None
+        and job.delay_ms <= 0
+        and job.timeout_ms is None
+        and job.queue is None
+        and job.concurrency_key is None
+        and job.unique_key is None
+    )
+
+
 def insert_one(job: NewJob) -> tuple[str, list[Any]]:
     """The insert of one ready or delayed ``job`` (a template) and its parameters."""
     # The common case: no option set.

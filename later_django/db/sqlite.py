@@ -19,30 +19,49 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import JobEngine, claims_params, insert_one, queue_filter_params
+from later_django.db.jobs import (
+    JobEngine,
+    claims_params,
+    insert_one,
+    queue_filter_params,
+    ready_now,
+)
 from later_django.db.limits import LimitStore
 from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
 from later_django.queues import column_value
+from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
 INSERT_BATCH_SIZE: Final = 1000
+ENQUEUED: Final = Stage.ENQUEUED.value
 
 
 class SqliteJobEngine(JobEngine):
     fail_descendants_sql: ClassVar[str] = sqlite_sql.JOB_FAIL_DESCENDANTS_SQL
     revive_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL
+    # The insert of a job due now, rendered on first use (most enqueues run it).
+    _ready_insert: str | None = None
 
     # -- enqueue ---------------------------------------------------------------------------
     def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
         # Straight on the sqlite3 connection under Django's (the same
         # session and transaction): Django's cursor would add a fifth.
+        ready(db)
+        if ready_now(job):
+            insert = self._ready_insert
+            if insert is None:
+                insert = self._ready_insert = qmark(self._sql(sqlite_sql.JOB_INSERT_READY_SQL))
+            started = time.monotonic()
+            with db.wrap_database_errors:
+                db.connection.execute(insert, job[:6])
+            log_query(db, insert, started)
+            return ENQUEUED
         template, params = insert_one(job)
         insert = qmark(self._sql(template))
-        ready(db)
         started = time.monotonic()
         with db.wrap_database_errors:
             row = db.connection.execute(insert, params).fetchone()
