@@ -92,26 +92,12 @@ def test_a_killed_child_is_replaced(later_db, workers):
     assert parent.stop() == 0, parent.output()
 
 
-def test_sigterm_drains_every_child_before_the_parent_exits(later_db, workers):
-    parent = workers.start("--processes", "2", workers=2)
-    children = wait_children(workers, parent, 2)
-    ids = [later.enqueue(Sleep(seconds=1.5, n=i)) for i in range(4)]
-    wait_until(
-        lambda: len(read_records(workers.record, "sleep-start")) == 4,
-        30,
-        lambda: f"four jobs running\n{workers.logs()}",
-    )
-    parent.proc.send_signal(signal.SIGTERM)
-    assert parent.proc.wait(60) == 0, parent.output()
-    assert [later_db.stage_of(job_id) for job_id in ids] == ["success"] * 4
-    assert len(read_records(workers.record, "sleep-end")) == 4
-    assert all(parent_of(pid) is None for pid in children)
-
-
-def test_ctrl_c_on_the_terminal_drains_every_child(later_db, workers):
-    """A terminal's Ctrl-C signals the whole foreground process group; each
-    child must see it once (from its parent), not twice, or it hurries and
-    gives its running jobs back instead of letting them finish."""
+@pytest.mark.parametrize("stop", ["sigterm-to-the-parent", "ctrl-c-to-its-group"])
+def test_a_stop_signal_drains_every_child_before_the_parent_exits(later_db, workers, stop):
+    """SIGTERM to the parent, or a terminal's Ctrl-C (SIGINT to the whole
+    foreground process group), drains every child: each sees the signal
+    once, from its parent; a second would hurry it and give its running
+    jobs back instead of letting them finish."""
     parent = workers.start("--processes", "2", workers=2)
     children = wait_children(workers, parent, 2)
     ids = [later.enqueue(Sleep(seconds=1.5, n=i)) for i in range(4)]
@@ -125,7 +111,10 @@ def test_ctrl_c_on_the_terminal_drains_every_child(later_db, workers):
     # child close together may merge into one, so the jobs alone do not
     # always show the fault: check that the group leaves the children out.
     assert all(os.getpgid(pid) != parent.pid for pid in children)
-    os.killpg(parent.pid, signal.SIGINT)
+    if stop == "sigterm-to-the-parent":
+        parent.proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(parent.pid, signal.SIGINT)
     assert parent.proc.wait(60) == 0, parent.output()
     assert [later_db.job_row(job_id)[:2] for job_id in ids] == [("success", 1)] * 4, parent.output()
     assert len(read_records(workers.record, "sleep-end")) == 4
