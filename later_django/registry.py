@@ -66,6 +66,9 @@ _by_name: dict[str, Handler] = {}
 _keyed: dict[type[Any], Handler] = {}
 # The payload types whose jobs have a unique key, kept the same way.
 _unique: set[type[Any]] = set()
+# The payload types whose jobs run on a named queue by default, kept the
+# same way: every bulk enqueue asks whether there are any.
+_queued: set[type[Any]] = set()
 # Find handlers of names no @job registered, on first use: the Django Tasks
 # backend's jobs are named by their task's import path (later_django.tasks).
 _resolvers: list[Callable[[str], Handler | None]] = []
@@ -295,11 +298,14 @@ def _register(handler: Handler) -> None:
             _by_name.pop(replaced.name, None)
             _keyed.pop(replaced.payload_type, None)
             _unique.discard(replaced.payload_type)
+            _queued.discard(replaced.payload_type)
     _by_type[handler.payload_type] = handler
     if handler.concurrency is not None:
         _keyed[handler.payload_type] = handler
     if handler.unique_key is not None:
         _unique.add(handler.payload_type)
+    if handler.queue is not None:
+        _queued.add(handler.payload_type)
     _by_name[handler.name] = handler
 
 
@@ -329,7 +335,7 @@ def handlers() -> list[Handler]:
 def any_queue() -> bool:
     """Does any registered type name a queue (bulk inserts then carry the
     queue column)?"""
-    return any(handler.queue is not None for handler in _by_type.values())
+    return bool(_queued)
 
 
 def keyed_queues() -> set[str]:
@@ -392,5 +398,6 @@ def unregister(payload_type: type[Any]) -> None:
     handler = _by_type.pop(payload_type, None)
     _keyed.pop(payload_type, None)
     _unique.discard(payload_type)
+    _queued.discard(payload_type)
     if handler is not None:
         _by_name.pop(handler.name, None)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from django.db import connections
@@ -33,6 +34,7 @@ from tests.helpers import (
 from tests.jobapp.jobs import Gate, Noop
 
 OWNER = "server-a"
+T = TypeVar("T")
 
 
 def _store_success(alias: str, job_id: str) -> None:
@@ -76,20 +78,29 @@ def test_lease_book_renewal_keeps_a_claim_that_finished_meanwhile(later_db: Late
     assert given_up == []
 
 
-def _hang_after_first_claim(server: Any) -> None:
-    """The first shared claim commits, then its answer never comes back (a
-    connection that hangs after the database did the work)."""
-    real_claim = server.claimer.sessions.claim
-    calls = []
+def _hang_after_first_call(real: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Wrap ``real`` so that its first call does its work, then its answer
+    never comes back (a connection that hangs after the database did the
+    work). The first call is the first made, not the first answered: on a
+    loaded machine the next call, made once the first is abandoned, can be
+    answered before it, and must not hang instead."""
+    calls = 0
 
-    async def claim(request: Any) -> Any:
-        claimed = await real_claim(request)
-        calls.append(claimed)
-        if len(calls) == 1:
+    async def call(*args: Any, **kwargs: Any) -> T:
+        nonlocal calls
+        calls += 1
+        first = calls == 1
+        result = await real(*args, **kwargs)
+        if first:
             await asyncio.Event().wait()
-        return claimed
+        return result
 
-    server.claimer.sessions.claim = claim
+    return call
+
+
+def _hang_after_first_claim(server: Any) -> None:
+    """The first shared claim commits, then its answer never comes back."""
+    server.claimer.sessions.claim = _hang_after_first_call(server.claimer.sessions.claim)
 
 
 def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt(
@@ -99,9 +110,12 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
     the jobs it took are given back at the next claim, as if never claimed,
     and run at once, so a job with no retry left is not failed as "lease
     expired" without ever running."""
-    # The lease outlasts the worker's back-off after the abandoned claim
-    # (up to 1.5 s) on a loaded machine: within it, the job is given back.
-    set_later(settings, LEASE_DURATION=5, STUCK_JOB_GRACE=0.5, MAINTENANCE_INTERVAL=0.2)
+    # The job must be given back before its lease expires, or the stuck-job
+    # recovery fails it (no retry left). A lease far longer than the worker's
+    # back-off after the abandoned claim (up to 1.5 s) leaves room for a
+    # loaded machine; success is awaited well within it, so only the
+    # give-back can run the job again in time.
+    set_later(settings, LEASE_DURATION=30)
     job_id = later.enqueue(Gate(path=str(tmp_path)))  # the gate is open
 
     async def body(server: Any) -> None:
@@ -112,7 +126,7 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
         await await_until(claimed_and_hung, 10, "the first claim commits and hangs")
         assert server.abandon_hung_calls(0.0) == ["claim default"]
         server.wake.wake()
-        await await_stage(job_id, "success", timeout=10)
+        await await_stage(job_id, "success", timeout=20)
 
     serve(body, workers=1, before_start=_hang_after_first_claim)
     assert [r.attempt for r in read_records(record, "gate", job_id)] == [1]
@@ -122,17 +136,8 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
 
 def _hang_after_first_completion(server: Any) -> None:
     """The first shared completion commits, then its answer never comes back."""
-    real_complete = server.completer.sessions.complete_many
-    calls = []
-
-    async def complete_many(**kwargs: Any) -> Any:
-        done = await real_complete(**kwargs)
-        calls.append(done)
-        if len(calls) == 1:
-            await asyncio.Event().wait()
-        return done
-
-    server.completer.sessions.complete_many = complete_many
+    sessions = server.completer.sessions
+    sessions.complete_many = _hang_after_first_call(sessions.complete_many)
 
 
 def test_a_completion_abandoned_after_it_committed_counts_as_stored(

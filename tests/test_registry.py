@@ -140,6 +140,34 @@ def test_unregister_removes_the_handler(cleanup):
         registry.handler_for_payload(Greeting(name="x"))
 
 
+def test_registry_any_queue_follows_registrations(cleanup):
+    """any_queue() says whether some registered type names a queue, through
+    registering, registering the same function again without one, and
+    unregistering."""
+
+    def named_queue() -> bool:
+        return any(handler.queue is not None for handler in registry.handlers())
+
+    before = named_queue()
+
+    @later.job
+    def greet(ctx: later.JobContext, payload: Greeting) -> None:
+        pass
+
+    assert registry.any_queue() is named_queue() is before
+
+    def bid(ctx: later.JobContext, payload: Farewell) -> None:
+        pass
+
+    later.job(queue="emails")(bid)
+    assert registry.any_queue() is named_queue() is True
+    later.job(bid)  # a module reload that dropped the queue
+    assert registry.any_queue() is named_queue() is before
+    later.job(queue="emails")(bid)
+    registry.unregister(Farewell)
+    assert registry.any_queue() is named_queue() is before
+
+
 def test_job_refuses_a_handler_with_the_wrong_parameters():
     """A handler must take (ctx, payload); the error names the function."""
     with pytest.raises(TypeError, match=r"lonely must take \(ctx, payload\), got 1"):

@@ -10,11 +10,12 @@ the stuck-job recovery runs the job again (on this server or another).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db.backends.utils import CursorWrapper
 
@@ -232,18 +233,17 @@ class Completer:
                     # lease expires, as an abandoned claim's jobs are.
                     chain = not unsure and self.wants_next(job)
                     stored = await self._head_successes.submit((job, chain))
-                elif job.lane is not None:
-                    stored = await self.store.run(
-                        self.pool,
-                        lambda d, c: self._store_partition(d, c, job, outcome),
-                        atomic=True,
-                    )
                 elif outcome.kind == "succeeded":
                     stored = await self._completions.submit(claim)
                 else:
-                    stored = await self.store.run(
-                        self.pool, lambda d, c: self._store_failure(d, c, job, outcome), atomic=True
+                    write = functools.partial(
+                        store_failure if job.lane is None else store_partition_outcome,
+                        job=job,
+                        outcome=outcome,
+                        owner=self.owner,
+                        retention_ms=self.retention_ms,
                     )
+                    stored = await self.store.run(self.pool, write, atomic=True)
                 break
             except Exception as exc:  # noqa: BLE001  sorted below
                 if not is_transient(exc):
@@ -276,18 +276,6 @@ class Completer:
         if left is None or left.stage != OUTCOME_STAGES[outcome.kind]:
             return False
         return outcome.kind not in ("retry", "failed") or left.last_error == outcome.error
-
-    def _store_partition(
-        self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome
-    ) -> bool:
-        return store_partition_outcome(
-            dialect, cursor, job, outcome, owner=self.owner, retention_ms=self.retention_ms
-        )
-
-    def _store_failure(self, dialect: Any, cursor: Any, job: ClaimedJob, outcome: Outcome) -> bool:
-        return store_failure(
-            dialect, cursor, job, outcome, owner=self.owner, retention_ms=self.retention_ms
-        )
 
     def _give_up(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
         claim = (job.id, job.attempts)
@@ -447,38 +435,30 @@ def store_failure(
     ``job``, fenced by the claim; return whether the fence held. Run in one
     transaction. The worker's completer and later_django.testing's drain()
     both store them through this. A task job's result is written with it."""
-    stored = _store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
-    if stored and outcome.attempt_end is not None:
-        dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
-    return stored
-
-
-def _store_failure(
-    dialect: Dialect,
-    cursor: CursorWrapper,
-    job: ClaimedJob,
-    outcome: Outcome,
-    *,
-    owner: str,
-    retention_ms: int,
-) -> bool:
+    jobs = dialect.jobs
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
     if outcome.kind == "cancelled":
-        return dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-    if outcome.kind == "snoozed":
-        stored = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
+        stored = jobs.job_cancel_running(cursor, fence, retention_ms)
+    elif outcome.kind == "snoozed":
         # A cancel requested meanwhile wins: the job is not run again.
-        return stored or dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-    if outcome.kind == "retry":
+        stored = jobs.job_snooze(cursor, fence, outcome.delay_ms or 0) or (
+            jobs.job_cancel_running(cursor, fence, retention_ms)
+        )
+    elif outcome.kind == "retry":
         retry = RetryWrite(
             delay_ms=outcome.delay_ms or 0,
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        stored = dialect.jobs.job_retry(cursor, fence, retry)
-        return stored or dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-    failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
-    return dialect.jobs.job_fail(cursor, fence, failure)
+        stored = jobs.job_retry(cursor, fence, retry) or (
+            jobs.job_cancel_running(cursor, fence, retention_ms)
+        )
+    else:
+        failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
+        stored = jobs.job_fail(cursor, fence, failure)
+    if stored and outcome.attempt_end is not None:
+        jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
+    return stored
 
 
 def store_partition_outcome(

@@ -6,7 +6,9 @@ server and touches no database after its start-up checks: it starts N
 children, each a whole ``later_worker`` (its own connections, server id and
 heartbeat; jobs are shared among them like among servers on many hosts),
 restarts a child that dies, passes SIGTERM/SIGINT on, and exits once every
-child has stopped.
+child has stopped. Each child runs in its own process group, so a signal
+sent to the parent's group (Ctrl-C on a terminal) reaches a child only
+through the parent, once.
 
 Children are new interpreters (``python -m django later_worker ...``), not
 forks: a fork would copy the parent's database connections and threads.
@@ -133,7 +135,11 @@ class Parent:
     # -- children --------------------------------------------------------------------------
     def _start(self, child: Child) -> None:
         env = {**self.env, CHILD_INDEX_ENV: str(child.index), PARENT_PID_ENV: str(os.getpid())}
-        child.proc = subprocess.Popen(child.argv, env=env)
+        # Each child leads its own process group: a terminal's Ctrl-C signals
+        # the foreground group, and a child in it would get SIGINT twice (the
+        # terminal's and the parent's) and take the second as "hurry". The
+        # death signal set in die_with_parent() does not depend on the group.
+        child.proc = subprocess.Popen(child.argv, env=env, process_group=0)
         child.started_at = time.monotonic()
         child.starts += 1
         child.restart_at = None

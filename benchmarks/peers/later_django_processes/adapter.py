@@ -6,23 +6,19 @@ the workers it starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 
-SYNC_DIR = os.path.normpath(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "later_django_sync")
-)
 os.environ["LBENCH_PROCESSES"] = "auto"
-
-_spec = importlib.util.spec_from_file_location(
-    "later_django_sync_adapter", os.path.join(SYNC_DIR, "adapter.py")
+# The adapter loader lives beside the async adapter.
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "later_django")
 )
-assert _spec is not None and _spec.loader is not None
-_sync = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_sync)
+
+from lbench_peers import sibling_adapter
 
 
-class Adapter(_sync.Adapter):  # type: ignore[misc,name-defined]
+class Adapter(sibling_adapter("later_django_sync")):  # type: ignore[misc]  a base loaded by path
     name = "later_django_processes"
     worker_note = (
         "1 `manage.py later_worker --processes auto --workers N/cores` (one server "

@@ -4,7 +4,6 @@ with ``LBENCH_SYNC=1`` set for itself and the workers it starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 
@@ -12,19 +11,15 @@ ASYNC_DIR = os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "later_django")
 )
 os.environ["LBENCH_SYNC"] = "1"
-# The settings module and the lbench app live beside the async adapter.
+# The settings module, the lbench app and the adapter loader live beside the
+# async adapter.
 sys.path.insert(0, ASYNC_DIR)
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [ASYNC_DIR, os.environ.get("PYTHONPATH")]))
 
-_spec = importlib.util.spec_from_file_location(
-    "later_django_async_adapter", os.path.join(ASYNC_DIR, "adapter.py")
-)
-assert _spec is not None and _spec.loader is not None
-_async = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_async)
+from lbench_peers import sibling_adapter  # noqa: E402  found through ASYNC_DIR
 
 
-class Adapter(_async.Adapter):  # type: ignore[misc,name-defined]
+class Adapter(sibling_adapter("later_django")):  # type: ignore[misc]  a base loaded by path
     name = "later_django_sync"
     worker_note = (
         "1 `manage.py later_worker --workers N` process (N asyncio workers, sync "

@@ -159,6 +159,10 @@ class Command(BaseCommand):
             shutdown_timeout=options["shutdown_timeout"],
             metrics=fed,
         )
+        # Serving never uses the main thread's connection (the loop and the
+        # pools have their own): the one the start-up checks opened would
+        # sit idle for the process's life, counted against max_connections.
+        connections.close_all()
         try:
             code = asyncio.run(_serve(server))
         finally:
