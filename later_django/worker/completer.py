@@ -435,14 +435,13 @@ def store_failure(
     ``job``, fenced by the claim; return whether the fence held. Run in one
     transaction. The worker's completer and later_django.testing's drain()
     both store them through this. A task job's result is written with it."""
-    jobs = dialect.jobs
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
     if outcome.kind == "cancelled":
-        stored = jobs.job_cancel_running(cursor, fence, retention_ms)
+        stored = dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
     elif outcome.kind == "snoozed":
         # A cancel requested meanwhile wins: the job is not run again.
-        stored = jobs.job_snooze(cursor, fence, outcome.delay_ms or 0) or (
-            jobs.job_cancel_running(cursor, fence, retention_ms)
+        stored = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0) or (
+            dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
         )
     elif outcome.kind == "retry":
         retry = RetryWrite(
@@ -450,14 +449,14 @@ def store_failure(
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        stored = jobs.job_retry(cursor, fence, retry) or (
-            jobs.job_cancel_running(cursor, fence, retention_ms)
+        stored = dialect.jobs.job_retry(cursor, fence, retry) or (
+            dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
         )
     else:
         failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
-        stored = jobs.job_fail(cursor, fence, failure)
+        stored = dialect.jobs.job_fail(cursor, fence, failure)
     if stored and outcome.attempt_end is not None:
-        jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
+        dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
     return stored
 
 
