@@ -13,7 +13,7 @@ import contextvars
 import functools
 import logging
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor as ThreadExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -72,7 +72,7 @@ class Executor:
 
     def __init__(
         self,
-        handler_pool: ThreadPoolExecutor,
+        handler_pool: ThreadExecutor,
         app: Any = None,
         *,
         atomic: AtomicRunner,

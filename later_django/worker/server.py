@@ -39,6 +39,7 @@ from later_django.worker.atomic import AtomicRunner
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
+from later_django.worker.handler_threads import HandlerThreads
 from later_django.worker.lease_book import Claim, LeaseBook
 from later_django.worker.notifier import Notifier, Wakeup
 from later_django.worker.partitions import PartitionClaimer, PartitionWakeup
@@ -134,7 +135,7 @@ class Server:
         # failures and retries use this pool, one statement each.
         self._db_pool = new_pool("db", 1 if self.store.dialect.single_writer else DB_THREADS)
         self._service_pool = new_pool("service", SERVICE_THREADS)
-        self._handler_pool = new_pool("handler", MAX_WORKERS + 1)
+        self._handler_pool = HandlerThreads(MAX_WORKERS + 1)
         self.leader = Leader(namespace=self.namespace, owner=self.server_id, ttl_ms=lease_ms)
         vacuum = conf.VACUUM_INTERVAL
         self.maintenance = Maintenance(

@@ -1,0 +1,189 @@
+"""The threads sync handlers run in: as few at once as keep the work moving.
+
+All the threads of a process take turns holding the one GIL, and every turn
+handed from one runnable thread to another costs a wake-up and a context
+switch. A handler doing short database round trips gives the GIL up at each
+of them, so eight such handlers in eight threads spend more on the turns
+than on the work: measured on 2 cores (peer harness, ``BENCH_WORK=db:4``,
+one ``later_worker --workers 8``), eight threads drained 1,383 jobs/s at
+0.61 ms of worker CPU a job, one thread 2,832 jobs/s at 0.29 ms. A handler
+waiting on a slow service, though, holds up every call behind it unless it
+has a thread of its own.
+
+So calls start on at most ``limit`` threads at once; the others wait in
+order, and a thread that finishes a call takes the next one without
+sleeping. While calls wait, a governor looks every ``WINDOW`` seconds at how
+much CPU the process used: below ``GROW_BELOW`` of one core the running
+calls are waiting on something other than the GIL (a service, a lock, a
+slow query), and the limit grows; above ``SHRINK_ABOVE`` the process is
+bound by the GIL, more threads would only take turns, and the limit
+shrinks. A window in which calls waited and none started raises the limit
+whatever the CPU: threads held by hung or abandoned handlers never hold up
+the calls behind them.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# How often the governor looks while calls wait, in seconds.
+WINDOW = 0.02
+# The process's CPU over a window, as a fraction of one core.
+GROW_BELOW = 0.5
+SHRINK_ABOVE = 0.9
+
+
+def _gil_enabled() -> bool:
+    probe = getattr(sys, "_is_gil_enabled", None)
+    return True if probe is None else bool(probe())
+
+
+@dataclass
+class _Call:
+    future: Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class HandlerThreads(Executor):
+    """An executor that runs calls on at most ``limit`` threads at once,
+    the limit moved by a governor between 1 and ``max_threads``."""
+
+    def __init__(self, max_threads: int, name: str = "later-handler") -> None:
+        self.max_threads = max_threads
+        self.name = name
+        # Without a GIL the threads do not take turns: no reason to hold any back.
+        self.limit = 1 if _gil_enabled() else max_threads
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)  # threads wait here for a call
+        self._waiting_calls = threading.Condition(self._lock)  # the governor waits here
+        self._calls: deque[_Call] = deque()
+        self._threads: list[threading.Thread] = []
+        self._running = 0  # calls started and not yet ended
+        self._idle = 0  # threads waiting for a call
+        self._woken = 0  # threads told to take a call that have not yet woken
+        self._started = 0  # calls started, ever
+        self._shutdown = False
+        self._governor: threading.Thread | None = None
+        self._governor_parked = False  # waiting for calls to wait
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._shutdown:
+                raise RuntimeError(f"{self.name}: cannot run new calls after shutdown")
+            self._calls.append(_Call(future, fn, args, kwargs))
+            self._dispatch()
+            if self._calls:
+                self._start_governor()
+                if self._governor_parked:
+                    self._waiting_calls.notify()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shutdown = True
+            if cancel_futures:
+                while self._calls:
+                    self._calls.popleft().future.cancel()
+            self._work.notify_all()
+            self._waiting_calls.notify_all()
+            threads = list(self._threads)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+    def _dispatch(self) -> None:
+        """Wake or start a thread for each waiting call the limit lets start.
+        Called with the lock held."""
+        startable = min(self.limit - self._running, len(self._calls)) - self._woken
+        for _ in range(startable):
+            if self._idle > self._woken:
+                self._work.notify()
+            elif len(self._threads) < self.max_threads:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self.name}_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+            else:
+                return
+            self._woken += 1
+
+    def _serve(self) -> None:
+        with self._lock:
+            self._woken -= 1  # started for a call: as if woken for it
+            while True:
+                while not self._calls or self._running >= self.limit:
+                    if self._shutdown:
+                        return
+                    self._idle += 1
+                    self._work.wait()
+                    self._idle -= 1
+                    if self._woken:
+                        self._woken -= 1
+                call = self._calls.popleft()
+                if not call.future.set_running_or_notify_cancel():
+                    continue  # cancelled while it waited
+                self._running += 1
+                self._started += 1
+                self._lock.release()
+                try:
+                    try:
+                        result = call.fn(*call.args, **call.kwargs)
+                    except BaseException as exc:  # noqa: BLE001  the caller's to see
+                        call.future.set_exception(exc)
+                    else:
+                        call.future.set_result(result)
+                    del call
+                finally:
+                    self._lock.acquire()
+                    self._running -= 1
+
+    def _start_governor(self) -> None:
+        if self._governor is None and self.limit < self.max_threads:
+            self._governor = threading.Thread(
+                target=self._govern, name=f"{self.name}_governor", daemon=True
+            )
+            self._governor.start()
+
+    def _govern(self) -> None:
+        with self._lock:
+            while not self._shutdown:
+                if not self._calls:
+                    self._governor_parked = True
+                    self._waiting_calls.wait()
+                    self._governor_parked = False
+                    continue
+                cpu_before, wall_before = time.process_time(), time.monotonic()
+                started_before = self._started
+                self._waiting_calls.wait(WINDOW)  # only shutdown notifies while not parked
+                if not self._calls or self._shutdown:
+                    continue
+                cpu = (time.process_time() - cpu_before) / (time.monotonic() - wall_before)
+                self._adjust(cpu, stalled=self._started == started_before)
+
+    def _adjust(self, cpu: float, *, stalled: bool) -> None:
+        """Move the limit after a window in which calls waited and the
+        process used ``cpu`` of one core (``stalled``: no call started).
+        Called with the lock held."""
+        wanted = self._running + len(self._calls)
+        if stalled and self.limit < self.max_threads:
+            self.limit += 1
+            self._dispatch()
+        elif cpu < GROW_BELOW and self.limit < min(wanted, self.max_threads):
+            # Doubling reaches the calls that wait in a few windows.
+            self.limit = min(self.limit * 2, wanted, self.max_threads)
+            self._dispatch()
+        elif cpu > SHRINK_ABOVE and self.limit > 1:
+            self.limit -= 1
