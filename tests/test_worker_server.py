@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from datetime import timedelta
 from typing import Any
@@ -22,6 +23,7 @@ import later_django as later
 from later_django import RetryPolicy
 from later_django.clock import now_ms
 from later_django.threaded_store import ThreadedStore
+from later_django.worker import handler_threads
 from later_django.worker import workers as workers_module
 from later_django.worker.server import MAX_WORKERS, Server
 from tests.helpers import (
@@ -51,6 +53,7 @@ from tests.jobapp.jobs import (
     Noop,
     NoRetry,
     Overrun,
+    Rendezvous,
     Sleep,
     Snoozy,
     Stoppable,
@@ -142,6 +145,46 @@ def test_server_attempt_past_its_timeout_fails_and_follows_the_retry_policy(
         assert told.attempt in (1, 2)
 
     serve(body, workers=2)
+
+
+def test_server_sync_handlers_waiting_on_each_other_all_get_a_thread(later_db, record, tmp_path):
+    """Sync handlers start one thread at a time; four that can only end
+    together (each waits for the others to start) still all run at once,
+    and succeed: the handler threads grow while the process is idle."""
+
+    async def body(server: Server) -> None:
+        ids = [
+            await in_thread(later.enqueue, Rendezvous(path=str(tmp_path), parties=4))
+            for _ in range(4)
+        ]
+        for job_id in ids:
+            await await_stage(job_id, "success", timeout=15)
+
+    serve(body, workers=4)
+
+
+def test_server_sync_job_that_waits_its_whole_timeout_for_a_thread_never_starts(
+    later_db, record, monkeypatch, caplog
+):
+    """A sync job whose timeout passes while it waits for a handler thread
+    (here the one thread is held and the limit kept) ends JobTimeout as any
+    attempt past its timeout, and its handler never starts."""
+    monkeypatch.setattr(handler_threads, "WINDOW", 60.0)  # the limit stays one thread
+
+    async def body(server: Server) -> None:
+        holder = await in_thread(later.enqueue, Stoppable(seconds=10))
+        await await_record(record, "stoppable-start", holder)
+        job_id = await in_thread(later.enqueue, Overrun(seconds=0.1))
+        info = await await_stage(job_id, "failed", timeout=15)
+        assert info.attempts == 2
+        assert info.last_error.startswith("JobTimeout: the attempt ran past the job's timeout")
+        assert read_records(record, "overrun-start", job_id) == []
+        assert "waited its whole timeout of 300 ms for a handler thread" in caplog.text
+        assert await in_thread(later.cancel, holder) is True
+        await await_stage(holder, "cancelled", timeout=8)
+
+    with caplog.at_level(logging.WARNING, logger="later_django"):
+        serve(body, workers=2)
 
 
 def test_server_enqueue_timeout_overrides_the_handlers(later_db, record):

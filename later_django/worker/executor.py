@@ -14,6 +14,7 @@ import functools
 import logging
 import traceback
 from concurrent.futures import Executor as ThreadExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -117,18 +118,18 @@ class Executor:
                 else:
                     await _run_async_within(limit_ms, handler, ctx, payload)
             else:
-                loop = asyncio.get_running_loop()
                 call: Any = call_sync
                 if self.traced:
                     call = functools.partial(contextvars.copy_context().run, call_sync)  # type: ignore[arg-type]
                 func = handler.func
                 if handler.atomic:
                     func = functools.partial(self.atomic.run, job, handler.func)
-                ran = loop.run_in_executor(self.handler_pool, call, func, ctx, payload)
+                started = self.handler_pool.submit(call, func, ctx, payload)
+                ran = asyncio.wrap_future(started)
                 if limit_ms is None:
                     result = await ran
                 else:
-                    result = await _wait_sync_within(limit_ms, ran, ctx)
+                    result = await _wait_sync_within(limit_ms, ran, started, ctx)
                 if handler.atomic:
                     return committed_outcome(result)
         except asyncio.CancelledError:
@@ -159,17 +160,31 @@ async def _run_async_within(
         raise _timed_out(limit_ms) from None
 
 
-async def _wait_sync_within(limit_ms: int, ran: asyncio.Future[Any], ctx: JobContext) -> Any:
+async def _wait_sync_within(
+    limit_ms: int, ran: asyncio.Future[Any], started: Future[Any], ctx: JobContext
+) -> Any:
     """Wait for a sync handler's thread and return its result; past
     ``limit_ms`` stop waiting: its thread cannot be stopped, so it is told
     (``ctx.cancel_requested``), reported and abandoned, its outcome never
-    stored (an atomic one rolls back), and JobTimeout raised."""
+    stored (an atomic one rolls back), and JobTimeout raised. A handler
+    still waiting for a thread then (the process bound by its CPU) never
+    starts."""
     try:
         return await asyncio.wait_for(ran, limit_ms / 1000)
     except TimeoutError:
         if not ran.cancelled():
             raise  # the handler's own TimeoutError
         ctx.cancel_requested.set()
+        if started.cancelled():
+            logger.warning(
+                "job %s attempt %d waited its whole timeout of %d ms for a handler "
+                "thread (the worker process was busy) and did not start",
+                ctx.job_id,
+                ctx.attempt,
+                limit_ms,
+                extra={"action": "handler_not_started", "job_id": ctx.job_id},
+            )
+            raise _timed_out(limit_ms) from None
         logger.warning(
             "abandoned sync handler of job %s attempt %d: it ran past its timeout of "
             "%d ms; it goes on in its thread (ctx.cancel_requested is set), its outcome "

@@ -132,6 +132,27 @@ def run_gate(ctx: JobContext, payload: Gate) -> None:
 
 
 @dataclass
+class Rendezvous:
+    """Ends once ``parties`` jobs of the folder ``path`` have started: only
+    if that many sync handlers run at once. Fails after 10 s."""
+
+    path: str
+    parties: int
+
+
+@job(retry=RetryPolicy.no_retries())
+def run_rendezvous(ctx: JobContext, payload: Rendezvous) -> None:
+    _record("rendezvous-start", ctx)
+    with open(os.path.join(payload.path, str(ctx.job_id)), "w"):
+        pass
+    deadline = time.monotonic() + 10
+    while len(os.listdir(payload.path)) < payload.parties:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(os.listdir(payload.path))} of {payload.parties} came")
+        time.sleep(0.005)
+
+
+@dataclass
 class CallablePolicy:
     retries: int = 1
 

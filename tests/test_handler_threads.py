@@ -1,0 +1,160 @@
+"""The threads sync handlers run in: as few at once as keep the work moving."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from later_django.worker import handler_threads
+from later_django.worker.handler_threads import HandlerThreads
+
+
+@pytest.fixture
+def pool():
+    threads = HandlerThreads(16, name="test-handler")
+    yield threads
+    threads.shutdown(wait=False, cancel_futures=True)
+
+
+def test_results_and_exceptions_reach_the_caller(pool: HandlerThreads) -> None:
+    assert pool.submit(lambda a, b=0: a + b, 2, b=3).result(timeout=5) == 5
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result(timeout=5)
+    # Even SystemExit raised by a call is its caller's, not the thread's end.
+    with pytest.raises(SystemExit):
+        pool.submit(exit_now).result(timeout=5)
+    assert pool.submit(lambda: "still served").result(timeout=5) == "still served"
+
+
+def exit_now() -> None:
+    raise SystemExit(3)
+
+
+def test_calls_blocked_on_each_other_get_a_thread_each(pool: HandlerThreads) -> None:
+    """Eight calls that can only end together (a barrier of 8): the limit
+    starts at one thread and must grow to eight, since the process is idle."""
+    barrier = threading.Barrier(8, timeout=10)
+    futures = [pool.submit(barrier.wait) for _ in range(8)]
+    done, _ = wait(futures, timeout=15)
+    assert len(done) == 8
+    assert sorted(f.result() for f in futures) == list(range(8))
+    assert pool.limit >= 8
+
+
+def test_calls_held_by_hung_calls_still_start(pool: HandlerThreads) -> None:
+    """Threads held by calls that never end (an abandoned sync handler) do
+    not hold up the calls behind them, whatever the process's CPU."""
+    release = threading.Event()
+    try:
+        stuck = [pool.submit(release.wait) for _ in range(3)]
+        for _ in range(20):
+            assert pool.submit(lambda: "ran").result(timeout=5) == "ran"
+        assert not any(future.done() for future in stuck)
+    finally:
+        release.set()
+
+
+def test_a_call_cancelled_while_it_waits_never_runs() -> None:
+    pool = HandlerThreads(1, name="test-one")
+    release, ran = threading.Event(), threading.Event()
+    try:
+        first = pool.submit(release.wait)
+        second = pool.submit(ran.set)
+        assert second.cancel()
+        release.set()
+        assert first.result(timeout=5) is True
+        assert pool.submit(lambda: "next").result(timeout=5) == "next"
+        assert not ran.is_set()
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_shutdown_cancels_waiting_calls_and_ends_every_thread() -> None:
+    """The worker closes each handler thread's connection once its thread
+    has ended: shutdown must end idle threads, and busy ones after their call."""
+    pool = HandlerThreads(1, name="test-one")
+    started, release = threading.Event(), threading.Event()
+    running = pool.submit(lambda: started.set() or release.wait())
+    assert started.wait(5)
+    waiting = pool.submit(lambda: "never")
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert waiting.cancelled()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(lambda: None)
+    release.set()
+    assert running.result(timeout=5) is True
+    for thread in pool._threads:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+
+
+def test_a_thread_that_finishes_takes_the_next_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At one thread, calls run one after another on the same thread, in the
+    order they were made, and no other thread is started."""
+    monkeypatch.setattr(handler_threads, "WINDOW", 60.0)  # no governor's move meanwhile
+    pool = HandlerThreads(8, name="test-handler")
+    release = threading.Event()
+    order: list[tuple[int, str]] = []
+    try:
+        first = pool.submit(release.wait)
+        rest = [
+            pool.submit(lambda n=n: order.append((n, threading.current_thread().name)))
+            for n in range(5)
+        ]
+        assert not any(future.done() for future in rest)  # waiting behind the first
+        release.set()
+        wait([first, *rest], timeout=5)
+        assert [n for n, _ in order] == list(range(5))
+        assert len({name for _, name in order}) == 1
+        assert len(pool._threads) == 1
+    finally:
+        pool.shutdown(wait=True)
+
+
+def test_the_limit_grows_while_calls_wait_on_something_else_than_the_gil() -> None:
+    pool = HandlerThreads(64, name="test-handler")
+    with pool._lock:
+        pool._calls.extend([object()] * 10)  # type: ignore[list-item]
+        pool._dispatch = lambda: None  # type: ignore[method-assign]
+        pool._adjust(0.05, stalled=False)
+        assert pool.limit == 2  # doubled
+        pool._adjust(0.05, stalled=False)
+        pool._adjust(0.05, stalled=False)
+        pool._adjust(0.05, stalled=False)
+        assert pool.limit == 10  # never past the calls there are
+        pool._adjust(0.95, stalled=False)
+        assert pool.limit == 9  # bound by the GIL: one fewer
+        pool._adjust(0.7, stalled=False)
+        assert pool.limit == 9  # in between: left alone
+        pool._adjust(0.95, stalled=True)
+        assert pool.limit == 10  # no call started: one more, whatever the CPU
+        pool._calls.clear()
+
+
+def test_the_limit_shrinks_to_one_thread_while_the_process_is_cpu_bound() -> None:
+    pool = HandlerThreads(64, name="test-handler")
+    with pool._lock:
+        pool.limit = 8
+        pool._calls.extend([object()] * 10)  # type: ignore[list-item]
+        for _ in range(20):
+            pool._adjust(handler_threads.SHRINK_ABOVE + 0.05, stalled=False)
+        assert pool.limit == 1
+        pool._calls.clear()
+
+
+def test_a_steady_stream_of_short_blocking_calls_uses_few_threads(pool: HandlerThreads) -> None:
+    """8 callers making 200 short calls each: never more threads than calls at once."""
+
+    def caller() -> None:
+        for _ in range(200):
+            pool.submit(time.sleep, 0.0005).result(timeout=5)
+
+    callers = [threading.Thread(target=caller) for _ in range(8)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(timeout=30)
+    assert len(pool._threads) <= 8
