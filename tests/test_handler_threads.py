@@ -9,7 +9,7 @@ from concurrent.futures import wait
 import pytest
 
 from later_django.worker import handler_threads
-from later_django.worker.handler_threads import HandlerThreads
+from later_django.worker.handler_threads import Climber, HandlerThreads, Window
 
 
 @pytest.fixture
@@ -114,35 +114,51 @@ def test_a_thread_that_finishes_takes_the_next_call(monkeypatch: pytest.MonkeyPa
         pool.shutdown(wait=True)
 
 
-def test_the_limit_grows_while_calls_wait_on_something_else_than_the_gil() -> None:
-    pool = HandlerThreads(64, name="test-handler")
-    with pool._lock:
-        pool._calls.extend([object()] * 10)  # type: ignore[list-item]
-        pool._dispatch = lambda: None  # type: ignore[method-assign]
-        pool._adjust(0.05, stalled=False)
-        assert pool.limit == 2  # doubled
-        pool._adjust(0.05, stalled=False)
-        pool._adjust(0.05, stalled=False)
-        pool._adjust(0.05, stalled=False)
-        assert pool.limit == 10  # never past the calls there are
-        pool._adjust(0.95, stalled=False)
-        assert pool.limit == 9  # bound by the GIL: one fewer
-        pool._adjust(0.7, stalled=False)
-        assert pool.limit == 9  # in between: left alone
-        pool._adjust(0.95, stalled=True)
-        assert pool.limit == 10  # no call started: one more, whatever the CPU
-        pool._calls.clear()
+def busy(rate: float, wanted: int = 8) -> Window:
+    """A window of a process bound by its CPU in which calls ended at ``rate``."""
+    return Window(cpu=0.8, started=10, rate=rate, wanted=wanted)
 
 
-def test_the_limit_shrinks_to_one_thread_while_the_process_is_cpu_bound() -> None:
-    pool = HandlerThreads(64, name="test-handler")
-    with pool._lock:
-        pool.limit = 8
-        pool._calls.extend([object()] * 10)  # type: ignore[list-item]
-        for _ in range(20):
-            pool._adjust(handler_threads.SHRINK_ABOVE + 0.05, stalled=False)
-        assert pool.limit == 1
-        pool._calls.clear()
+def test_a_thread_added_is_kept_only_if_more_calls_end() -> None:
+    climber = Climber(64)
+    assert climber.after(busy(1000), 4) == 5  # a try: one thread more
+    assert climber.after(busy(1120), 5) == 5  # 12 % more calls: kept
+    assert climber.after(busy(1120), 5) == 6  # and the next try comes at once
+    assert climber.after(busy(1150), 6) == 5  # 3 % more: not worth it, back
+    # The next try goes the other way, after twice as long.
+    assert climber.after(busy(1120), 5) == 5
+    assert climber.after(busy(1120), 5) == 4
+    assert climber.after(busy(1100), 4) == 4  # 2 % fewer calls: one fewer kept
+    assert climber.after(busy(1100), 4) == 3
+    assert climber.after(busy(800), 3) == 4  # 27 % fewer: back
+
+
+def test_tries_back_off_while_they_fail() -> None:
+    """At one thread, bound by the GIL, where a second thread only costs:
+    the tries of a second thread come ever more rarely."""
+    climber = Climber(64)
+    limit, tries = 1, 0
+    for _ in range(400):
+        new = climber.after(busy(1000 if limit == 1 else 600), limit)
+        tries += new > limit
+        limit = new
+    assert limit == 1
+    assert 5 <= tries <= 12  # backoff 1, 2, 4, ... 64 windows: not one try in every two
+
+
+def test_a_window_in_which_no_call_started_adds_a_thread_whatever_the_cpu() -> None:
+    climber = Climber(64)
+    assert climber.after(Window(cpu=1.0, started=0, rate=0.0, wanted=8), 3) == 4
+    assert climber.after(Window(cpu=1.0, started=0, rate=0.0, wanted=8), 64) == 64
+
+
+def test_calls_clearly_waiting_on_io_double_the_limit_up_to_the_calls_there_are() -> None:
+    climber = Climber(64)
+    waiting = Window(cpu=0.05, started=3, rate=200.0, wanted=10)
+    assert climber.after(waiting, 1) == 2
+    assert climber.after(waiting, 2) == 4
+    assert climber.after(waiting, 4) == 8
+    assert climber.after(waiting, 8) == 10
 
 
 def test_a_steady_stream_of_short_blocking_calls_uses_few_threads(pool: HandlerThreads) -> None:
