@@ -9,7 +9,7 @@ from concurrent.futures import wait
 import pytest
 
 from later_django.worker import handler_threads
-from later_django.worker.handler_threads import Climber, HandlerThreads, Window
+from later_django.worker.handler_threads import HandlerThreads, next_limit
 
 
 @pytest.fixture
@@ -114,51 +114,35 @@ def test_a_thread_that_finishes_takes_the_next_call(monkeypatch: pytest.MonkeyPa
         pool.shutdown(wait=True)
 
 
-def busy(rate: float, wanted: int = 8) -> Window:
-    """A window of a process bound by its CPU in which calls ended at ``rate``."""
-    return Window(cpu=0.8, started=10, rate=rate, wanted=wanted)
+def test_calls_waiting_on_io_get_more_threads_up_to_the_calls_there_are() -> None:
+    # Clearly waiting (a quarter of a core at most): twice as many at once.
+    assert next_limit(1, cpu=0.05, stalled=False, wanted=10) == 2
+    assert next_limit(4, cpu=0.05, stalled=False, wanted=10) == 8
+    assert next_limit(8, cpu=0.05, stalled=False, wanted=10) == 10
+    # Waiting, with the GIL not yet full: one more.
+    assert next_limit(4, cpu=0.5, stalled=False, wanted=10) == 5
+    assert next_limit(10, cpu=0.05, stalled=False, wanted=10) == 10
 
 
-def test_a_thread_added_is_kept_only_if_more_calls_end() -> None:
-    climber = Climber(64)
-    assert climber.after(busy(1000), 4) == 5  # a try: one thread more
-    assert climber.after(busy(1120), 5) == 5  # 12 % more calls: kept
-    assert climber.after(busy(1120), 5) == 6  # and the next try comes at once
-    assert climber.after(busy(1150), 6) == 5  # 3 % more: not worth it, back
-    # The next try goes the other way, after twice as long.
-    assert climber.after(busy(1120), 5) == 5
-    assert climber.after(busy(1120), 5) == 4
-    assert climber.after(busy(1100), 4) == 4  # 2 % fewer calls: one fewer kept
-    assert climber.after(busy(1100), 4) == 3
-    assert climber.after(busy(800), 3) == 4  # 27 % fewer: back
-
-
-def test_tries_back_off_while_they_fail() -> None:
-    """At one thread, bound by the GIL, where a second thread only costs:
-    the tries of a second thread come ever more rarely."""
-    climber = Climber(64)
-    limit, tries = 1, 0
-    for _ in range(400):
-        new = climber.after(busy(1000 if limit == 1 else 600), limit)
-        tries += new > limit
-        limit = new
-    assert limit == 1
-    assert 5 <= tries <= 12  # backoff 1, 2, 4, ... 64 windows: not one try in every two
+def test_a_process_bound_by_the_gil_runs_fewer_calls_at_once() -> None:
+    assert next_limit(8, cpu=0.85, stalled=False, wanted=8) == 7
+    assert next_limit(1, cpu=0.95, stalled=False, wanted=8) == 1
+    # Between the thresholds: left alone.
+    assert next_limit(3, cpu=0.7, stalled=False, wanted=8) == 3
 
 
 def test_a_window_in_which_no_call_started_adds_a_thread_whatever_the_cpu() -> None:
-    climber = Climber(64)
-    assert climber.after(Window(cpu=1.0, started=0, rate=0.0, wanted=8), 3) == 4
-    assert climber.after(Window(cpu=1.0, started=0, rate=0.0, wanted=8), 64) == 64
+    """Calls longer than a window, or hung: the next call gets a thread."""
+    assert next_limit(3, cpu=1.0, stalled=True, wanted=8) == 4
+    assert next_limit(8, cpu=1.0, stalled=True, wanted=8) == 8
 
 
-def test_calls_clearly_waiting_on_io_double_the_limit_up_to_the_calls_there_are() -> None:
-    climber = Climber(64)
-    waiting = Window(cpu=0.05, started=3, rate=200.0, wanted=10)
-    assert climber.after(waiting, 1) == 2
-    assert climber.after(waiting, 2) == 4
-    assert climber.after(waiting, 4) == 8
-    assert climber.after(waiting, 8) == 10
+def test_the_governor_takes_a_convoy_back_to_one_thread() -> None:
+    """From eight threads in a process bound by its CPU to one, a window each."""
+    limit = 8
+    for _ in range(7):
+        limit = next_limit(limit, cpu=0.85, stalled=False, wanted=8)
+    assert limit == 1
 
 
 def test_a_steady_stream_of_short_blocking_calls_uses_few_threads(pool: HandlerThreads) -> None:
