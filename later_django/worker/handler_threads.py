@@ -76,12 +76,14 @@ class HandlerThreads(Executor):
         # Without a GIL the threads do not take turns: no reason to hold any back.
         self.limit = 1 if _gil_enabled() else max_threads
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)  # threads wait here for a call
         self._waiting_calls = threading.Condition(self._lock)  # the governor waits here
         self._calls: deque[_Call] = deque()
         self._threads: list[threading.Thread] = []
         self._running = 0  # calls started and not yet ended
-        self._idle = 0  # threads waiting for a call
+        # Threads waiting for a call, each on its own lock, the last to
+        # arrive on top: the next call wakes the thread that ran most
+        # recently, so threads beyond those the limit keeps busy stay asleep.
+        self._sleepers: list[threading.Lock] = []
         self._woken = 0  # threads told to take a call that have not yet woken
         self._started = 0  # calls started, ever
         self._shutdown = False
@@ -107,7 +109,9 @@ class HandlerThreads(Executor):
             if cancel_futures:
                 while self._calls:
                     self._calls.popleft().future.cancel()
-            self._work.notify_all()
+            while self._sleepers:
+                self._sleepers.pop().release()
+                self._woken += 1
             self._waiting_calls.notify_all()
             threads = list(self._threads)
         if wait:
@@ -119,8 +123,8 @@ class HandlerThreads(Executor):
         Called with the lock held."""
         startable = min(self.limit - self._running, len(self._calls)) - self._woken
         for _ in range(startable):
-            if self._idle > self._woken:
-                self._work.notify()
+            if self._sleepers:
+                self._sleepers.pop().release()
             elif len(self._threads) < self.max_threads:
                 thread = threading.Thread(
                     target=self._serve, name=f"{self.name}_{len(self._threads)}", daemon=True
@@ -132,17 +136,19 @@ class HandlerThreads(Executor):
             self._woken += 1
 
     def _serve(self) -> None:
+        wake = threading.Lock()
+        wake.acquire()
         with self._lock:
             self._woken -= 1  # started for a call: as if woken for it
             while True:
                 while not self._calls or self._running >= self.limit:
                     if self._shutdown:
                         return
-                    self._idle += 1
-                    self._work.wait()
-                    self._idle -= 1
-                    if self._woken:
-                        self._woken -= 1
+                    self._sleepers.append(wake)
+                    self._lock.release()
+                    wake.acquire()  # until a call (or shutdown) releases it
+                    self._lock.acquire()
+                    self._woken -= 1
                 call = self._calls.popleft()
                 if not call.future.set_running_or_notify_cancel():
                     continue  # cancelled while it waited
