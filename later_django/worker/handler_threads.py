@@ -24,12 +24,16 @@ what the process did and moves the limit:
 - above ``SHRINK_ABOVE`` of a core the GIL is the bound, more threads only
   take turns, and the limit shrinks by one.
 
-Neither measure tells waiting for the GIL from waiting for I/O inside a
-call; the process's CPU does, roughly, and the band between the two
-thresholds keeps the limit still. Measured in the peer harness (one
-process, 8 workers): one thread used 0.81 of a core on the db:4 work,
-eight threads in their convoy 0.85, eight threads on handlers sleeping
-5 ms each 0.52.
+A call's own timing cannot tell waiting for the GIL from waiting for I/O;
+the process's CPU does, roughly, and the band between the two thresholds
+keeps the limit still. Measured in the peer harness (one process, 8
+workers): one thread used 0.81 of a core on the db:4 work, eight threads in
+their convoy 0.85, eight threads on handlers sleeping 5 ms each 0.52.
+
+An idle thread sleeps on a lock of its own and a call wakes the one that
+ran last: woken first in, first out, two threads that both exist pass the
+work to each other each time the queue empties, and the drain fell back
+to the eight-thread figure with the limit at one.
 """
 
 from __future__ import annotations
