@@ -114,6 +114,29 @@ def test_a_thread_that_finishes_takes_the_next_call(monkeypatch: pytest.MonkeyPa
         pool.shutdown(wait=True)
 
 
+def test_a_call_wakes_the_thread_that_ran_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads exist, one may run: calls made one after another all run
+    on the same thread, the other stays asleep (woken first in, first out,
+    the two would take turns)."""
+    monkeypatch.setattr(handler_threads, "WINDOW", 60.0)
+    pool = HandlerThreads(8, name="test-handler")
+    try:
+        pool.limit = 2
+        release = threading.Event()
+        both = [pool.submit(release.wait) for _ in range(2)]
+        release.set()
+        wait(both, timeout=5)
+        assert len(pool._threads) == 2
+        pool.limit = 1
+        names = [
+            pool.submit(lambda: threading.current_thread().name).result(timeout=5)
+            for _ in range(10)
+        ]
+        assert len(set(names)) == 1
+    finally:
+        pool.shutdown(wait=True)
+
+
 def test_calls_waiting_on_io_get_more_threads_up_to_the_calls_there_are() -> None:
     # Clearly waiting (a quarter of a core at most): twice as many at once.
     assert next_limit(1, cpu=0.05, stalled=False, wanted=10) == 2
