@@ -139,32 +139,32 @@ def test_a_call_wakes_the_thread_that_ran_last(monkeypatch: pytest.MonkeyPatch) 
 
 def test_calls_waiting_on_io_get_more_threads_up_to_the_calls_there_are() -> None:
     # Clearly waiting (a quarter of a core at most): twice as many at once.
-    assert next_limit(1, cpu=0.05, stalled=False, wanted=10) == 2
-    assert next_limit(4, cpu=0.05, stalled=False, wanted=10) == 8
-    assert next_limit(8, cpu=0.05, stalled=False, wanted=10) == 10
+    assert next_limit(1, cpu=0.05, on_cpu=0.05, stalled=False, wanted=10) == 2
+    assert next_limit(4, cpu=0.05, on_cpu=0.05, stalled=False, wanted=10) == 8
+    assert next_limit(8, cpu=0.05, on_cpu=0.05, stalled=False, wanted=10) == 10
     # Waiting, with the GIL not yet full: one more.
-    assert next_limit(4, cpu=0.5, stalled=False, wanted=10) == 5
-    assert next_limit(10, cpu=0.05, stalled=False, wanted=10) == 10
+    assert next_limit(4, cpu=0.5, on_cpu=0.05, stalled=False, wanted=10) == 5
+    assert next_limit(10, cpu=0.05, on_cpu=0.05, stalled=False, wanted=10) == 10
 
 
 def test_a_process_bound_by_the_gil_runs_fewer_calls_at_once() -> None:
-    assert next_limit(8, cpu=0.85, stalled=False, wanted=8) == 7
-    assert next_limit(1, cpu=0.95, stalled=False, wanted=8) == 1
+    assert next_limit(8, cpu=0.85, on_cpu=0.05, stalled=False, wanted=8) == 7
+    assert next_limit(1, cpu=0.95, on_cpu=0.05, stalled=False, wanted=8) == 1
     # Between the thresholds: left alone.
-    assert next_limit(3, cpu=0.7, stalled=False, wanted=8) == 3
+    assert next_limit(3, cpu=0.7, on_cpu=0.05, stalled=False, wanted=8) == 3
 
 
 def test_a_window_in_which_no_call_started_adds_a_thread_whatever_the_cpu() -> None:
     """Calls longer than a window, or hung: the next call gets a thread."""
-    assert next_limit(3, cpu=1.0, stalled=True, wanted=8) == 4
-    assert next_limit(8, cpu=1.0, stalled=True, wanted=8) == 8
+    assert next_limit(3, cpu=1.0, on_cpu=0.05, stalled=True, wanted=8) == 4
+    assert next_limit(8, cpu=1.0, on_cpu=0.05, stalled=True, wanted=8) == 8
 
 
 def test_the_governor_takes_a_convoy_back_to_one_thread() -> None:
     """From eight threads in a process bound by its CPU to one, a window each."""
     limit = 8
     for _ in range(7):
-        limit = next_limit(limit, cpu=0.85, stalled=False, wanted=8)
+        limit = next_limit(limit, cpu=0.85, on_cpu=0.05, stalled=False, wanted=8)
     assert limit == 1
 
 

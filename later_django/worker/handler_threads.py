@@ -54,6 +54,8 @@ WINDOW = 0.05
 # The process's CPU over a window, as a fraction of one core.
 CLEARLY_WAITING = 0.25
 GROW_BELOW = 0.6
+# Below this fraction of their time on their thread's CPU, calls mostly wait.
+CALLS_WAITING = 0.2
 SHRINK_ABOVE = 0.75
 
 
@@ -90,6 +92,9 @@ class HandlerThreads(Executor):
         self._sleepers: list[threading.Lock] = []
         self._woken = 0  # threads told to take a call that have not yet woken
         self._started = 0  # calls started, ever
+        # Of the calls ended, ever: their threads' CPU time and wall time.
+        self._call_cpu = 0.0
+        self._call_wall = 0.0
         self._shutdown = False
         self._governor: threading.Thread | None = None
         self._governor_parked = False  # waiting for calls to wait
@@ -159,6 +164,7 @@ class HandlerThreads(Executor):
                 self._running += 1
                 self._started += 1
                 self._lock.release()
+                cpu_before, wall_before = time.thread_time(), time.monotonic()
                 try:
                     try:
                         result = call.fn(*call.args, **call.kwargs)
@@ -170,6 +176,8 @@ class HandlerThreads(Executor):
                 finally:
                     self._lock.acquire()
                     self._running -= 1
+                    self._call_cpu += time.thread_time() - cpu_before
+                    self._call_wall += time.monotonic() - wall_before
 
     def _start_governor(self) -> None:
         if self._governor is None and self.limit < self.max_threads:
@@ -188,14 +196,18 @@ class HandlerThreads(Executor):
                     continue
                 cpu_before, wall_before = time.process_time(), time.monotonic()
                 started_before = self._started
+                call_cpu_before, call_wall_before = self._call_cpu, self._call_wall
                 self._waiting_calls.wait(WINDOW)  # only shutdown notifies while not parked
                 if not self._calls or self._shutdown:
                     continue  # not a window the limit held calls back in
                 cpu = (time.process_time() - cpu_before) / (time.monotonic() - wall_before)
+                call_wall = self._call_wall - call_wall_before
+                on_cpu = (self._call_cpu - call_cpu_before) / call_wall if call_wall else 0.0
                 wanted = self._running + len(self._calls)
                 limit = next_limit(
                     self.limit,
                     cpu=cpu,
+                    on_cpu=on_cpu,
                     stalled=self._started == started_before,
                     wanted=min(wanted, self.max_threads),
                 )
@@ -204,13 +216,14 @@ class HandlerThreads(Executor):
                     self._dispatch()
 
 
-def next_limit(limit: int, *, cpu: float, stalled: bool, wanted: int) -> int:
+def next_limit(limit: int, *, cpu: float, on_cpu: float, stalled: bool, wanted: int) -> int:
     """The limit after a window in which calls waited: the process used
-    ``cpu`` of one core, no call started if ``stalled``, and ``wanted``
-    threads would start every call there is."""
+    ``cpu`` of one core, the calls that ended spent ``on_cpu`` of their
+    time on their thread's CPU, no call started if ``stalled``, and
+    ``wanted`` threads would start every call there is."""
     if stalled:
         return max(limit, min(limit + 1, wanted))
-    if cpu < GROW_BELOW and limit < wanted:
+    if cpu < GROW_BELOW and on_cpu < CALLS_WAITING and limit < wanted:
         return min(limit * 2 if cpu < CLEARLY_WAITING else limit + 1, wanted)
     if cpu > SHRINK_ABOVE and limit > 1:
         return limit - 1
