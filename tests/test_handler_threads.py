@@ -151,7 +151,13 @@ def test_a_process_bound_by_the_gil_runs_fewer_calls_at_once() -> None:
     assert next_limit(8, cpu=0.85, on_cpu=0.05, stalled=False, wanted=8) == 7
     assert next_limit(1, cpu=0.95, on_cpu=0.05, stalled=False, wanted=8) == 1
     # Between the thresholds: left alone.
-    assert next_limit(3, cpu=0.7, on_cpu=0.05, stalled=False, wanted=8) == 3
+    assert next_limit(3, cpu=0.75, on_cpu=0.05, stalled=False, wanted=8) == 3
+
+
+def test_calls_busy_with_python_get_no_more_threads_however_idle_the_process() -> None:
+    """Calls that spend much of their time on their thread's CPU (short
+    database round trips) would only take turns at the GIL in more threads."""
+    assert next_limit(1, cpu=0.3, on_cpu=0.4, stalled=False, wanted=8) == 1
 
 
 def test_a_window_in_which_no_call_started_adds_a_thread_whatever_the_cpu() -> None:
