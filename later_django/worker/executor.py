@@ -176,23 +176,24 @@ async def _wait_sync_within(
             raise  # the handler's own TimeoutError
         ctx.cancel_requested.set()
         if started.cancelled():
-            logger.warning(
+            action = "handler_not_started"
+            message = (
                 "job %s attempt %d waited its whole timeout of %d ms for a handler "
-                "thread (the worker process was busy) and did not start",
-                ctx.job_id,
-                ctx.attempt,
-                limit_ms,
-                extra={"action": "handler_not_started", "job_id": ctx.job_id},
+                "thread (the worker process was busy) and did not start"
             )
-            raise _timed_out(limit_ms) from None
+        else:
+            action = "handler_abandoned"
+            message = (
+                "abandoned sync handler of job %s attempt %d: it ran past its timeout of "
+                "%d ms; it goes on in its thread (ctx.cancel_requested is set), its "
+                "outcome will be discarded, and its worker moves on"
+            )
         logger.warning(
-            "abandoned sync handler of job %s attempt %d: it ran past its timeout of "
-            "%d ms; it goes on in its thread (ctx.cancel_requested is set), its outcome "
-            "will be discarded, and its worker moves on",
+            message,
             ctx.job_id,
             ctx.attempt,
             limit_ms,
-            extra={"action": "handler_abandoned", "job_id": ctx.job_id},
+            extra={"action": action, "job_id": ctx.job_id},
         )
         raise _timed_out(limit_ms) from None
 
