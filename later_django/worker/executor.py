@@ -13,7 +13,6 @@ import contextvars
 import functools
 import logging
 import traceback
-from concurrent.futures import Executor as ThreadExecutor
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -27,6 +26,7 @@ from later_django.retry import RetryPolicy, default_policy
 from later_django.threaded_store import call_sync
 from later_django.types import ClaimedJob
 from later_django.worker.atomic import AtomicRunner, Committed
+from later_django.worker.handler_threads import HandlerThreads
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Executor:
 
     def __init__(
         self,
-        handler_pool: ThreadExecutor,
+        handler_pool: HandlerThreads,
         app: Any = None,
         *,
         atomic: AtomicRunner,
@@ -124,8 +124,7 @@ class Executor:
                 func = handler.func
                 if handler.atomic:
                     func = functools.partial(self.atomic.run, job, handler.func)
-                started = self.handler_pool.submit(call, func, ctx, payload)
-                ran = asyncio.wrap_future(started)
+                ran, started = self.handler_pool.run_on_loop(call, func, ctx, payload)
                 if limit_ms is None:
                     result = await ran
                 else:
@@ -174,6 +173,9 @@ async def _wait_sync_within(
     except TimeoutError:
         if not ran.cancelled():
             raise  # the handler's own TimeoutError
+        if started.done() and not started.cancelled():
+            # It ended in time; its outcome was on its way to the loop.
+            return started.result()
         ctx.cancel_requested.set()
         if started.cancelled():
             action = "handler_not_started"

@@ -37,10 +37,26 @@ An idle thread sleeps on a lock of its own and a call wakes the one that
 ran last: woken first in, first out, two threads that both exist pass the
 work to each other each time the queue empties, and the drain fell back
 to the eight-thread figure with the limit at one.
+
+The event loop is the other thread that wants the GIL. A call's outcome
+for the loop (``run_on_loop``) is kept while a thread takes the next
+waiting call at once, and handed over with the others when no call
+waits, so the loop wakes once for a run of calls rather than once for
+each, and does the work of all of them in one turn, while the threads
+are idle, instead of taking the GIL from them between round trips.
+Measured (peer harness, ``db:4``, one process, 8 workers): 1,294 ->
+1,691 jobs/s, 0.70 -> 0.40 ms of worker CPU a job; the workers' claims
+and completions went from 1-3 jobs a statement to 8. Handing over after
+half of the calls instead, so the loop's claims overlap the other half,
+kept the threads busier and drained less (1,475-1,530): the loop's turn
+then falls in the middle of the threads' round trips. An outcome kept
+behind a call that runs long is handed over by the governor after a
+window.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -60,6 +76,8 @@ GROW_BELOW = 0.7
 # Below this fraction of their time on their thread's CPU, calls mostly wait.
 CALLS_WAITING = 0.2
 SHRINK_ABOVE = 0.8
+# The most outcomes kept for one hand-over to the loop.
+HAND_OVER_AT_MOST = 8
 
 
 def _gil_enabled() -> bool:
@@ -73,6 +91,8 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # run_on_loop's waiter: the outcome is handed to it on its loop.
+    waiter: asyncio.Future[Any] | None = None
 
 
 class HandlerThreads(Executor):
@@ -101,26 +121,95 @@ class HandlerThreads(Executor):
         self._shutdown = False
         self._governor: threading.Thread | None = None
         self._governor_parked = False  # waiting for calls to wait
+        # Ended calls of run_on_loop whose outcomes wait for a hand-over,
+        # and when the first of them ended (time.monotonic()).
+        self._ended: list[_Call] = []
+        self._ended_since = 0.0
+        self._handing_over: set[asyncio.AbstractEventLoop] = set()  # hand-overs sent, not yet run
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
+        self._add(_Call(future, fn, args, kwargs))
+        return future
+
+    def run_on_loop(
+        self, fn: Callable[..., T], /, *args: Any
+    ) -> tuple[asyncio.Future[T], Future[T]]:
+        """Run ``fn(*args)`` for the running event loop: returns the future
+        the loop awaits, and the call's own future (done once it ends,
+        cancelled if it never starts). Cancelling the first cancels the call
+        if it has not started."""
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future: Future[T] = Future()
+        waiter.add_done_callback(lambda waiter: future.cancel() if waiter.cancelled() else None)
+        self._add(_Call(future, fn, args, waiter=waiter))
+        return waiter, future
+
+    def _add(self, call: _Call) -> None:
         with self._lock:
             if self._shutdown:
                 raise RuntimeError(f"{self.name}: cannot run new calls after shutdown")
-            self._calls.append(_Call(future, fn, args, kwargs))
+            self._calls.append(call)
             self._dispatch()
             if self._calls:
                 self._start_governor()
                 if self._governor_parked:
                     self._waiting_calls.notify()
-        return future
+
+    def _ended_for_loop(self, call: _Call) -> None:
+        """Keep the outcome of ``call`` for its loop: while its thread takes
+        another call at once, that one's outcome joins it; the thread hands
+        them over when it finds no call to take (the governor, if the next
+        call runs long). Called with the lock held."""
+        if not self._ended:
+            self._ended_since = time.monotonic()
+        self._ended.append(call)
+        if len(self._ended) >= HAND_OVER_AT_MOST or self._governor is None:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Send the kept outcomes to their loops. Called with the lock held."""
+        if not self._ended:
+            return
+        for loop in {call.waiter.get_loop() for call in self._ended if call.waiter is not None}:
+            if loop in self._handing_over:
+                continue  # the one on its way takes every outcome kept when it runs
+            try:
+                loop.call_soon_threadsafe(self._on_loop, loop)
+            except RuntimeError:  # closed: nobody waits there any more
+                self._ended = [call for call in self._ended if call.waiter.get_loop() is not loop]  # type: ignore[union-attr]
+            else:
+                self._handing_over.add(loop)
+
+    def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._handing_over.discard(loop)
+            ended = [call for call in self._ended if call.waiter.get_loop() is loop]  # type: ignore[union-attr]
+            self._ended = [call for call in self._ended if call.waiter.get_loop() is not loop]  # type: ignore[union-attr]
+            if self._ended:
+                self._ended_since = time.monotonic()
+        for call in ended:
+            waiter, future = call.waiter, call.future
+            assert waiter is not None
+            if waiter.done():
+                continue  # its caller stopped waiting
+            if future.cancelled():
+                waiter.cancel()
+            elif (exc := future.exception()) is not None:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(future.result())
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._shutdown = True
             if cancel_futures:
                 while self._calls:
-                    self._calls.popleft().future.cancel()
+                    call = self._calls.popleft()
+                    call.future.cancel()
+                    if call.waiter is not None:
+                        self._ended.append(call)
+                self._hand_over()  # their waiters are cancelled
             while self._sleepers:
                 self._sleepers.pop().release()
                 self._woken += 1
@@ -154,6 +243,7 @@ class HandlerThreads(Executor):
             self._woken -= 1  # started for a call: as if woken for it
             while True:
                 while not self._calls or self._running >= self.limit:
+                    self._hand_over()  # no call to take at once: nothing to keep them for
                     if self._shutdown:
                         return
                     self._sleepers.append(wake)
@@ -169,18 +259,15 @@ class HandlerThreads(Executor):
                 self._lock.release()
                 cpu_before, wall_before = time.thread_time(), time.monotonic()
                 try:
-                    try:
-                        result = call.fn(*call.args, **call.kwargs)
-                    except BaseException as exc:  # noqa: BLE001  the caller's to see
-                        call.future.set_exception(exc)
-                    else:
-                        call.future.set_result(result)
-                    del call
+                    _run(call)
                 finally:
                     self._lock.acquire()
                     self._running -= 1
                     self._call_cpu += time.thread_time() - cpu_before
                     self._call_wall += time.monotonic() - wall_before
+                    if call.waiter is not None:
+                        self._ended_for_loop(call)
+                    del call
 
     def _start_governor(self) -> None:
         if self._governor is None and self.limit < self.max_threads:
@@ -192,7 +279,12 @@ class HandlerThreads(Executor):
     def _govern(self) -> None:
         with self._lock:
             while not self._shutdown:
+                if self._ended and time.monotonic() - self._ended_since >= WINDOW:
+                    self._hand_over()  # the call after them runs long
                 if not self._calls:
+                    if self._ended:
+                        self._waiting_calls.wait(WINDOW)
+                        continue
                     self._governor_parked = True
                     self._waiting_calls.wait()
                     self._governor_parked = False
@@ -217,6 +309,15 @@ class HandlerThreads(Executor):
                 if limit != self.limit:
                     self.limit = limit
                     self._dispatch()
+
+
+def _run(call: _Call) -> None:
+    try:
+        result = call.fn(*call.args, **call.kwargs)
+    except BaseException as exc:  # noqa: BLE001  the caller's to see
+        call.future.set_exception(exc)
+    else:
+        call.future.set_result(result)
 
 
 def next_limit(limit: int, *, cpu: float, on_cpu: float, stalled: bool, wanted: int) -> int:
