@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, wait
 
 import pytest
@@ -197,6 +198,14 @@ def run_in_loop(coroutine_function):  # type: ignore[no-untyped-def]
     return asyncio.run(coroutine_function())
 
 
+@pytest.fixture
+def governed() -> Iterator[HandlerThreads]:
+    """Two threads at most, the limit starting at one: a governor runs."""
+    threads = HandlerThreads(2, name="test-two")
+    yield threads
+    threads.shutdown(wait=True)
+
+
 def test_outcomes_reach_the_loop(pool: HandlerThreads) -> None:
     async def main() -> None:
         waiter, future = pool.run_on_loop(lambda a, b: a + b, 2, 3)
@@ -215,14 +224,13 @@ def test_outcomes_reach_the_loop(pool: HandlerThreads) -> None:
 
 
 def test_outcomes_of_calls_that_ran_back_to_back_reach_the_loop_together(
-    monkeypatch: pytest.MonkeyPatch,
+    governed: HandlerThreads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One thread runs four queued calls one after another: the loop is
     woken once for all four, not once for each (a wake-up of the loop and
     a turn of the GIL per outcome)."""
     # No governor window ends meanwhile to hand over what it finds kept.
     monkeypatch.setattr(handler_threads, "WINDOW", 30.0)
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
     release = threading.Event()
 
     async def main() -> None:
@@ -235,29 +243,25 @@ def test_outcomes_of_calls_that_ran_back_to_back_reach_the_loop_together(
             return call_soon_threadsafe(*args)
 
         loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
-        first, _ = pool.run_on_loop(release.wait)
-        rest = [pool.run_on_loop(lambda n=n: n) for n in range(3)]
+        first, _ = governed.run_on_loop(release.wait)
+        rest = [governed.run_on_loop(lambda n=n: n) for n in range(3)]
         release.set()
         assert await asyncio.wait_for(first, timeout=5) is True
         assert [await waiter for waiter, _ in rest] == [0, 1, 2]
         assert len(wakes) == 1
 
-    try:
-        run_in_loop(main)
-    finally:
-        pool.shutdown(wait=True)
+    run_in_loop(main)
 
 
-def test_an_outcome_is_not_held_back_by_a_long_call_after_it() -> None:
+def test_an_outcome_is_not_held_back_by_a_long_call_after_it(governed: HandlerThreads) -> None:
     """A short call's outcome waits for the call its thread takes next only
     while that one is short: past a window of the governor it is handed
     over on its own."""
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
     release = threading.Event()
 
     async def main() -> None:
-        short, _ = pool.run_on_loop(lambda: "short")
-        long, _ = pool.run_on_loop(release.wait)
+        short, _ = governed.run_on_loop(lambda: "short")
+        long, _ = governed.run_on_loop(release.wait)
         try:
             assert await asyncio.wait_for(short, timeout=5) == "short"
             assert not long.done()
@@ -265,96 +269,81 @@ def test_an_outcome_is_not_held_back_by_a_long_call_after_it() -> None:
             release.set()
         assert await long is True
 
-    try:
-        run_in_loop(main)
-    finally:
-        pool.shutdown(wait=True)
+    run_in_loop(main)
 
 
-def test_a_call_whose_waiter_is_cancelled_before_it_starts_never_runs() -> None:
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
+def test_a_call_whose_waiter_is_cancelled_before_it_starts_never_runs(
+    governed: HandlerThreads,
+) -> None:
     release, ran = threading.Event(), threading.Event()
 
     async def main() -> None:
-        first, _ = pool.run_on_loop(release.wait)
-        second, second_call = pool.run_on_loop(ran.set)
+        first, _ = governed.run_on_loop(release.wait)
+        second, second_call = governed.run_on_loop(ran.set)
         second.cancel()
         release.set()
         assert await first is True
         assert second_call.cancelled()
-        next_one, _ = pool.run_on_loop(lambda: "next")
+        next_one, _ = governed.run_on_loop(lambda: "next")
         assert await next_one == "next"
         assert not ran.is_set()
 
-    try:
-        run_in_loop(main)
-    finally:
-        pool.shutdown(wait=True)
+    run_in_loop(main)
 
 
-def test_shutdown_cancels_the_waiters_of_calls_that_never_started() -> None:
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
+def test_shutdown_cancels_the_waiters_of_calls_that_never_started(governed: HandlerThreads) -> None:
     started, release = threading.Event(), threading.Event()
 
     async def main() -> None:
-        running, _ = pool.run_on_loop(lambda: started.set() or release.wait())
-        waiting, _ = pool.run_on_loop(lambda: "never")
+        running, _ = governed.run_on_loop(lambda: started.set() or release.wait())
+        waiting, _ = governed.run_on_loop(lambda: "never")
         assert await asyncio.to_thread(started.wait, 5)
-        pool.shutdown(wait=False, cancel_futures=True)
+        governed.shutdown(wait=False, cancel_futures=True)
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(waiting, timeout=5)
         release.set()
         assert await asyncio.wait_for(running, timeout=5) is True
 
     run_in_loop(main)
-    pool.shutdown(wait=True)
 
 
-def test_an_outcome_for_a_closed_loop_does_not_stop_the_pool() -> None:
+def test_an_outcome_for_a_closed_loop_does_not_stop_the_pool(governed: HandlerThreads) -> None:
     """A loop that stopped waiting (closed) while its call ran: the thread
     drops the outcome and serves the next loop's calls."""
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
     started, release = threading.Event(), threading.Event()
 
     async def leave_a_call_running() -> None:
-        pool.run_on_loop(lambda: started.set() or release.wait())
+        governed.run_on_loop(lambda: started.set() or release.wait())
         assert await asyncio.to_thread(started.wait, 5)
 
     async def next_loop() -> None:
         release.set()
-        waiter, _ = pool.run_on_loop(lambda: "served")
+        waiter, _ = governed.run_on_loop(lambda: "served")
         assert await asyncio.wait_for(waiter, timeout=5) == "served"
 
-    try:
-        run_in_loop(leave_a_call_running)
-        run_in_loop(next_loop)
-    finally:
-        pool.shutdown(wait=True)
+    run_in_loop(leave_a_call_running)
+    run_in_loop(next_loop)
 
 
 def test_an_outcome_kept_behind_calls_cancelled_meanwhile_is_handed_over(
-    monkeypatch: pytest.MonkeyPatch,
+    governed: HandlerThreads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The calls queued when a call ended were cancelled before a thread
     took them (their timeouts passed): its thread finds nothing to run and
     hands the kept outcome over itself, not a governor window later."""
     monkeypatch.setattr(handler_threads, "WINDOW", 30.0)
-    pool = HandlerThreads(2, name="test-two")  # the limit starts at one, with a governor
     release = threading.Event()
 
     async def main() -> None:
-        first, _ = pool.run_on_loop(release.wait)
-        second, second_call = pool.run_on_loop(lambda: "never")
+        first, _ = governed.run_on_loop(release.wait)
+        second, second_call = governed.run_on_loop(lambda: "never")
         second.cancel()
         await asyncio.sleep(0)  # its done-callbacks run: the call is cancelled
         assert second_call.cancelled()
         release.set()
         assert await asyncio.wait_for(first, timeout=5) is True
 
-    try:
-        run_in_loop(main)
-    finally:
-        pool.shutdown(wait=True)
+    run_in_loop(main)
 
 
 def test_a_sync_outcome_on_its_way_when_the_timeout_passes_counts() -> None:
