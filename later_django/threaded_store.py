@@ -125,9 +125,11 @@ class ThreadPool(ThreadPoolExecutor):
     Python 3.12's ThreadPoolExecutor counts a thread as idle only when it
     finds its queue empty, so a steady stream of short calls from a few
     callers starts a thread for nearly every call, up to ``max_workers``.
-    Each thread of a handler pool keeps a Django connection (persistent with
-    ``CONN_MAX_AGE``): 8 workers running sync handlers held 256 PostgreSQL
-    connections. This pool counts the calls not yet finished instead.
+    Each thread keeps a Django connection (persistent with ``CONN_MAX_AGE``):
+    when this pool also ran sync handlers, 8 workers held 256 PostgreSQL
+    connections. This pool counts the calls not yet finished instead. It
+    serves the worker's database, service and maintenance calls; sync
+    handlers run in worker/handler_threads.py.
     """
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
