@@ -476,12 +476,9 @@ def cancel(job_id: str) -> bool:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            namespace = conf.namespace
-            if dialect.jobs.job_cancel(
-                cursor, namespace=namespace, job_id=job_id, retention_ms=retention
-            ):
-                return True
-            return dialect.jobs.job_request_cancel(cursor, namespace=namespace, job_id=job_id)
+            return dialect.jobs.job_cancel(
+                cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
+            )
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

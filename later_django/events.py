@@ -32,6 +32,9 @@ from typing import Literal, TypeVar
 
 logger = logging.getLogger(__name__)
 
+# What an attempt's stored outcome was: JobFinished.outcome.
+OutcomeKind = Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
+
 
 @dataclass(slots=True)
 class Event:
@@ -80,7 +83,7 @@ class JobFinished(Event):
     job_id: str
     job_type: str
     attempt: int
-    outcome: Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
+    outcome: OutcomeKind
     handler_seconds: float  # how long the handler ran
     since_created: float  # seconds from the job's creation to this outcome
     waited: float  # seconds from the job's due time to the handler's start

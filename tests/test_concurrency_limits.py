@@ -274,7 +274,7 @@ def _release(how: str) -> Callable[[Any, Any, str, int], bool]:
         if how == "retry":
             return dialect.jobs.job_retry(cursor, fence, RetryWrite(delay_ms=3_600_000, error="x"))
         if how == "cancel":
-            dialect.jobs.job_request_cancel(cursor, namespace="default", job_id=job_id)
+            dialect.jobs.job_cancel(cursor, namespace="default", job_id=job_id, retention_ms=1)
             return dialect.jobs.job_cancel_running(cursor, fence, 60_000)
         if how == "unclaim":
             return dialect.jobs.job_unclaim(cursor, fence)

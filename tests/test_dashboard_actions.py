@@ -21,7 +21,7 @@ from later_django.dashboard import actions
 from later_django.partitions.hashing import partition_for_key
 from later_django.testing import drain
 from tests.helpers import LaterDb, history_stages, read_records, set_later
-from tests.jobapp.jobs import Gate, Noop, NoRetry, Ordered
+from tests.jobapp.jobs import Gate, Noop, NoRetry, Ordered, Refresh
 
 # Django's version changes nothing in what these check (later's SQL and
 # actions): they run in the first tox env only (tox.ini), like the process tests.
@@ -158,6 +158,61 @@ def test_retry_revives_the_continuations_that_failed_with_parent_failed(
     assert [r.job_id for r in runs].index(child) < [r.job_id for r in runs].index(grandchild)
     for job_id in (parent, child, grandchild, sibling):
         assert later_db.stage_of(job_id) == "success"
+    counts_match_the_truth(later_db)
+
+
+def test_retry_runs_the_parent_again_and_leaves_a_continuation_whose_key_was_taken_failed(
+    later_db: LaterDb, operator: Client, tmp_path: Path
+) -> None:
+    """A unique continuation failed with its parent freed its key; a job that
+    took the key since keeps it: the parent runs again, that continuation
+    (and what waits on it) stays failed, a plain sibling waits again."""
+    gate = tmp_path / "gate-open"
+    parent = later.enqueue(Gate(str(gate)))
+    unique_child = later.enqueue_continue(parent, Refresh(account=1))
+    behind_it = later.enqueue_continue(unique_child, Noop(n=1))
+    plain_child = later.enqueue_continue(parent, Noop(n=2))
+    drain()
+    assert later_db.job_field(unique_child, "last_error") == "parent failed"
+    holder = later.enqueue(Refresh(account=1))
+    assert holder != unique_child and not holder.duplicate
+
+    gate.touch()
+    message = act(operator, "retry", parent)
+    assert message.startswith("1 job retried"), message
+    assert later_db.stage_of(parent) == "enqueued"
+    assert later_db.stage_of(plain_child) == "waiting"
+    for job_id in (unique_child, behind_it):
+        assert later_db.stage_of(job_id) == "failed"
+        assert later_db.job_field(job_id, "last_error") == "parent failed"
+    assert later_db.stage_of(holder) == "enqueued"
+    counts_match_the_truth(later_db)
+    runs = {r.job_id: r.outcome for r in drain()}
+    assert runs == {parent: "succeeded", plain_child: "succeeded", holder: "succeeded"}
+
+
+def test_retry_of_a_parent_whose_failed_continuations_share_a_key_revives_the_keyless_ones(
+    later_db: LaterDb, operator: Client, tmp_path: Path
+) -> None:
+    """Two failed continuations with one key cannot both wait again: neither
+    does, the parent and its continuations without a key do."""
+    gate = tmp_path / "gate-open"
+    parent = later.enqueue(Gate(str(gate)))
+    first = later.enqueue_continue(parent, Refresh(account=1))
+    drain()
+    # Enqueued after its parent failed: stored failed, so the key was free.
+    second = later.enqueue_continue(parent, Refresh(account=1, n=2))
+    plain_child = later.enqueue_continue(parent, Noop(n=2))
+    assert second != first
+    for job_id in (first, second, plain_child):
+        assert later_db.job_field(job_id, "last_error") == "parent failed"
+
+    gate.touch()
+    message = act(operator, "retry", parent)
+    assert message.startswith("1 job retried"), message
+    assert later_db.stage_of(parent) == "enqueued"
+    assert later_db.stage_of(plain_child) == "waiting"
+    assert [later_db.stage_of(job_id) for job_id in (first, second)] == ["failed", "failed"]
     counts_match_the_truth(later_db)
 
 

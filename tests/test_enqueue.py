@@ -610,6 +610,84 @@ def test_cancel_asks_a_running_job_to_stop_and_refuses_finished_ones(later_db):
     assert later_db.scalar(asked, [done]) is None
 
 
+def test_cancel_of_a_job_retried_while_it_looks_cancels_the_retry(later_db):
+    """cancel() found the job running, and its worker's retry committed
+    before the request did: the job, waiting to run again, is cancelled,
+    and cancel() says so (False is for finished jobs only)."""
+    job_id = later.enqueue(Noop(), priority=100)
+    child = later.enqueue_continue(job_id, Noop(n=1))
+    claimed = _claim(later_db, job_id)
+    result: dict[str, object] = {}
+    began = threading.Event()
+
+    def note_begin(execute, sql, params, many, context):
+        began.set()
+        return execute(sql, params, many, context)
+
+    def cancel() -> None:
+        try:
+            with connections[later_db.alias].execute_wrapper(note_begin):
+                result["cancelled"] = later.cancel(job_id)
+        finally:
+            connections.close_all()
+
+    canceller = threading.Thread(target=cancel)
+    with job_row_locked(later_db, job_id) as write:
+        canceller.start()
+        assert began.wait(10), "the cancel sent no statement"
+        if not dialect_for(later_db.alias).single_writer:
+            # Its request of a running job waits for the row the retry holds.
+            wait_until(
+                lambda: _lock_waiters(later_db, min_age_ms=0),
+                10,
+                "the cancel to wait for the job's row",
+            )
+        write(
+            "UPDATE later_job SET stage = 'requeued', run_at_ms = run_at_ms + 3600000, "
+            "lease_owner = NULL, lease_expires_ms = NULL WHERE id = %s AND attempts = %s",
+            [job_id, claimed.attempts],
+        )
+    canceller.join(10)
+    assert result == {"cancelled": True}
+    assert later_db.stage_of(job_id) == "cancelled"
+    assert later_db.job_field(job_id, "cancel_requested_ms") is None
+    assert later_db.stage_of(child) == "failed"
+
+
+def test_a_failure_after_a_cancel_request_ends_cancelled_and_a_retry_clears_the_request(
+    later_db,
+):
+    """A cancel requested while the attempt ran wins over its failure for
+    good; a failed job that still carries a request (as an earlier release
+    stored it) loses it when an operator retries it, so its next attempt's
+    retry is a retry, not a cancel."""
+    dialect = dialect_for(later_db.alias)
+    job_id = later.enqueue(Noop(), priority=100)
+    claimed = _claim(later_db, job_id)
+    assert later.cancel(job_id) is True
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        failed = dialect.jobs.job_fail(
+            c,
+            OwnerFence(job_id=job_id, attempts=claimed.attempts, owner="worker-1"),
+            FailureWrite(error="boom", retention_ms=DAY_MS),
+        )
+    assert failed is False, "a failure does not pass a cancel request"
+    assert later_db.stage_of(job_id) == "running"
+
+    leftover = later.enqueue(Noop(n=2), priority=100)
+    later_db.execute(
+        "UPDATE later_job SET stage = 'failed', finished_ms = 1, last_error = 'boom', "
+        "cancel_requested_ms = 1 WHERE id = %s",
+        [leftover],
+    )
+    with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
+        assert dialect.jobs.job_retry_failed(c, namespace=conf.namespace, job_id=leftover) == 0
+    assert later_db.job_field(leftover, "cancel_requested_ms") is None
+    retried = _claim(later_db, leftover)
+    _retry(later_db, retried, error="again")
+    assert later_db.stage_of(leftover) == "requeued"
+
+
 def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
     """A write that waited for another writer of the job stamps its stage
     change no earlier than that writer's, so history stays in order."""

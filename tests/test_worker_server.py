@@ -20,7 +20,7 @@ import pytest
 from django.db import connections, transaction
 
 import later_django as later
-from later_django import RetryPolicy
+from later_django import RetryPolicy, events
 from later_django.clock import now_ms
 from later_django.threaded_store import ThreadedStore
 from later_django.worker import handler_threads
@@ -47,6 +47,7 @@ from tests.jobapp.jobs import (
     AsyncSnoozy,
     AsyncStoppable,
     CallablePolicy,
+    CancelledThen,
     DefaultPolicy,
     Exits,
     Flaky,
@@ -220,6 +221,53 @@ def test_server_cancel_of_a_running_job_stops_it_for_good(later_db, record, stop
         assert len(read_records(record, "stoppable-start", job_id)) == 1
 
     serve(body, workers=2)
+
+
+@pytest.mark.parametrize("then", ["retry", "snooze", "fail"])
+def test_server_an_attempt_ended_after_a_cancel_is_stored_and_reported_cancelled(
+    later_db, record, caplog, then
+):
+    """cancel() asked the job to stop before its worker looked: the retry,
+    the snooze or the failure its attempt then ends with is stored as a
+    cancel (never run again, its continuation "parent cancelled"), and the
+    log, JobFinished and the outcome counts say cancelled."""
+    finished: list[events.JobFinished] = []
+    unsubscribe = events.subscribe(finished.append, events.JobFinished)
+    counts: list[tuple[int, int, int, int]] = []
+    ids: list[str] = []
+
+    async def body(server: Server) -> None:
+        job_id, child = await in_thread(_with_continuation, CancelledThen(then=then))
+        ids.append(job_id)
+        info = await await_stage(job_id, "cancelled")
+        assert job_stages(info) == ["enqueued", "running", "cancelled"]
+        assert (await await_stage(child, "failed")).last_error == "parent cancelled"
+        await await_until(lambda: _async_true(finished), 5, "the JobFinished event")
+        counts.append(server.completer.outcomes.take())
+        assert len(read_records(record, "cancelled-then", job_id)) == 1
+
+    caplog.set_level(logging.INFO, logger="later_django")
+    try:
+        serve(body)
+    finally:
+        unsubscribe()
+    assert [(e.job_id, e.outcome) for e in finished] == [(ids[0], "cancelled")]
+    assert counts == [(0, 0, 0, 0)], "a cancel is neither a failure nor a retry"
+    said = [r.getMessage() for r in caplog.records if r.name == "later_django.worker.completer"]
+    assert any("cancelled on attempt 1" in line for line in said), said
+    assert not any("retrying" in line or "snoozed" in line for line in said), said
+
+
+async def _async_true(items: list[object]) -> bool:
+    return bool(items)
+
+
+def _with_continuation(payload: object) -> tuple[str, str]:
+    """Enqueue ``payload`` and a continuation of it, committed together (no
+    worker can finish the first before the second is written)."""
+    with transaction.atomic():
+        job_id = later.enqueue(payload)
+        return job_id, later.enqueue_continue(job_id, Noop(n=1))
 
 
 @pytest.mark.parametrize("exits", [Exits, AsyncExits], ids=["sync", "async"])

@@ -15,6 +15,7 @@ import abc
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple
 
+from django.db import IntegrityError, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
@@ -51,6 +52,9 @@ Settled = Literal["released", "failed", "waiting"]
 # freed before it could read the holder: each time another enqueue took it
 # meanwhile, so more than a few means a key churned by many at once.
 UNIQUE_TRIES = 5
+# How often cancel() looks at a job that moved between running and waiting
+# to run while it looked: each look needs the job to move again in between.
+CANCEL_LOOKS = 5
 
 
 class Inserted(NamedTuple):
@@ -76,6 +80,7 @@ class JobEngine(Operations, abc.ABC):
     # vendor's own.
     fail_descendants_sql: ClassVar[str]
     revive_descendants_sql: ClassVar[str]
+    revive_keyless_descendants_sql: ClassVar[str]
 
     # -- enqueue ---------------------------------------------------------------------------
     @abc.abstractmethod
@@ -259,20 +264,32 @@ class JobEngine(Operations, abc.ABC):
     def job_cancel(
         self, cursor: CursorWrapper, *, namespace: str, job_id: str, retention_ms: int
     ) -> bool:
-        """Cancel ``job_id`` if it has not started, and fail its waiting
-        descendants; return whether it was cancelled. Run in one transaction."""
-        cursor.execute(self._sql(jobs_sql.JOB_CANCEL_SQL), [retention_ms, job_id, namespace])
-        if cursor.rowcount != 1:
-            return False
-        self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
-        return True
+        """Cancel ``job_id`` if it has not started, failing its waiting
+        descendants, or ask it to stop if it runs; return whether either was
+        done, so False means it finished or does not exist. Run in one
+        transaction.
+
+        A worker's retry, snooze or give-back may commit between the two
+        statements (PostgreSQL runs each on the newest data): the job is
+        then looked at again. Each new look needs the job to have moved
+        between two of these statements, so a few are enough."""
+        for _ in range(CANCEL_LOOKS):
+            cursor.execute(self._sql(jobs_sql.JOB_CANCEL_SQL), [retention_ms, job_id, namespace])
+            if cursor.rowcount == 1:
+                self.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+                return True
+            cursor.execute(self._sql(jobs_sql.JOB_REQUEST_CANCEL_SQL), [job_id, namespace])
+            if cursor.rowcount == 1:
+                return True
+            cursor.execute(self._sql(jobs_sql.JOB_UNFINISHED_SQL), [job_id, namespace])
+            if cursor.fetchone() is None:
+                return False
+        raise LaterBusy(
+            f"job {job_id} changed stage under each of {CANCEL_LOOKS} tries to cancel it; "
+            "call cancel() again"
+        )
 
     # -- cancelling a running job ----------------------------------------------------
-    def job_request_cancel(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
-        """Ask the running job ``job_id`` to stop; return whether it runs."""
-        cursor.execute(self._sql(jobs_sql.JOB_REQUEST_CANCEL_SQL), [job_id, namespace])
-        return bool(cursor.rowcount == 1)
-
     def job_cancel_requested(
         self, cursor: CursorWrapper, *, namespace: str, owner: str
     ) -> list[Claim]:
@@ -385,7 +402,8 @@ class JobEngine(Operations, abc.ABC):
 
     def job_retry(self, cursor: CursorWrapper, fence: Fence, retry: RetryWrite) -> bool:
         """Move the fenced claim to requeued, due ``retry.delay_ms`` after the
-        database's now; return whether the fence held."""
+        database's now; return whether it did: not if the fence broke or a
+        cancel was requested."""
         sql, by = self._fenced(fence, jobs_sql.JOB_RETRY_OWNED_SQL, jobs_sql.JOB_RETRY_EXPIRED_SQL)
         cursor.execute(
             sql,
@@ -405,7 +423,8 @@ class JobEngine(Operations, abc.ABC):
 
     def job_fail(self, cursor: CursorWrapper, fence: Fence, failure: FailureWrite) -> bool:
         """Fail the fenced claim and its waiting descendants; return whether
-        the fence held. Run in one transaction."""
+        it did: not if the fence broke or a cancel was requested (then
+        job_cancel_running ends it). Run in one transaction."""
         sql, by = self._fenced(fence, jobs_sql.JOB_FAIL_OWNED_SQL, jobs_sql.JOB_FAIL_EXPIRED_SQL)
         cursor.execute(sql, [failure.retention_ms, failure.error, fence.job_id, by, fence.attempts])
         if cursor.rowcount != 1:
@@ -512,7 +531,15 @@ class JobEngine(Operations, abc.ABC):
         cursor.execute(self._sql(jobs_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
         if cursor.rowcount != 1:
             return None
-        cursor.execute(self._sql(self.revive_descendants_sql), [job_id])
+        # A continuation whose unique key another unfinished job holds stays
+        # failed. Two of them sharing a key, or an enqueue taking one while
+        # this runs, break later_job_unique: then only those without a key
+        # wait again, and the job itself is retried all the same.
+        try:
+            with transaction.atomic(using=cursor.db.alias):
+                cursor.execute(self._sql(self.revive_descendants_sql), [job_id])
+        except IntegrityError:
+            cursor.execute(self._sql(self.revive_keyless_descendants_sql), [job_id])
         return int(cursor.rowcount)
 
     def job_run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:

@@ -67,6 +67,7 @@ class PostgresJobEngine(JobEngine):
     promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
     fail_descendants_sql: ClassVar[str] = pg_sql.JOB_FAIL_DESCENDANTS_SQL
     revive_descendants_sql: ClassVar[str] = pg_sql.JOB_REVIVE_DESCENDANTS_SQL
+    revive_keyless_descendants_sql: ClassVar[str] = pg_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL
 
     def __init__(self, sql: Statements) -> None:
         super().__init__(sql)

@@ -43,6 +43,7 @@ ENQUEUED: Final = Stage.ENQUEUED.value
 class SqliteJobEngine(JobEngine):
     fail_descendants_sql: ClassVar[str] = sqlite_sql.JOB_FAIL_DESCENDANTS_SQL
     revive_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL
+    revive_keyless_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL
     # The insert of a job due now, rendered on first use (most enqueues run it).
     _ready_insert: str | None = None
 

@@ -98,15 +98,20 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
             job_id=job.id, attempts=job.attempts, expired_for_ms=ctx.stuck_grace_ms
         )
         with transaction.atomic(using=ctx.alias):
+            done: str | None = None
             if job.cancel_requested:  # cancel() asked it to stop: never run again
-                done = dialect.jobs.job_cancel_running(cursor, fence, ctx.retention_ms)
+                pass
             elif delay is None:
                 failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
-                done = dialect.jobs.job_fail(cursor, fence, failure)
+                done = "failed" if dialect.jobs.job_fail(cursor, fence, failure) else None
             else:
                 delay_ms = int(delay.total_seconds() * 1000)
                 retry = RetryWrite(delay_ms=delay_ms, error=LEASE_EXPIRED)
-                done = dialect.jobs.job_retry(cursor, fence, retry)
+                done = "retrying" if dialect.jobs.job_retry(cursor, fence, retry) else None
+            # A cancel requested since the look above refuses the retry or
+            # the failure: the job ends cancelled.
+            if not done and dialect.jobs.job_cancel_running(cursor, fence, ctx.retention_ms):
+                done = "cancelled"
         if done:
             rescued += 1
             logger.warning(
@@ -114,7 +119,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                 job.id,
                 job.type_name,
                 job.attempt,
-                "cancelled" if job.cancel_requested else "failed" if delay is None else "retrying",
+                done,
                 extra={"action": "job_rescued", "job_id": job.id},
             )
     return rescued

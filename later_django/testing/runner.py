@@ -14,8 +14,8 @@ import asyncio
 import logging
 import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import DatabaseError, connections, transaction
@@ -25,6 +25,7 @@ from later_django.conf import conf
 from later_django.context import JobContext, build_app
 from later_django.db import dialect_for
 from later_django.db.rows import ClaimRequest, SuccessBatch
+from later_django.events import OutcomeKind
 from later_django.exceptions import LeaseLost
 from later_django.ids import JobId, new_job_id
 from later_django.types import ClaimedJob
@@ -55,14 +56,15 @@ class JobRun:
     ``outcome`` is what was stored: ``succeeded``; ``retry`` (the job is
     requeued for its policy's next attempt); ``failed`` (no retry left, or
     a payload that no longer decodes); ``snoozed`` (the handler raised
-    Snooze: the job is delayed again, the attempt not counted). ``error`` is the text stored as the
+    Snooze: the job is delayed again, the attempt not counted); ``cancelled``
+    (cancel() asked it to stop, whatever its attempt did). ``error`` is the text stored as the
     job's last error: ``Type: message``, then the traceback.
     """
 
     job_id: JobId
     type_name: str
     attempt: int
-    outcome: Literal["succeeded", "retry", "failed", "snoozed", "cancelled"]
+    outcome: OutcomeKind
     error: str | None = None
 
 
@@ -179,10 +181,13 @@ class _Drain:
                 for queue in self.queues
             )
 
-    def _store(self, job: ClaimedJob, outcome: Outcome) -> None:
+    def _store(self, job: ClaimedJob, outcome: Outcome) -> Outcome:
+        """Store ``outcome``; return it as stored (a cancel requested
+        meanwhile turns a retry or a failure into a cancel)."""
+        stored: OutcomeKind | None
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
             if outcome.kind == "succeeded":
-                stored = (
+                done = (
                     job.id
                     in self.dialect.jobs.job_complete_many(
                         cursor,
@@ -194,6 +199,7 @@ class _Drain:
                         ),
                     ).done_ids
                 )
+                stored = "succeeded" if done else None
             else:
                 stored = store_failure(
                     self.dialect,
@@ -203,14 +209,15 @@ class _Drain:
                     owner=self.owner,
                     retention_ms=self.retention_ms,
                 )
-        if not stored:
+        if stored is None:
             raise _taken_over(job)
+        return outcome if stored == outcome.kind else replace(outcome, kind=stored)
 
     # -- the handler ---------------------------------------------------------------
     def _run(self, job: ClaimedJob) -> JobRun:
         outcome = self._outcome(job)
         if outcome.committed is None:
-            self._store(job, outcome)
+            outcome = self._store(job, outcome)
         elif not outcome.committed:
             raise _taken_over(job)
         _log(job, outcome)

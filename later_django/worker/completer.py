@@ -31,6 +31,7 @@ from later_django.db.rows import (
     TaskAttemptEnd,
 )
 from later_django.db.sessions import WorkerSessions
+from later_django.events import OutcomeKind
 from later_django.maintenance.runner import Maintenance
 from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
@@ -138,7 +139,7 @@ class Completer:
                 return
             self.unstored.pop(claim, None)
             self.leases.release(claim)
-            self._stored(job, outcome, stored.result(), ran)
+            self._stored(job, outcome, "succeeded" if stored.result() else None, ran)
             _resolve(finished)
 
         self._completions.submit_nowait(claim).add_done_callback(on_stored)
@@ -150,7 +151,7 @@ class Completer:
         self.leases.release((job.id, job.attempts))
         if outcome.released:
             self.wake(outcome.released)
-        self._stored(job, outcome, bool(outcome.committed), ran)
+        self._stored(job, outcome, outcome.kind if outcome.committed else None, ran)
         if job.lane is not None:
             self.on_lane_done(job)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -224,6 +225,7 @@ class Completer:
         claim = (job.id, job.attempts)
         loop = asyncio.get_running_loop()
         delay = 0.05
+        stored: OutcomeKind | None
         while True:
             try:
                 if job.lane is not None and outcome.kind == "succeeded":
@@ -232,9 +234,10 @@ class Completer:
                     # earlier, unconfirmed try claimed is recovered once its
                     # lease expires, as an abandoned claim's jobs are.
                     chain = not unsure and self.wants_next(job)
-                    stored = await self._head_successes.submit((job, chain))
+                    done = await self._head_successes.submit((job, chain))
+                    stored = "succeeded" if done else None
                 elif outcome.kind == "succeeded":
-                    stored = await self._completions.submit(claim)
+                    stored = "succeeded" if await self._completions.submit(claim) else None
                 else:
                     write = functools.partial(
                         store_failure if job.lane is None else store_partition_outcome,
@@ -260,22 +263,31 @@ class Completer:
         if not stored and unsure:
             stored = await self._stored_before(job, outcome)
         self._stored(job, outcome, stored, ran)
-        if stored and outcome.kind in ("retry", "snoozed") and outcome.delay_ms is not None:
+        if stored in ("retry", "snoozed") and outcome.delay_ms is not None:
             self.maintenance.promote_after(outcome.delay_ms)
 
-    async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> bool:
-        """Did an earlier, unconfirmed store of ``outcome`` commit? Its claim
-        left the job in the stage that outcome stores, with its error: the
-        stuck-job rescue requeues or fails a claim too, with its own."""
+    async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> OutcomeKind | None:
+        """What an earlier, unconfirmed store of ``outcome`` committed, if it
+        did: its claim left the job in the stage that outcome stores, with its
+        error (the stuck-job rescue requeues or fails a claim too, with its
+        own), or cancelled, a cancel request having turned a failure into
+        that (the rescue acts only once the lease this store keeps to ran
+        out)."""
         claim = (job.id, job.attempts)
         try:
             left = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
         except Exception as exc:  # noqa: BLE001  reported as discarded, as before
             logger.warning("could not read what job %s stored: %s", job.id, exc)
-            return False
-        if left is None or left.stage != OUTCOME_STAGES[outcome.kind]:
-            return False
-        return outcome.kind not in ("retry", "failed") or left.last_error == outcome.error
+            return None
+        if left is None:
+            return None
+        if left.stage == "cancelled" and outcome.kind != "succeeded":
+            return "cancelled"
+        if left.stage != OUTCOME_STAGES[outcome.kind]:
+            return None
+        if outcome.kind in ("retry", "failed") and left.last_error != outcome.error:
+            return None
+        return outcome.kind
 
     def _give_up(self, job: ClaimedJob, exc: BaseException, why: str) -> None:
         claim = (job.id, job.attempts)
@@ -301,8 +313,13 @@ class Completer:
             extra={"action": "finish_error", "job_id": job.id},
         )
 
-    def _stored(self, job: ClaimedJob, outcome: Outcome, stored: bool, ran: Ran) -> None:
-        """Count, log and tell subscribers what became of an outcome."""
+    def _stored(
+        self, job: ClaimedJob, outcome: Outcome, stored: OutcomeKind | None, ran: Ran
+    ) -> None:
+        """Count, log and tell subscribers what became of an outcome:
+        ``stored`` is the kind of outcome the database holds now (a retry
+        that a cancel request turned into "cancelled", say), None if the
+        lease was taken over."""
         self._log_outcome(job, outcome, stored)
         if not events.active:
             return
@@ -313,7 +330,7 @@ class Completer:
                     job.id,
                     job.type_name,
                     job.attempt,
-                    outcome.kind,
+                    stored,
                     ran.seconds,
                     now - job.created_ms / 1000,
                     now - ran.seconds - job.run_at_ms / 1000,
@@ -330,9 +347,9 @@ class Completer:
                 )
             )
 
-    def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: bool) -> None:
-        extra = {"action": f"job_{outcome.kind}", "job_id": job.id, "job_type": job.type_name}
-        if not stored:
+    def _log_outcome(self, job: ClaimedJob, outcome: Outcome, stored: OutcomeKind | None) -> None:
+        extra = {"action": f"job_{stored}", "job_id": job.id, "job_type": job.type_name}
+        if stored is None:
             logger.warning(
                 "job %s (%s) finished after its lease was taken over; its outcome was discarded%s",
                 job.id,
@@ -341,8 +358,8 @@ class Completer:
                 extra={**extra, "action": "lease_lost"},
             )
             return
-        self.outcomes.add(outcome.kind)
-        if outcome.kind == "failed":
+        self.outcomes.add(stored)
+        if stored == "failed":
             logger.error(
                 "job %s (%s) failed on attempt %d: %s",
                 job.id,
@@ -352,7 +369,7 @@ class Completer:
                 extra=extra,
                 exc_info=outcome.exc,
             )
-        elif outcome.kind == "cancelled":
+        elif stored == "cancelled":
             logger.info(
                 "job %s (%s) cancelled on attempt %d",
                 job.id,
@@ -360,7 +377,7 @@ class Completer:
                 job.attempt,
                 extra=extra,
             )
-        elif outcome.kind == "snoozed":
+        elif stored == "snoozed":
             logger.info(
                 "job %s (%s) snoozed for %d ms",
                 job.id,
@@ -368,7 +385,7 @@ class Completer:
                 outcome.delay_ms or 0,
                 extra=extra,
             )
-        elif outcome.kind == "retry":
+        elif stored == "retry":
             logger.warning(
                 "job %s (%s) attempt %d failed, retrying: %s",
                 job.id,
@@ -430,31 +447,32 @@ def store_failure(
     *,
     owner: str,
     retention_ms: int,
-) -> bool:
-    """Store a retry, a snooze or a terminal failure of ``owner``'s claim of
-    ``job``, fenced by the claim; return whether the fence held. Run in one
-    transaction. The worker's completer and later_django.testing's drain()
-    both store them through this. A task job's result is written with it."""
+) -> OutcomeKind | None:
+    """Store a retry, a snooze, a terminal failure or a cancel of ``owner``'s
+    claim of ``job``, fenced by the claim; return the kind of outcome stored,
+    or None if the fence broke. A cancel requested meanwhile wins: the job is
+    not run again, and ends "cancelled" even if its attempt failed. Run in
+    one transaction. The worker's completer and later_django.testing's
+    drain() both store them through this. A task job's result is written
+    with it."""
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
-    if outcome.kind == "cancelled":
-        stored = dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-    elif outcome.kind == "snoozed":
-        # A cancel requested meanwhile wins: the job is not run again.
-        stored = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0) or (
-            dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-        )
+    if outcome.kind == "snoozed":
+        done = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
     elif outcome.kind == "retry":
         retry = RetryWrite(
             delay_ms=outcome.delay_ms or 0,
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        stored = dialect.jobs.job_retry(cursor, fence, retry) or (
-            dialect.jobs.job_cancel_running(cursor, fence, retention_ms)
-        )
-    else:
+        done = dialect.jobs.job_retry(cursor, fence, retry)
+    elif outcome.kind == "failed":
         failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
-        stored = dialect.jobs.job_fail(cursor, fence, failure)
+        done = dialect.jobs.job_fail(cursor, fence, failure)
+    else:
+        done = False  # "cancelled": stored below
+    stored = outcome.kind if done else None
+    if stored is None and dialect.jobs.job_cancel_running(cursor, fence, retention_ms):
+        stored = "cancelled"
     if stored and outcome.attempt_end is not None:
         dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
     return stored
@@ -468,17 +486,18 @@ def store_partition_outcome(
     *,
     owner: str,
     retention_ms: int,
-) -> bool:
+) -> OutcomeKind | None:
     """Store the outcome of a partition head, fenced by its claim and by its
-    partition's lease (owner and epoch); return whether both held. Run in one
+    partition's lease (owner and epoch); return the kind stored, None unless
+    both held (as store_failure's). Run in one
     transaction: the fence's row lock holds off a takeover until it ends, so
     only the current holder finishes a head and lets the next one run."""
     assert job.lane is not None
     if outcome.kind == "succeeded":
         done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)
-        return dialect.partitions.partition_complete(cursor, done)
+        return "succeeded" if dialect.partitions.partition_complete(cursor, done) else None
     if not dialect.partitions.partition_fence(cursor, job.lane, owner=owner):
-        return False
+        return None
     return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
 
 

@@ -86,7 +86,6 @@ COVERED: dict[str, frozenset[str]] = {
             "job_fail_descendants",
             "job_snooze",
             # cancelling a running job
-            "job_request_cancel",
             "job_cancel_requested",
             "job_cancel_running",
             # maintenance

@@ -229,7 +229,8 @@ def test_job_settle_child_releases_or_fails_a_child_its_parent_missed(later_db, 
 
 def test_job_cancel_cancels_only_jobs_not_started(later_db, dialect):
     """Ready, delayed and waiting jobs are cancelled, with their waiting
-    descendants failed; running, finished and other namespaces' are not."""
+    descendants failed; running (only asked to stop), finished and other
+    namespaces' are not."""
     ready, delayed, running = insert(later_db), insert(later_db, delay_ms=HOUR_MS), insert(later_db)
     elsewhere = insert(later_db, namespace="other")
     with cursor_of(later_db) as c:
@@ -247,7 +248,8 @@ def test_job_cancel_cancels_only_jobs_not_started(later_db, dialect):
     before = db_now(later_db)
     assert [cancel(ready), cancel(delayed)] == [True, True]
     after = db_now(later_db)
-    assert [cancel(running), cancel(ready), cancel(elsewhere), cancel(new_job_id())] == [False] * 4
+    assert [cancel(ready), cancel(elsewhere), cancel(new_job_id())] == [False] * 3
+    assert cancel(running) is True, "a running job is asked to stop, not cancelled"
     assert stages(later_db, ready, delayed, running, elsewhere, child, grandchild) == [
         "cancelled",
         "cancelled",
@@ -418,7 +420,7 @@ def test_a_jobs_own_timeout_comes_back_with_its_claim(later_db, dialect):
 
 
 def test_a_cancel_request_marks_only_a_running_job_and_its_owner_finds_it(later_db, dialect):
-    """job_request_cancel marks a running job once (its first time kept);
+    """job_cancel marks a running job once (its first time kept);
     job_cancel_requested lists the owner's marked claims only."""
     mine, theirs = insert(later_db), insert(later_db)
     job = claim_one(later_db, mine)
@@ -426,10 +428,11 @@ def test_a_cancel_request_marks_only_a_running_job_and_its_owner_finds_it(later_
     ready = insert(later_db)
     with cursor_of(later_db) as c:
         assert dialect.jobs.job_cancel_requested(c, namespace=NS, owner=OWNER) == []
-        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=ready) is False
-        assert dialect.jobs.job_request_cancel(c, namespace="other", job_id=mine) is False
-        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=mine) is True
-        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=theirs) is True
+        assert (
+            dialect.jobs.job_cancel(c, namespace="other", job_id=mine, retention_ms=DAY_MS) is False
+        )
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=mine, retention_ms=DAY_MS) is True
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=theirs, retention_ms=DAY_MS) is True
         assert dialect.jobs.job_cancel_requested(c, namespace=NS, owner=OWNER) == [
             (mine, job.attempts)
         ]
@@ -437,9 +440,34 @@ def test_a_cancel_request_marks_only_a_running_job_and_its_owner_finds_it(later_
     assert_counts(later_db)
 
 
+def test_job_cancel_cancels_a_waiting_job_asks_a_running_one_and_refuses_the_rest(
+    later_db, dialect
+):
+    """job_cancel: a job not started is cancelled, a running one is asked
+    to stop; False only for a finished or unknown one (or another
+    namespace's)."""
+    done = insert(later_db)
+    complete(later_db, [(done, claim_one(later_db, done).attempts)])
+    running = insert(later_db)
+    claim_one(later_db, running)
+    ready = insert(later_db)
+    with cursor_of(later_db, atomic=True) as c:
+        for job_id in (ready, running):
+            assert dialect.jobs.job_cancel(c, namespace=NS, job_id=job_id, retention_ms=DAY_MS)
+        for job_id in (done, new_job_id()):
+            assert not dialect.jobs.job_cancel(c, namespace=NS, job_id=job_id, retention_ms=DAY_MS)
+        assert not dialect.jobs.job_cancel(
+            c, namespace="other", job_id=running, retention_ms=DAY_MS
+        )
+    assert stages(later_db, ready, running, done) == ["cancelled", "running", "success"]
+    asked = "SELECT cancel_requested_ms FROM later_job WHERE id = %s"
+    assert later_db.scalar(asked, [running]) is not None
+    assert_counts(later_db)
+
+
 def test_a_running_job_asked_to_stop_ends_cancelled_never_retried(later_db, dialect):
-    """Once a cancel is requested, a retry or a snooze of the claim does not
-    pass; job_cancel_running ends it cancelled under the claim's fence
+    """Once a cancel is requested, a retry, a snooze or a failure of the
+    claim does not pass; job_cancel_running ends it cancelled under the claim's fence
     (owner, or the rescuer's expired one) and fails its waiting
     continuations as "parent cancelled". Without a request it changes nothing."""
     asked, unasked = insert(later_db), insert(later_db)
@@ -447,10 +475,12 @@ def test_a_running_job_asked_to_stop_ends_cancelled_never_retried(later_db, dial
     job, other = claim_one(later_db, asked), claim_one(later_db, unasked)
     with cursor_of(later_db, atomic=True) as c:
         assert dialect.jobs.job_cancel_running(c, owned(other), DAY_MS) is False
-        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=asked) is True
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=asked, retention_ms=DAY_MS) is True
         retry = RetryWrite(delay_ms=0, error="boom", retry_policy=None)
         assert dialect.jobs.job_retry(c, owned(job), retry) is False
         assert dialect.jobs.job_snooze(c, owned(job), 0) is False
+        failure = FailureWrite(error="boom", retention_ms=DAY_MS)
+        assert dialect.jobs.job_fail(c, owned(job), failure) is False
         assert dialect.jobs.job_unclaim(c, owned(job)) is False
         assert dialect.jobs.job_cancel_running(c, owned(job, owner="server-b"), DAY_MS) is False
         assert dialect.jobs.job_cancel_running(c, owned(job), DAY_MS) is True
@@ -466,7 +496,7 @@ def test_a_running_job_asked_to_stop_ends_cancelled_never_retried(later_db, dial
     # The rescuer: a stuck job asked to stop is reported so, and cancelled
     # under its expired fence.
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.jobs.job_request_cancel(c, namespace=NS, job_id=unasked) is True
+        assert dialect.jobs.job_cancel(c, namespace=NS, job_id=unasked, retention_ms=DAY_MS) is True
     age(later_db, "lease_expires_ms", unasked, LEASE_MS + HOUR_MS)
     with cursor_of(later_db, atomic=True) as c:
         (stuck,) = dialect.jobs.job_stuck(c, namespace=NS, expired_for_ms=HOUR_MS, limit=10)

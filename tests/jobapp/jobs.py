@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from later_django import JobContext, RetryPolicy, Snooze, job
+from later_django import JobContext, RetryPolicy, Snooze, cancel, job
 
 
 def _record(kind: str, ctx: JobContext, tag: str = "") -> None:
@@ -274,6 +274,30 @@ async def run_async_overrun(ctx: JobContext, payload: AsyncOverrun) -> None:
     except asyncio.CancelledError:
         _record("overrun-told", ctx)
         raise
+
+
+@dataclass
+class CancelledThen:
+    """Calls cancel() on its own job, then ends its attempt as ``then``
+    says: "retry" (raises, its policy retries), "snooze" or "fail" (raises,
+    no retry): a cancel its worker has not seen yet when it stores that."""
+
+    then: str
+
+
+def _retried_unless_fail(ctx: JobContext, payload: CancelledThen) -> RetryPolicy:
+    if payload.then == "fail":
+        return RetryPolicy.no_retries()
+    return RetryPolicy.fixed(3, timedelta(seconds=1))
+
+
+@job(retry=_retried_unless_fail)
+def run_cancelled_then(ctx: JobContext, payload: CancelledThen) -> None:
+    assert cancel(ctx.job_id), "a running job is asked to stop"
+    _record("cancelled-then", ctx, payload.then)
+    if payload.then == "snooze":
+        raise Snooze(timedelta(seconds=1))
+    raise ValueError(f"failed after a cancel ({payload.then})")
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.db.sql.jobs import RELEASE, TO_FAILED
+from later_django.db.sql.jobs import CHILD_KEY_FREE, RELEASE, TO_FAILED
 from later_django.states import PARENT_FAILED
 
 TERMINAL: Final = "('success', 'failed', 'cancelled')"
@@ -106,8 +106,14 @@ WAITING_CHILD: Final = "c.stage = 'waiting'"
 # A child ``c`` that failed because a parent did, and waits again when that
 # parent is retried. A partition job is left failed: its partition has
 # moved on, and waiting again would put it back in front of the jobs
-# behind it.
+# behind it. So is a unique job whose key another unfinished job took
+# meanwhile (and its own descendants with it): the key is that job's.
 REVIVABLE_CHILD: Final = compose(
-    "c.stage = 'failed' AND c.last_error = '{parent_failed}' AND c.topic IS NULL",
+    "c.stage = 'failed' AND c.last_error = '{parent_failed}' AND c.topic IS NULL AND {key_free}",
     parent_failed=PARENT_FAILED,
+    key_free=CHILD_KEY_FREE,
 )
+# The same, of children without a unique key only: what a retry revives when
+# reviving the others would give one key to two jobs (two failed
+# continuations that share a key, or an enqueue that took it meanwhile).
+REVIVABLE_KEYLESS_CHILD: Final = compose("{child} AND c.unique_key IS NULL", child=REVIVABLE_CHILD)

@@ -265,8 +265,13 @@ WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
     fence=OWNER_FENCE,
 )
 
+# A failure for good does not pass once a cancel was requested either: the
+# job ends cancelled, as cancel() promises, even if its attempt failed.
 _JOB_FAIL: Final = compose(
-    "UPDATE later_job SET {to_failed}, {lease_dropped} WHERE id = %s AND {fence}",
+    """
+UPDATE later_job SET {to_failed}, {lease_dropped}
+WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
+""",
     to_failed=TO_FAILED,
     lease_dropped=LEASE_DROPPED,
 )
@@ -279,6 +284,13 @@ JOB_FAIL_EXPIRED_SQL: Final = compose(_JOB_FAIL, fence=EXPIRED_FENCE)
 JOB_REQUEST_CANCEL_SQL: Final = """
 UPDATE later_job SET cancel_requested_ms = COALESCE(cancel_requested_ms, {now})
 WHERE id = %s AND namespace = %s AND stage = 'running'
+"""
+
+# Whether a job is unfinished: cancel() looks again at one that moved
+# between its two statements (JOB_CANCEL_SQL, JOB_REQUEST_CANCEL_SQL).
+JOB_UNFINISHED_SQL: Final = """
+SELECT 1 FROM later_job
+WHERE id = %s AND namespace = %s AND stage NOT IN ('success', 'failed', 'cancelled')
 """
 
 # The claims ``owner`` runs whose cancel was requested: a look at the few
@@ -377,21 +389,26 @@ JOB_FAIL_WAITING_SQL: Final = compose(
 )
 
 # -- an operator's actions (the dashboard) ---------------------------------------------
-# A unique job that would run again while another unfinished job of its type
-# holds its key stays as it is: the key is that job's now.
-KEY_FREE: Final = """NOT (unique_key IS NOT NULL AND EXISTS (
+# A unique job ({row}) that would run again while another unfinished job of
+# its type holds its key stays as it is: the key is that job's now. One text
+# for the job retried and the continuations it revives (sql/fan_in.py), so
+# both keep the rule of later_job_unique alike.
+_KEY_FREE: Final = """NOT ({row}.unique_key IS NOT NULL AND EXISTS (
     SELECT 1 FROM later_job o
-    WHERE o.namespace = later_job.namespace AND o.type_name = later_job.type_name
-      AND o.unique_key = later_job.unique_key
+    WHERE o.namespace = {row}.namespace AND o.type_name = {row}.type_name
+      AND o.unique_key = {row}.unique_key
       AND o.stage IN ('enqueued', 'delayed', 'waiting', 'running', 'requeued')))"""
+KEY_FREE: Final = compose(_KEY_FREE, row="later_job")
+CHILD_KEY_FREE: Final = compose(_KEY_FREE, row="c")
 
 # A failed plain job runs again: it is ready now, and its attempts go on
 # counting (so its retry policy, already spent, gives it this one run). A
 # continuation that failed because its parent did is not run without it:
-# retrying the parent revives it.
+# retrying the parent revives it. A cancel request left on the row (by a
+# release whose failures did not honour it) is an old attempt's: cleared.
 JOB_RETRY_FAILED_SQL: Final = compose(
     """
-UPDATE later_job SET {release}, finished_ms = NULL, expires_ms = NULL
+UPDATE later_job SET {release}, finished_ms = NULL, expires_ms = NULL, cancel_requested_ms = NULL
 WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
   AND NOT (parent_id IS NOT NULL AND last_error IN ('{parent_failed}', '{parent_missing}'))
   AND {key_free}

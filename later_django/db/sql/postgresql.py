@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.db.sql.fan_in import REVIVABLE_CHILD, WAITING_CHILD
+from later_django.db.sql.fan_in import REVIVABLE_CHILD, REVIVABLE_KEYLESS_CHILD, WAITING_CHILD
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
     DUE_IDS,
@@ -202,8 +202,7 @@ WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
 # The continuations (and theirs) that failed only because this job failed
 # wait for it again; a fan-in child waits on the parent it was reached
 # through (``via``), whichever it waited on before.
-JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
-    """
+_JOB_REVIVE_DESCENDANTS: Final = """
 UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
     expires_ms = NULL, last_error = NULL, parent_id = r.via,
     history = history || 'waiting@' || {stamp} || ';'
@@ -216,8 +215,12 @@ FROM (
     SELECT id, MIN(via) AS via FROM d WHERE via IS NOT NULL GROUP BY id
 ) r
 WHERE later_job.id = r.id AND later_job.stage = 'failed'
-""",
-    children=compose(_CHILDREN, child=REVIVABLE_CHILD),
+"""
+JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
+    _JOB_REVIVE_DESCENDANTS, children=compose(_CHILDREN, child=REVIVABLE_CHILD)
+)
+JOB_REVIVE_KEYLESS_DESCENDANTS_SQL: Final = compose(
+    _JOB_REVIVE_DESCENDANTS, children=compose(_CHILDREN, child=REVIVABLE_KEYLESS_CHILD)
 )
 
 

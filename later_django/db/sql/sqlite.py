@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import TABLES, compose
-from later_django.db.sql.fan_in import REVIVABLE_CHILD, WAITING_CHILD
+from later_django.db.sql.fan_in import REVIVABLE_CHILD, REVIVABLE_KEYLESS_CHILD, WAITING_CHILD
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
     IN_QUEUE,
@@ -141,8 +141,7 @@ WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
 # wait for it again; a fan-in child waits on the parent it was reached
 # through (``via``), whichever it waited on before. (UPDATE ... FROM, not a
 # leading WITH: SQLite counts the rows an UPDATE changed only then.)
-JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
-    """
+_JOB_REVIVE_DESCENDANTS: Final = """
 UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
     expires_ms = NULL, last_error = NULL, parent_id = r.via,
     history = history || 'waiting@' || {stamp} || ';'
@@ -154,8 +153,14 @@ FROM (
     SELECT id, MIN(via) AS via FROM d WHERE via IS NOT NULL GROUP BY id
 ) AS r
 WHERE later_job.id = r.id AND later_job.stage = 'failed'
-""",
+"""
+JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
+    _JOB_REVIVE_DESCENDANTS,
     descendants=compose(_DESCENDANTS, via=", d.id", child=REVIVABLE_CHILD),
+)
+JOB_REVIVE_KEYLESS_DESCENDANTS_SQL: Final = compose(
+    _JOB_REVIVE_DESCENDANTS,
+    descendants=compose(_DESCENDANTS, via=", d.id", child=REVIVABLE_KEYLESS_CHILD),
 )
 
 # -- counters and wake-ups --------------------------------------------------------
