@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Unpack
 
 from asgiref.sync import sync_to_async
@@ -33,10 +32,9 @@ from later_django.options import (
     check_one_parent,
     keyword_options,
 )
+from later_django.settle import settle_on_commit
 from later_django.states import Stage
 from later_django.types import NewJob
-
-logger = logging.getLogger(__name__)
 
 
 def enqueue(
@@ -134,7 +132,9 @@ def enqueue_many(payloads: Iterable[object], **options: Unpack[EnqueueKeywords])
     and nothing is written. Ready jobs take one round trip per batch of
     rows; delayed jobs, continuations and unique jobs one per job, in one
     transaction. A unique job whose key was held is not written: its place
-    holds the holder's id, whose ``duplicate`` is True.
+    holds the holder's id, whose ``duplicate`` is True. Unique jobs are
+    inserted in the order of their type and key, so two batches of the same
+    keys never deadlock (docs/how-to/unique-jobs.md).
     """
     return enqueue_many_with(payloads, keyword_options(**options))
 
@@ -248,7 +248,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
         # A type gives its jobs unique keys: those are written one by one.
         listed = list(jobs)
         if any(job.unique_key is not None for job in listed):
-            return _insert_one_by_one(listed)
+            return _insert_one_by_one(listed, unique=True)
         jobs = iter(listed)
     built: list[NewJob] | None = None
     if events.JobEnqueued in events.listening:  # the rows are needed after the commit
@@ -282,16 +282,36 @@ def _enqueue_one_by_one(
     payloads: list[object], options: EnqueueOptions, ids: list[JobId]
 ) -> list[JobId]:
     """Jobs a bulk insert does not store (delayed, continuations, with a
-    timeout or a concurrency key): each its own insert (its stage follows
-    the clock or its parent), all in one transaction. Every row is built before the first is
-    written."""
-    return _insert_one_by_one(list(JobBuilder().build_many(payloads, options, ids)))
+    timeout, a unique key or a concurrency key): each its own insert (its
+    stage follows the clock or its parent), all in one transaction. Every
+    row is built before the first is written."""
+    jobs = list(JobBuilder().build_many(payloads, options, ids))
+    return _insert_one_by_one(jobs, unique=options.unique_key is not None or registry.any_unique())
 
 
-def _insert_one_by_one(jobs: list[NewJob]) -> list[JobId]:
+def _insert_one_by_one(jobs: list[NewJob], *, unique: bool) -> list[JobId]:
+    """Insert ``jobs`` in one transaction; return their ids in their order.
+
+    ``unique``: some may have a unique key. Those are inserted in the order
+    of their (type, key): two batches of the same keys take them in one
+    order, and one waits for the other rather than each for a key the other
+    holds (a deadlock on PostgreSQL). Ids and their order are the jobs'."""
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):
-        return [insert_built(job) for job in jobs]
+        if not unique:
+            return [insert_built(job) for job in jobs]
+        written = {i: insert_built(jobs[i]) for i in _key_order(jobs)}
+    return [written[i] for i in range(len(jobs))]
+
+
+def _key_order(jobs: list[NewJob]) -> list[int]:
+    """The positions of ``jobs`` in the order to insert them: the unique
+    ones sorted by (type, key) into the places of the unique ones (a stable
+    sort: of one key, the first in the caller's order takes it), the others
+    in their own places."""
+    keyed = [i for i, job in enumerate(jobs) if job.unique_key is not None]
+    by_key = iter(sorted(keyed, key=lambda i: (jobs[i].type_name, jobs[i].unique_key or "")))
+    return [next(by_key) if job.unique_key is not None else i for i, job in enumerate(jobs)]
 
 
 def _wake_on_commit(alias: str, count: int = 1) -> None:
@@ -411,49 +431,6 @@ def _missing_parents(missing: Sequence[str], namespace: str) -> str:
         f"parent jobs {', '.join(missing)} do not exist in namespace {namespace!r} "
         "(they may have expired); nothing was written"
     )
-
-
-def settle_on_commit(
-    alias: str, job_id: str, *, wake: Callable[[], None], fan_in: bool = False
-) -> None:
-    """Once the caller's transaction commits, release or fail the waiting
-    continuation ``job_id`` if its parent (a ``fan_in`` child: any of its
-    parents) finished meanwhile; ``wake`` the workers of its lane when it
-    was released.
-
-    The continuation was inserted without locking its parent (a caller's
-    open transaction must not hold up the parent's renewal or completion),
-    so a parent that finished before the commit could not see the child.
-    With one writer at a time, no parent finishes before the commit."""
-    if not dialect_for(alias).single_writer:
-        settle = functools.partial(_settle_child, alias, job_id, wake, fan_in)
-        transaction.on_commit(settle, using=alias)
-
-
-def _settle_child(alias: str, job_id: str, wake: Callable[[], None], fan_in: bool) -> None:
-    dialect = dialect_for(alias)
-    retention = conf.millis("DASHBOARD_RETENTION")
-    try:
-        with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-            if fan_in:
-                settled = dialect.jobs.job_settle_fan_in(
-                    cursor, job_id=job_id, retention_ms=retention
-                )
-            else:
-                settled = dialect.jobs.job_settle_child(
-                    cursor, job_id=job_id, retention_ms=retention
-                )
-    except DatabaseError as exc:
-        # The maintenance's orphan sweep resolves it within a tick.
-        logger.warning(
-            "could not check the parent of continuation %s: %s",
-            job_id,
-            exc,
-            extra={"action": "settle_child_error", "job_id": job_id},
-        )
-        return
-    if settled == "released":
-        wake()
 
 
 def cancel(job_id: str) -> bool:

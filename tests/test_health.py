@@ -141,8 +141,9 @@ def test_health_names_an_unapplied_migration(later_db):
         call_command("migrate", "later_django", database=alias, verbosity=0)
     assert code == 1
     assert line == (
-        f"UNHEALTHY: later's migrations 0020_sqlite_counts_in_place are not applied on {alias!r}; "
-        f"run `python manage.py later_migrate`; database {alias!r} reachable"
+        "UNHEALTHY: later's migrations 0020_sqlite_counts_in_place, 0021_rate_window_end are "
+        f"not applied on {alias!r}; run `python manage.py later_migrate`; database {alias!r} "
+        "reachable"
     )
     later_db.execute(
         "INSERT INTO django_migrations (app, name, applied) VALUES "

@@ -136,13 +136,18 @@ def test_a_rate_limited_claim_starts_at_most_n_a_window_then_says_when_the_next_
     third = claim_limited(later_db, THREE_AN_HOUR)
     assert third.jobs == [] and third.retry_in_ms is not None
     row = later_db.rows(
-        "SELECT rate_window_ms, rate_started, paused FROM later_queue WHERE name = 'emails'"
+        "SELECT rate_window_ms, rate_window_end_ms, rate_started, paused FROM later_queue "
+        "WHERE name = 'emails'"
     )
-    assert row == [((now // HOUR_MS) * HOUR_MS, 3, False)]
+    assert row == [((now // HOUR_MS) * HOUR_MS, window_end, 3, False)]
     assert later.pause_queue("emails") is True, "the row the limit wrote is not a pause"
     later.resume_queue("emails")
     # The next window: the row's window is an hour back, its count starts again.
-    later_db.execute("UPDATE later_queue SET rate_window_ms = rate_window_ms - %s", [HOUR_MS])
+    later_db.execute(
+        "UPDATE later_queue SET rate_window_ms = rate_window_ms - %s, "
+        "rate_window_end_ms = rate_window_end_ms - %s",
+        [HOUR_MS, HOUR_MS],
+    )
     assert [job.id for job in claim_limited(later_db, THREE_AN_HOUR).jobs] == jobs[3:]
     assert later_db.scalar("SELECT rate_started FROM later_queue WHERE name = 'emails'") == 2
 
@@ -172,6 +177,101 @@ def test_concurrent_rate_limited_claims_start_no_more_than_the_limit(emails_3_pe
     with ThreadPoolExecutor(6) as pool:
         taken = list(pool.map(one_claim, range(6)))
     assert sum(taken) == 3, taken
+    assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE stage = 'running'") == 3
+
+
+TWO_A_SECOND = QueueLimits(rate=RateLimit(count=2, window_ms=1_000))
+
+
+def test_claims_of_different_units_count_in_the_larger_window_and_never_reset_it(
+    emails_3_per_hour,
+):
+    """Mid-deploy, servers with "2/s" and "3/h" for one queue: the hour's
+    claim widens the row's window to its hour, keeping the second's starts;
+    a second's claim inside that hour counts there, against its own 2."""
+    later_db = emails_3_per_hour
+    jobs = [later.enqueue(Noop(n=n), queue="emails") for n in range(8)]
+    hour = (later_db.now_ms() // HOUR_MS) * HOUR_MS
+    assert [job.id for job in claim_limited(later_db, TWO_A_SECOND).jobs] == jobs[:2]
+    hourly = claim_limited(later_db, THREE_AN_HOUR)
+    assert [job.id for job in hourly.jobs] == jobs[2:3], "the second's 2 starts count in the hour"
+    again = claim_limited(later_db, TWO_A_SECOND)
+    assert again.jobs == [], "3 started in the row's window, above the second's 2"
+    now = later_db.now_ms()
+    assert again.retry_in_ms is not None
+    assert abs(now + again.retry_in_ms - (hour + HOUR_MS)) < 1_000, "waits for the hour's end"
+    assert later_db.rows(
+        "SELECT rate_window_ms, rate_window_end_ms, rate_started FROM later_queue"
+    ) == [(hour, hour + HOUR_MS, 3)]
+    assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE stage = 'running'") == 3
+
+
+def test_a_claim_stamped_before_a_newer_window_counts_in_it(later_db, settings):
+    """PostgreSQL reads a statement's clock before the statement waits for
+    the queue's row: a claim stamped in one second that gets the row after
+    a claim of the next second committed counts in that newer second. The
+    window never moves back, so that second starts no more than its 3."""
+    alias = later_db.alias
+    dialect = dialect_for(alias)
+    if dialect.single_writer:
+        pytest.skip("one writer at a time: a claim reads the clock holding the write lock")
+    set_later(settings, QUEUES=rate_queues("3/s"))
+    three = QueueLimits(rate=RateLimit(count=3, window_ms=1_000))
+    later.enqueue_many([Noop(n=n) for n in range(10)], queue="emails")
+    later.pause_queue("emails")  # the row the claims lock
+    later.resume_queue("emails")
+    locked, go = threading.Event(), threading.Event()
+    claimed: dict[str, LimitedClaim] = {}
+
+    def newer() -> None:
+        """The claim that gets the row first: it locks it, then claims, in
+        one transaction, once the clock is past the other's second."""
+        try:
+            with transaction.atomic(using=alias), connections[alias].cursor() as c:
+                c.execute("SELECT 1 FROM later_queue WHERE name = 'emails' FOR UPDATE")
+                locked.set()
+                assert go.wait(10)
+                request = LimitedClaimRequest(
+                    claim=ClaimRequest(
+                        namespace="default", owner="b", limit=10, lease_ms=30_000, queue="emails"
+                    ),
+                    limits=three,
+                )
+                claimed["newer"] = dialect.limits.claim_limited(c, request)
+        finally:
+            connections.close_all()
+
+    def older() -> None:
+        try:
+            claimed["older"] = claim_limited(later_db, three)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=newer)
+    first.start()
+    assert locked.wait(10)
+    second = threading.Thread(target=older)
+    second.start()
+    stamp = wait_until(
+        lambda: later_db.scalar(
+            "SELECT (date_part('epoch', query_start) * 1000)::bigint FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock' "
+            "AND query LIKE '%%INSERT INTO later_queue%%'"
+        ),
+        10,
+        "the older claim to wait for the row",
+    )
+    stamped = (int(stamp) // 1000) * 1000  # type: ignore[call-overload]
+    wait_until(lambda: later_db.now_ms() >= stamped + 1_000, 5, "the next second")
+    go.set()
+    first.join(10)
+    second.join(10)
+    assert len(claimed["newer"].jobs) == 3
+    assert claimed["older"].jobs == [], "the older claim took starts of the newer second"
+    window, started = later_db.rows(
+        "SELECT rate_window_ms, rate_started FROM later_queue WHERE name = 'emails'"
+    )[0]
+    assert window > stamped and started == 3  # type: ignore[operator]
     assert later_db.scalar("SELECT COUNT(*) FROM later_job WHERE stage = 'running'") == 3
 
 
@@ -252,7 +352,11 @@ def test_the_metric_counts_ready_jobs_a_spent_window_holds_back(emails_3_per_hou
     assert read_limited_jobs() == {"emails": 0}, "the window is not spent"
     claim_limited(later_db, THREE_AN_HOUR)
     assert read_limited_jobs() == {"emails": 2}
-    later_db.execute("UPDATE later_queue SET rate_window_ms = rate_window_ms - %s", [HOUR_MS])
+    later_db.execute(
+        "UPDATE later_queue SET rate_window_ms = rate_window_ms - %s, "
+        "rate_window_end_ms = rate_window_end_ms - %s",
+        [HOUR_MS, HOUR_MS],
+    )
     assert read_limited_jobs() == {"emails": 0}, "a new window"
 
 

@@ -263,17 +263,20 @@ def queues() -> dict[str, Any]:
 
 
 def _rate(rate: RateLimit, state: QueueStateRow | None, now_ms: int) -> dict[str, Any]:
-    """A rate-limited queue's limit and its starts in the current window
-    (none counted yet when its row holds an earlier window)."""
-    window_ms = (now_ms // rate.window_ms) * rate.window_ms
-    current = state is not None and state.rate_window_ms == window_ms
-    started = (state.rate_started or 0) if current and state is not None else 0
+    """A rate-limited queue's limit and its starts in the row's window, if
+    it has not ended (else none counted yet in the current one, which ends
+    at the next multiple of the limit's window)."""
+    end = state.rate_window_end_ms if state is not None else None
+    if state is not None and end is not None and now_ms < end:
+        started = state.rate_started or 0
+    else:
+        started, end = 0, (now_ms // rate.window_ms + 1) * rate.window_ms
     return {
         "limit": str(rate),
         "count": rate.count,
         "window": rate.window_name,
         "started": started,
-        "window_ends_ms": window_ms + rate.window_ms,
+        "window_ends_ms": end,
     }
 
 

@@ -71,8 +71,9 @@ class LimitStore(Operations, abc.ABC):
         Keyed: the namespace's keyed claims are serialised (claim_lock_sql),
         then the claim takes no job whose key is at its limit, nor more of a
         key than its free slots. Rate-limited: the queue's row is locked
-        (written on first use) and its window made the current one; the
-        claim takes at most the starts left in it, which are then counted."""
+        (written on first use) and its window moved on, if it ended, or
+        widened to the claim's (limits_sql.RATE_WINDOW_SQL); the claim takes
+        at most the starts ``rate`` leaves in it, which are then counted."""
         claim, limits = request.claim, request.limits
         if limits.keyed and self.claim_lock_sql is not None:
             yield self.claim_lock_sql, [keyed_lock_key(claim.namespace)]
@@ -82,11 +83,11 @@ class LimitStore(Operations, abc.ABC):
         if rate is not None:
             rows = yield self._rate_window(claim, rate)
             window = RateWindow(
-                start_ms=int(rows[0][0]), started=int(rows[0][1]), now_ms=int(rows[0][2])
+                end_ms=int(rows[0][0]), started=int(rows[0][1]), now_ms=int(rows[0][2])
             )
             limit = min(limit, window.remaining(rate))
             if limit <= 0:
-                return LimitedClaim(jobs=[], retry_in_ms=window.ends_in_ms(rate))
+                return LimitedClaim(jobs=[], retry_in_ms=window.ends_in_ms())
         limited = ClaimRequest(
             namespace=claim.namespace,
             owner=claim.owner,
@@ -101,10 +102,10 @@ class LimitStore(Operations, abc.ABC):
         if jobs:
             yield self._sql(limits_sql.RATE_COUNT_SQL), [len(jobs), claim.namespace, claim.queue]
         spent = window.started + len(jobs) >= rate.count
-        return LimitedClaim(jobs=jobs, retry_in_ms=window.ends_in_ms(rate) if spent else None)
+        return LimitedClaim(jobs=jobs, retry_in_ms=window.ends_in_ms() if spent else None)
 
     def _rate_window(self, claim: ClaimRequest, rate: RateLimit) -> Step:
-        params = [claim.namespace, claim.queue, rate.window_ms, rate.window_ms]
+        params = [claim.namespace, claim.queue, *[rate.window_ms] * 4]
         return self._sql(limits_sql.RATE_WINDOW_SQL), params
 
     def claim_limited(self, cursor: CursorWrapper, request: LimitedClaimRequest) -> LimitedClaim:
@@ -147,8 +148,9 @@ class LimitStore(Operations, abc.ABC):
     ) -> dict[str, int]:
         """The ready jobs of each queue of ``limits`` that a limit holds
         back now: every one (from the counters) of a queue whose rate limit
-        is spent for the current window, else those whose key is at its
-        limit. A paused queue holds none back: nothing of it is due to run."""
+        is spent in the row's window, which has not ended, else those whose
+        key is at its limit. A paused queue holds none back: nothing of it
+        is due to run."""
         windows: dict[str, tuple[int, int]] = {}
         now_ms = 0
         if any(found.rate is not None for found in limits.values()):
@@ -160,8 +162,8 @@ class LimitStore(Operations, abc.ABC):
             rate = found.rate
             window = windows.get(name)
             if rate is not None and window is not None:
-                start, started = window
-                if start == (now_ms // rate.window_ms) * rate.window_ms and started >= rate.count:
+                end, started = window
+                if now_ms < end and started >= rate.count:
                     held[name] = self._ready(cursor, namespace=namespace, queue=name)
                     continue
             held[name] = (
@@ -175,7 +177,7 @@ class LimitStore(Operations, abc.ABC):
         return int(cursor.fetchone()[0])
 
     def _rate_windows(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, tuple[int, int]]:
-        """Each queue's last rate window, by name: (its start, the starts
+        """Each queue's last rate window, by name: (its end, the starts
         counted in it)."""
         cursor.execute(self._sql(limits_sql.RATE_WINDOWS_SQL), [namespace])
         return {str(name): (int(start), int(started)) for name, start, started in cursor.fetchall()}

@@ -138,8 +138,8 @@ class ReadModels(Operations):
         least once), by name."""
         cursor.execute(self._sql(dashboard_sql.QUEUE_STATES_SQL), [namespace])
         return [
-            QueueStateRow(name, bool(paused), int(changed), window, started)
-            for name, paused, changed, window, started in cursor.fetchall()
+            QueueStateRow(name, bool(paused), int(changed), window_end, started)
+            for name, paused, changed, window_end, started in cursor.fetchall()
         ]
 
     def running_jobs(

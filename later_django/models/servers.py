@@ -87,10 +87,12 @@ class QueueState(models.Model):
     paused = models.BooleanField()
     changed_ms = models.BigIntegerField()
     # A rate-limited queue (docs/how-to/rate-limits.md): the window its starts are
-    # counted in (its start, epoch ms on the database's clock, a multiple
-    # of the window's length) and the jobs its claims started in it. NULL
-    # until a rate-limited claim of the queue first ran.
+    # counted in (its start and end, epoch ms on the database's clock,
+    # multiples of the window's length) and the jobs its claims started in
+    # it. NULL until a rate-limited claim of the queue first ran (the end:
+    # until one of this release ran, migration 0021).
     rate_window_ms = models.BigIntegerField(null=True)
+    rate_window_end_ms = models.BigIntegerField(null=True)
     rate_started = models.IntegerField(null=True)
 
     class Meta:

@@ -21,7 +21,7 @@ from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.db.rows import HeadFailure, PartitionSlot
-from later_django.enqueue import settle_on_commit, tell_on_commit
+from later_django.enqueue import tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
 from later_django.ids import JobId, as_job_id
 from later_django.options import (
@@ -33,6 +33,7 @@ from later_django.options import (
 )
 from later_django.partitions.hashing import partition_for_key
 from later_django.partitions.reserved import RECURRING_TOPIC, recurring_partitions
+from later_django.settle import settle_on_commit
 from later_django.states import Stage
 from later_django.types import NewJob, PartitionLane, PartitionStats
 

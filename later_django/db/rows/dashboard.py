@@ -164,8 +164,8 @@ class QueueStateRow:
     name: str
     paused: bool
     changed_ms: int
-    # A rate-limited queue's last window (its start) and the starts in it.
-    rate_window_ms: int | None = None
+    # A rate-limited queue's last window (its end) and the starts in it.
+    rate_window_end_ms: int | None = None
     rate_started: int | None = None
 
 

@@ -22,9 +22,9 @@ class LimitedClaimRequest:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LimitedClaim:
     """What a limited claim took, and, when the queue's rate limit is spent
-    for the current window, how long until the next one starts
-    (``retry_in_ms``, on the database's clock): no claim of the queue can
-    start a job before then."""
+    in the window it counted in, how long until that window ends
+    (``retry_in_ms``, on the database's clock): no claim of the queue with
+    the same limit can start a job before then."""
 
     jobs: list[ClaimedJob]
     retry_in_ms: int | None = None
@@ -32,17 +32,18 @@ class LimitedClaim:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RateWindow:
-    """A rate-limited queue's current window: its start (epoch ms), the
-    starts counted in it, and the database's clock when read."""
+    """The window a rate-limited claim counts in (the queue's row's): its
+    end (epoch ms), the starts counted in it, and the database's clock when
+    read."""
 
-    start_ms: int
+    end_ms: int
     started: int
     now_ms: int
 
     def remaining(self, rate: RateLimit) -> int:
-        """Starts left in this window."""
+        """Starts left in this window for a claim that keeps ``rate``."""
         return max(rate.count - self.started, 0)
 
-    def ends_in_ms(self, rate: RateLimit) -> int:
-        """Milliseconds until the next window starts (at least 1)."""
-        return max(self.start_ms + rate.window_ms - self.now_ms, 1)
+    def ends_in_ms(self) -> int:
+        """Milliseconds until this window ends (at least 1)."""
+        return max(self.end_ms - self.now_ms, 1)

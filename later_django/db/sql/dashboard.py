@@ -161,7 +161,7 @@ SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY 
 
 # Every queue's row of later_queue (written by its first pause): a handful.
 QUEUE_STATES_SQL: Final = """
-SELECT name, paused, changed_ms, rate_window_ms, rate_started FROM later_queue
+SELECT name, paused, changed_ms, rate_window_end_ms, rate_started FROM later_queue
 WHERE namespace = %s ORDER BY name
 """
 

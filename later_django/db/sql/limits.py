@@ -16,18 +16,33 @@ from later_django.db.sql.jobs import IN_QUEUE, QUEUE_RUNS
 
 # -- rate limits (later_queue) ---------------------------------------------------------
 # The queue's row, locked to the end of the claim's transaction (written on
-# first use): its window is the current one, a multiple of the window's
-# length (%s ms) since the epoch on the database's clock, and its count is
-# reset when the window moved on. Returns the window, the starts in it and
-# the clock. Integer division aligns the window on both databases.
+# first use), and the window the claim counts in. The claim's own window is
+# the current one: [start, end), multiples of its length (%s ms) since the
+# epoch on the database's clock (integer division aligns it on both
+# databases). Windows of a second, a minute and an hour nest, so the
+# claim's window and the row's nest or one lies after the other:
+# - the claim's starts at or after the row's end (or the row has none): it
+#   replaces the row's, and the count starts again at 0;
+# - the claim's ends at or before the row's end: the row's window and count
+#   stay. It lies inside the row's (a smaller unit), or before it: on
+#   PostgreSQL the clock is read when the statement starts, before it waits
+#   for the row, and a newer window may have been written meanwhile;
+# - else the claim's contains the row's (a larger unit): the row's window
+#   widens to the claim's, and keeps its count.
+# So a window never moves back, and a count is reset only once its window
+# has ended. Returns the row's window's end, the starts in it and the clock.
 RATE_WINDOW_SQL: Final = """
-INSERT INTO later_queue (namespace, name, paused, changed_ms, rate_window_ms, rate_started)
-VALUES (%s, %s, FALSE, {now}, ({now} / %s) * %s, 0)
+INSERT INTO later_queue
+    (namespace, name, paused, changed_ms, rate_window_ms, rate_window_end_ms, rate_started)
+VALUES (%s, %s, FALSE, {now}, ({now} / %s) * %s, ({now} / %s + 1) * %s, 0)
 ON CONFLICT (namespace, name) DO UPDATE SET
-    rate_started = CASE WHEN later_queue.rate_window_ms = excluded.rate_window_ms
+    rate_started = CASE WHEN later_queue.rate_window_end_ms > excluded.rate_window_ms
         THEN later_queue.rate_started ELSE 0 END,
-    rate_window_ms = excluded.rate_window_ms
-RETURNING rate_window_ms, rate_started, {now}
+    rate_window_ms = CASE WHEN later_queue.rate_window_end_ms >= excluded.rate_window_end_ms
+        THEN later_queue.rate_window_ms ELSE excluded.rate_window_ms END,
+    rate_window_end_ms = CASE WHEN later_queue.rate_window_end_ms >= excluded.rate_window_end_ms
+        THEN later_queue.rate_window_end_ms ELSE excluded.rate_window_end_ms END
+RETURNING rate_window_end_ms, rate_started, {now}
 """
 
 # The starts a claim just made, counted in the window RATE_WINDOW_SQL
@@ -37,10 +52,11 @@ UPDATE later_queue SET rate_started = rate_started + %s WHERE namespace = %s AND
 RETURNING rate_started
 """
 
-# A queue's window as it stands, for the dashboard and the metrics: a read.
+# A queue's window as it stands (its end), for the dashboard and the
+# metrics: a read.
 RATE_WINDOWS_SQL: Final = """
-SELECT name, rate_window_ms, rate_started FROM later_queue
-WHERE namespace = %s AND rate_window_ms IS NOT NULL
+SELECT name, rate_window_end_ms, rate_started FROM later_queue
+WHERE namespace = %s AND rate_window_end_ms IS NOT NULL
 """
 
 # -- concurrency keys ------------------------------------------------------------------
