@@ -132,10 +132,11 @@ class Executor:
                 if handler.atomic:
                     return committed_outcome(result)
         except asyncio.CancelledError:
-            if handler.atomic:
-                # Its thread goes on: once the handler returns, it must roll
-                # back rather than commit an attempt nobody waits for.
-                ctx.cancel_requested.set()
+            # The worker stopped the attempt (its lease lost or no longer
+            # confirmed, the shutdown deadline passed): a sync handler's
+            # thread goes on, and is told so; an atomic one rolls back
+            # rather than commit an attempt nobody waits for.
+            ctx.cancel_requested.set()
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             return with_attempt_end(outcome_of_error(job, handler, ctx, payload, exc), ctx)

@@ -320,7 +320,8 @@ class WorkerPool:
             # that never returns hold this worker for good (docs/project/chaos.md).
             logger.warning(
                 "abandoned sync handler of job %s attempt %d: %s; it goes on in its "
-                "thread, its outcome will be discarded, and worker %d moves on",
+                "thread (ctx.cancel_requested is set), its outcome will be discarded, "
+                "and worker %d moves on",
                 job_id,
                 attempt,
                 why,
