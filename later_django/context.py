@@ -43,9 +43,11 @@ class JobContext:
 
     @property
     def cancel_requested(self) -> threading.Event:
-        """Set when the worker stopped waiting for this attempt (its timeout
-        passed): a sync handler, which cannot be stopped, should check it
-        between steps and return."""
+        """Set when the worker stopped this attempt or stopped waiting for
+        it (its timeout passed, cancel() asked it to stop, its lease was
+        lost or not renewed in time, the shutdown deadline passed): a sync
+        handler, which cannot be stopped, should check it between steps and
+        return."""
         event = self._cancel
         if event is None:
             with _CANCEL_LOCK:

@@ -382,12 +382,14 @@ class Workers:
         timings: dict[str, float] | None = None,
         workers: int | None = 8,
         env: dict[str, str] | None = None,
+        command: list[str] = WORKER_ARGS,
     ) -> WorkerProcess:
-        """Start a process with these options; ``timings`` are LATER keys in seconds."""
+        """Start a process with these options; ``timings`` are LATER keys in
+        seconds; ``command`` runs later_worker (another way than the usual)."""
         env = {**self.later_db.worker_env(), "LATER_TEST_RECORD": str(self.record), **(env or {})}
         if timings:
             env["LATER_TEST_TIMINGS"] = json.dumps(timings)
-        argv = [*WORKER_ARGS, *(["--workers", str(workers)] if workers else []), *args]
+        argv = [*command, *(["--workers", str(workers)] if workers else []), *args]
         log = self.tmp_path / f"worker-{len(self.started)}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import re
 import threading
 from collections import defaultdict
@@ -415,6 +416,69 @@ def test_a_queue_whose_ready_jobs_are_all_over_their_limits_does_not_claim_in_a_
 
     serve(body, workers=3, before_start=count_claims)
     assert overlaps(spans(record, "exclusive")[""]) == 1
+
+
+def test_a_sync_handler_past_its_timeout_keeps_its_keys_slot_until_its_thread_ends(
+    later_db, limited, record
+):
+    """A keyed sync job whose handler runs past its timeout: its one worker
+    moves on (another key's job runs meanwhile), but the job stays running,
+    its key's slot taken, until the handler's thread returns; then its
+    JobTimeout is stored and the retry policy goes on. No two runs of the
+    key overlap, the abandoned ones included."""
+    slow = later.enqueue(limited.Keyed(key="k", seconds=0.5), timeout=timedelta(milliseconds=150))
+    after = later.enqueue(limited.Keyed(key="k"))
+    other = later.enqueue(limited.Keyed(key="other"))
+
+    async def body(server: Server) -> None:
+        await await_until(
+            lambda: in_thread(
+                lambda: (
+                    later_db.stage_of(slow) == "failed" and later_db.stage_of(after) == "success"
+                )
+            ),
+            30,
+            "the slow job's four attempts and the other job of its key ran",
+        )
+
+    serve(body, workers=1)
+    runs = spans(record, "keyed")
+    assert len(runs["k"]) == 5, "four attempts of the slow job, one of the other"
+    assert overlaps(runs["k"]) == 1
+    first_end = next(r for r in read_records(record, "keyed-end", slow) if r.attempt == 1)
+    other_start = read_records(record, "keyed-start", other)[0]
+    assert other_start.start < first_end.start, "the worker did not wait for the thread"
+    info = later.get_job(slow)
+    assert info.attempts == 4
+    assert info.last_error.startswith("JobTimeout: the attempt ran past the job's timeout")
+
+
+def test_shutdown_waits_for_a_keyed_job_past_its_timeout_as_for_a_running_one(
+    later_db, limited, record, caplog
+):
+    """A keyed job past its timeout whose handler still runs counts as
+    running at shutdown: the server waits for its thread (up to the
+    shutdown timeout), then stores its JobTimeout before it stops."""
+    job_id = later.enqueue(limited.Keyed(key="k", seconds=0.6), timeout=timedelta(milliseconds=100))
+
+    async def held() -> bool:
+        return any(getattr(r, "action", None) == "key_held" for r in caplog.records)
+
+    async def main() -> None:
+        server = Server(workers=1)
+        await server.start()
+        try:
+            await await_until(held, 10, "the job's outcome held past its timeout")
+            assert read_records(record, "keyed-end", job_id) == []
+        finally:
+            await server.shutdown(5)
+
+    with caplog.at_level(logging.WARNING, logger="later_django"):
+        asyncio.run(main())
+    assert len(read_records(record, "keyed-end", job_id)) == 1
+    info = later.get_job(job_id)
+    assert info.stage == "requeued"
+    assert info.last_error.startswith("JobTimeout: the attempt ran past the job's timeout")
 
 
 # -- across processes (the issue's acceptance) -----------------------------------------

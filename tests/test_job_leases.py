@@ -39,7 +39,7 @@ from tests.helpers import (
     sqlite_write_lock,
     wait_until,
 )
-from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep
+from tests.jobapp.jobs import AsyncHold, Chain, Flaky, Noop, Sleep, Stoppable
 
 SHORT = {"LEASE_DURATION": 2, "STUCK_JOB_GRACE": 0.5, "MAINTENANCE_INTERVAL": 0.2}
 
@@ -131,6 +131,34 @@ def test_sync_handler_that_lost_its_lease_gives_its_worker_back(later_db, record
             await server.shutdown(1)
 
     asyncio.run(main())
+
+
+def test_sync_handler_that_lost_its_lease_is_told_through_cancel_requested(
+    later_db, record, settings
+):
+    """The worker stops waiting for a sync handler whose lease another server
+    took over: its ``ctx.cancel_requested`` is set, as on a timeout or
+    cancel(), so the handler can stop instead of running on beside the run
+    that recovered its job."""
+    # A lease long enough that no renewal runs before the one the test makes.
+    set_later(settings, LEASE_DURATION=timedelta(seconds=90))
+    job_id = later.enqueue(Stoppable(seconds=30))
+
+    async def body(server: Any) -> None:
+        await await_record(record, "stoppable-start", job_id)
+        # Another server recovered the job and runs it (as after a pause).
+        await in_thread(
+            later_db.rows,
+            "UPDATE later_job SET lease_owner = 'elsewhere', attempts = attempts + 1 "
+            "WHERE id = %s RETURNING id",
+            [job_id],
+        )
+        assert await server.renew_leases() == [(job_id, 1)]
+        told = await await_record(record, "stoppable-told", job_id)
+        assert told.attempt == 1
+
+    serve(body, workers=1)
+    assert later_db.stage_of(job_id) == "running", "owned elsewhere"
 
 
 # -- 2. a lease that cannot be confirmed stops its handler ---------------------

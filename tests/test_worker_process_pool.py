@@ -1,12 +1,16 @@
 """``later_worker --processes N``: a parent and N server processes, on both
 databases, with real processes: every child takes jobs and no job runs twice
 at once; a killed child is replaced; SIGTERM drains every child; Ctrl-C
-(SIGINT to the process group) drains them too; a child that cannot start
-stops the parent; a parent killed takes its children."""
+(SIGINT to the process group) drains them too; a SIGTERM that arrives while
+a child is started again reaches the new child; a child that does not stop
+in time is killed; a child that cannot start stops the parent; a parent
+killed takes its children."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +122,54 @@ def test_a_stop_signal_drains_every_child_before_the_parent_exits(later_db, work
     assert parent.proc.wait(60) == 0, parent.output()
     assert [later_db.job_row(job_id)[:2] for job_id in ids] == [("success", 1)] * 4, parent.output()
     assert len(read_records(workers.record, "sleep-end")) == 4
+    assert all(parent_of(pid) is None for pid in children)
+
+
+FAULTY_PARENT = [sys.executable, "-m", "tests.parent_faults"]
+
+
+def test_a_stop_that_arrives_while_a_child_restarts_reaches_the_new_child(later_db, workers):
+    """SIGTERM while the parent starts a dead child again: the new child
+    gets the signal too, drains, and the parent exits once it has, where it
+    used to wait for it for ever."""
+    parent = workers.start(
+        "--processes", "2", workers=1, command=[*FAULTY_PARENT, "signal-in-restart"]
+    )
+    children = wait_children(workers, parent, 2)
+    victim = min(children)
+    os.kill(victim, signal.SIGKILL)
+    assert parent.proc.wait(60) == 0, parent.output()
+    output = parent.output()
+    assert "restarting it" in output
+    passed_on = re.findall(r"received SIGTERM: passing it on to worker processes (.*)", output)
+    assert len(passed_on) == 1, output
+    told = {int(pid) for pid in passed_on[0].split(", ")}
+    assert len(told) == 2 and victim not in told, "the survivor and the new child"
+    assert all(parent_of(pid) is None for pid in told), "both stopped"
+
+
+def test_the_parent_kills_a_child_that_does_not_stop_in_time(later_db, workers):
+    """The parent waits for its children only so long (twice the shutdown
+    timeout plus a grace, 1 s here): a child that does not stop (stopped
+    with SIGSTOP here) is killed, and the parent exits 1."""
+    parent = workers.start(
+        "--processes",
+        "2",
+        "--shutdown-timeout",
+        "0",
+        workers=1,
+        command=[*FAULTY_PARENT, "short-stop-grace"],
+    )
+    children = wait_children(workers, parent, 2)
+    stuck = min(children)
+    os.kill(stuck, signal.SIGSTOP)
+    try:
+        parent.proc.send_signal(signal.SIGTERM)
+        assert parent.proc.wait(60) == 1, parent.output()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stuck, signal.SIGCONT)
+    assert f"(pid {stuck}) did not stop within 1s of the stop; killing it" in parent.output()
     assert all(parent_of(pid) is None for pid in children)
 
 

@@ -784,3 +784,21 @@ def test_shutdown_gives_back_jobs_whose_async_handlers_it_stopped(later_db, reco
     assert (stage, history_stages(history)[-2:]) == ("enqueued", ["running", "enqueued"])
     assert later.get_job(held).attempts == 0
     assert later_db.stage_of(slept) == "running"
+
+
+def test_shutdown_deadline_tells_a_sync_handler_it_stopped_waiting(later_db, record):
+    """Past the shutdown deadline the server stops waiting for a sync
+    handler, whose thread goes on: its ``ctx.cancel_requested`` is set, as
+    on a timeout or cancel(), so the handler can stop."""
+    job_id = later.enqueue(Stoppable(seconds=30))
+
+    async def main() -> None:
+        server = Server(workers=1)
+        await server.start()
+        await await_record(record, "stoppable-start", job_id)
+        await server.shutdown(0.2)
+        told = await await_record(record, "stoppable-told", job_id)
+        assert told.attempt == 1
+
+    asyncio.run(main())
+    assert later_db.stage_of(job_id) == "running", "its lease recovers it"

@@ -53,6 +53,9 @@ class Outcome:
     released: int = 0
     # A Django Tasks attempt's end, written with the outcome when its fence holds.
     attempt_end: TaskAttemptEnd | None = None
+    # The call of a sync handler that ran past its timeout, still running in
+    # its thread when the attempt failed: done once the handler returns.
+    thread: Future[Any] | None = None
 
 
 SUCCEEDED = Outcome(kind="succeeded")
@@ -128,14 +131,19 @@ class Executor:
                 if limit_ms is None:
                     result = await ran
                 else:
-                    result = await _wait_sync_within(limit_ms, ran, started, ctx)
+                    try:
+                        result = await _wait_sync_within(limit_ms, ran, started, ctx)
+                    except JobTimeout as exc:
+                        outcome = outcome_of_error(job, handler, ctx, payload, exc)
+                        return _abandoned(with_attempt_end(outcome, ctx), started)
                 if handler.atomic:
                     return committed_outcome(result)
         except asyncio.CancelledError:
-            if handler.atomic:
-                # Its thread goes on: once the handler returns, it must roll
-                # back rather than commit an attempt nobody waits for.
-                ctx.cancel_requested.set()
+            # The worker stopped the attempt (its lease lost or no longer
+            # confirmed, the shutdown deadline passed): a sync handler's
+            # thread goes on, and is told so; an atomic one rolls back
+            # rather than commit an attempt nobody waits for.
+            ctx.cancel_requested.set()
             raise
         except BaseException as exc:  # noqa: BLE001  even sys.exit() in a handler is its failure
             return with_attempt_end(outcome_of_error(job, handler, ctx, payload, exc), ctx)
@@ -198,6 +206,12 @@ async def _wait_sync_within(
             extra={"action": action, "job_id": ctx.job_id},
         )
         raise _timed_out(limit_ms) from None
+
+
+def _abandoned(outcome: Outcome, call: Future[Any]) -> Outcome:
+    """``outcome`` of a sync handler past its timeout, with its ``call`` if
+    its thread still runs (worker/overruns.py holds a keyed job's)."""
+    return outcome if call.done() else replace(outcome, thread=call)
 
 
 def _timed_out(limit_ms: int) -> JobTimeout:

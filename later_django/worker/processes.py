@@ -6,9 +6,10 @@ server and touches no database after its start-up checks: it starts N
 children, each a whole ``later_worker`` (its own connections, server id and
 heartbeat; jobs are shared among them like among servers on many hosts),
 restarts a child that dies, passes SIGTERM/SIGINT on, and exits once every
-child has stopped. Each child runs in its own process group, so a signal
-sent to the parent's group (Ctrl-C on a terminal) reaches a child only
-through the parent, once.
+child has stopped (killing the ones still running past twice the shutdown
+timeout plus STOP_GRACE_SECONDS). Each child runs in its own process group,
+so a signal sent to the parent's group (Ctrl-C on a terminal) reaches a
+child only through the parent, once.
 
 Children are new interpreters (``python -m django later_worker ...``), not
 forks: a fork would copy the parent's database connections and threads.
@@ -23,6 +24,7 @@ import ctypes
 import dataclasses
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -40,6 +42,10 @@ START_GRACE_SECONDS = 10.0
 MAX_RESTART_DELAY = 30.0
 # A child that ran this long is healthy again: its next restart is immediate.
 HEALTHY_AFTER_SECONDS = 60.0
+# Once stopping, the children get twice the shutdown timeout plus this long
+# to exit (running jobs, then their outcomes' stores, then closing); the
+# ones still running then are killed.
+STOP_GRACE_SECONDS = 30.0
 # The environment variables that tell a child its index (for its logs) and
 # its parent's pid.
 CHILD_INDEX_ENV = "LATER_WORKER_PROCESS"
@@ -75,14 +81,28 @@ class Child:
 
 
 class Parent:
-    """Start, watch and stop the children; ``run()`` returns the exit code."""
+    """Start, watch and stop the children; ``run()`` returns the exit code.
 
-    def __init__(self, child_argvs: Sequence[list[str]], env: dict[str, str]) -> None:
+    Everything is done by ``run()``, on the main thread: the signal handler
+    and the threads that wait for the children only post what happened. So
+    a stop never interleaves with a child's start: a signal that arrives
+    while a child starts is acted on once it has started, and goes to it
+    too; once stopping, no child is started again."""
+
+    def __init__(
+        self, child_argvs: Sequence[list[str]], env: dict[str, str], *, shutdown_timeout: float
+    ) -> None:
         self.children = [Child(index, argv) for index, argv in enumerate(child_argvs)]
         self.env = env
-        self.changed = threading.Event()
-        self.signals = 0
+        # What happened: a signal's number, or None for a child that exited.
+        # A SimpleQueue's put() may interrupt its own get() (a signal handler
+        # runs between two steps of the main thread): no lock to deadlock on.
+        self.events: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self.stopping = False
+        # How long the children get to stop: the bound a process manager is
+        # told to give a drain (docs/how-to/deploying.md).
+        self.stop_within = 2 * shutdown_timeout + STOP_GRACE_SECONDS
+        self.stop_deadline: float | None = None
 
     def run(self) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -97,8 +117,7 @@ class Parent:
         )
         code = 0
         while True:
-            self.changed.wait(self._next_timeout())
-            self.changed.clear()
+            self._wait()
             failed = self._reap()
             if failed is not None and not self.stopping:
                 logger.error(
@@ -112,27 +131,71 @@ class Parent:
                 code = failed.proc.returncode if failed.proc else 1
                 self._stop_all(signal.SIGTERM)
             if self.stopping:
-                if all(c.proc is None or c.proc.poll() is not None for c in self.children):
+                if not self._running():
                     return code
+                if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
+                    self._kill_running()
+                    return code or 1
                 continue
             self._restart_due()
 
     # -- signals -------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
-        self.signals += 1
-        self.stopping = True
-        # Each signal goes on to every child, which counts it as its own:
-        # the first drains, the second hurries, the third exits at once.
-        self._stop_all(signal.Signals(signum))
-        self.changed.set()
+        self.events.put(signum)
+
+    def _wait(self) -> None:
+        """Wait for something to happen (a signal, a child's exit, a restart
+        due, the stop's deadline); pass every signal received on."""
+        try:
+            event = self.events.get(timeout=self._next_timeout())
+        except queue.Empty:
+            return
+        while True:
+            if event is not None:
+                # Each signal goes on to every child, which counts it as its
+                # own: the first drains, the second hurries, the third exits.
+                logger.info(
+                    "received %s: passing it on to worker processes %s",
+                    signal.Signals(event).name,
+                    ", ".join(str(proc.pid) for _, proc in self._running()) or "none",
+                    extra={"action": "processes_signalled"},
+                )
+                self._stop_all(signal.Signals(event))
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
 
     def _stop_all(self, signum: signal.Signals) -> None:
-        self.stopping = True
-        for child in self.children:
-            if child.proc is not None and child.proc.poll() is None:
-                child.proc.send_signal(signum)
+        if not self.stopping:
+            self.stopping = True
+            self.stop_deadline = time.monotonic() + self.stop_within
+        for _, proc in self._running():
+            proc.send_signal(signum)
+
+    def _kill_running(self) -> None:
+        """Kill the children still running at the stop's deadline."""
+        for child, proc in self._running():
+            logger.error(
+                "worker process %d (pid %d) did not stop within %gs of the stop; "
+                "killing it (SIGKILL): leases recover its running jobs",
+                child.index,
+                proc.pid,
+                self.stop_within,
+                extra={"action": "process_killed"},
+            )
+            proc.kill()
+            proc.wait()
 
     # -- children --------------------------------------------------------------------------
+    def _running(self) -> list[tuple[Child, subprocess.Popen[bytes]]]:
+        """The children that run now, each with its process."""
+        return [
+            (child, child.proc)
+            for child in self.children
+            if child.proc is not None and child.proc.poll() is None
+        ]
+
     def _start(self, child: Child) -> None:
         env = {**self.env, CHILD_INDEX_ENV: str(child.index), PARENT_PID_ENV: str(os.getpid())}
         # Each child leads its own process group: a terminal's Ctrl-C signals
@@ -144,7 +207,7 @@ class Parent:
         child.starts += 1
         child.restart_at = None
         threading.Thread(
-            target=_wait_then(child.proc, self.changed.set),
+            target=_wait_then(child.proc, lambda: self.events.put(None)),
             name=f"later-child-{child.index}",
             daemon=True,
         ).start()
@@ -184,6 +247,9 @@ class Parent:
                 self._start(child)
 
     def _next_timeout(self) -> float | None:
+        """Seconds until the stop's deadline, or the next restart due."""
+        if self.stop_deadline is not None:
+            return max(0.0, self.stop_deadline - time.monotonic())
         due = [c.restart_at for c in self.children if c.restart_at is not None]
         return None if not due else max(0.0, min(due) - time.monotonic())
 

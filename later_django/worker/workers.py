@@ -23,6 +23,7 @@ from later_django.worker.completer import Completer, Ran
 from later_django.worker.executor import CANCELLED, Executor, Outcome
 from later_django.worker.lease_book import Claim
 from later_django.worker.notifier import Wakeup
+from later_django.worker.overruns import Overruns
 from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.services import ServiceGroup
 
@@ -106,6 +107,8 @@ class WorkerPool:
         # whose claims keep concurrency keys, where a finished job may free
         # a key the last claim found at its limit.
         self.wake_when_stored = False
+        # Keyed jobs past their timeout whose sync handler still runs.
+        self.overruns = Overruns(completer, self._wake_one)
 
     @property
     def count(self) -> int:
@@ -146,6 +149,8 @@ class WorkerPool:
             slot.stopping = True
         self.wake.wake()
         tasks = [slot.task for slot in self.slots if slot.task is not None]
+        # A held outcome waits for a handler that still runs: as a worker's does.
+        tasks += self.overruns.held
         if not tasks:
             return 0
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(asyncio.wait(tasks))]
@@ -230,9 +235,10 @@ class WorkerPool:
                     outcome = CANCELLED
                 ran = Ran(time.monotonic() - slot.busy_since, slot.id, self.queue)
                 await self._outcome_stored(slot)
-                slot.finishing = self.completer.store_outcome(job, outcome, ran)
                 if self.wake_when_stored:
-                    slot.finishing.add_done_callback(self._wake_one)
+                    slot.finishing = self._store_keyed(job, outcome, ran)
+                else:
+                    slot.finishing = self.completer.store_outcome(job, outcome, ran)
             finally:
                 slot.current_job, slot.current_claim = None, None
                 slot.busy_since, slot.run_task = None, None
@@ -241,6 +247,20 @@ class WorkerPool:
 
     def _wake_one(self, _: object) -> None:
         self.wake.wake(1)
+
+    def _store_keyed(
+        self, job: ClaimedJob, outcome: Outcome, ran: Ran
+    ) -> asyncio.Future[None] | None:
+        """Store an outcome of a queue whose claims keep concurrency keys,
+        then wake one of its workers: the key may have a free slot. A keyed
+        job past its timeout whose sync handler still runs keeps its slot
+        until the thread returns (worker/overruns.py)."""
+        if outcome.thread is not None and self.overruns.keyed(job):
+            self.overruns.hold(job, outcome, ran)
+            return None
+        finishing = self.completer.store_outcome(job, outcome, ran)
+        finishing.add_done_callback(self._wake_one)
+        return finishing
 
     async def _run_traced(self, job: ClaimedJob) -> Outcome:
         """Run ``job`` inside its span, continuing the span that enqueued it."""
@@ -320,7 +340,8 @@ class WorkerPool:
             # that never returns hold this worker for good (docs/project/chaos.md).
             logger.warning(
                 "abandoned sync handler of job %s attempt %d: %s; it goes on in its "
-                "thread, its outcome will be discarded, and worker %d moves on",
+                "thread (ctx.cancel_requested is set), its outcome will be discarded, "
+                "and worker %d moves on",
                 job_id,
                 attempt,
                 why,

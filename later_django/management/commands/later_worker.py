@@ -145,7 +145,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if options["processes"] > 1:
             connections.close_all()  # the children connect for themselves
-            code = Parent(_child_argvs(options), child_env()).run()
+            timeout = options["shutdown_timeout"]
+            if timeout is None:
+                timeout = conf.seconds("SHUTDOWN_TIMEOUT")
+            code = Parent(_child_argvs(options), child_env(), shutdown_timeout=timeout).run()
             if code:
                 sys.exit(code)
             return
