@@ -30,7 +30,6 @@ from later_django.exceptions import LeaseLost
 from later_django.ids import JobId, new_job_id
 from later_django.types import ClaimedJob
 from later_django.worker.atomic import AtomicRunner
-from later_django.worker.completer import store_failure
 from later_django.worker.executor import (
     SUCCEEDED,
     Outcome,
@@ -40,6 +39,7 @@ from later_django.worker.executor import (
     outcome_without_handler,
     with_attempt_end,
 )
+from later_django.worker.outcome_writes import store_failure
 
 logger = logging.getLogger(__name__)
 

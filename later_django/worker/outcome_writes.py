@@ -1,0 +1,76 @@
+"""The write of one outcome other than a plain success, fenced by its claim,
+in the caller's transaction: a retry, a snooze, a failure or a cancel, and
+a partition head's outcome. The worker's completer runs them on its thread
+pool; later_django.testing's drain() runs them in the test's thread."""
+
+from __future__ import annotations
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.base import Dialect
+from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
+from later_django.events import OutcomeKind
+from later_django.types import ClaimedJob
+from later_django.worker.executor import Outcome
+
+
+def store_failure(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: ClaimedJob,
+    outcome: Outcome,
+    *,
+    owner: str,
+    retention_ms: int,
+) -> OutcomeKind | None:
+    """Store a retry, a snooze, a terminal failure or a cancel of ``owner``'s
+    claim of ``job``, fenced by the claim; return the kind of outcome stored,
+    or None if the fence broke. A cancel requested meanwhile wins: the job is
+    not run again, and ends "cancelled" even if its attempt failed. Run in
+    one transaction. The worker's completer and later_django.testing's
+    drain() both store them through this. A task job's result is written
+    with it."""
+    fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
+    if outcome.kind == "snoozed":
+        done = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
+    elif outcome.kind == "retry":
+        retry = RetryWrite(
+            delay_ms=outcome.delay_ms or 0,
+            error=outcome.error,
+            retry_policy=outcome.resolved_policy,
+        )
+        done = dialect.jobs.job_retry(cursor, fence, retry)
+    elif outcome.kind == "failed":
+        failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
+        done = dialect.jobs.job_fail(cursor, fence, failure)
+    else:
+        done = False  # "cancelled": stored below
+    stored = outcome.kind if done else None
+    if stored is None and dialect.jobs.job_cancel_running(cursor, fence, retention_ms):
+        stored = "cancelled"
+    if stored and outcome.attempt_end is not None:
+        dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
+    return stored
+
+
+def store_partition_outcome(
+    dialect: Dialect,
+    cursor: CursorWrapper,
+    job: ClaimedJob,
+    outcome: Outcome,
+    *,
+    owner: str,
+    retention_ms: int,
+) -> OutcomeKind | None:
+    """Store the outcome of a partition head, fenced by its claim and by its
+    partition's lease (owner and epoch); return the kind stored, None unless
+    both held (as store_failure's). Run in one
+    transaction: the fence's row lock holds off a takeover until it ends, so
+    only the current holder finishes a head and lets the next one run."""
+    assert job.lane is not None
+    if outcome.kind == "succeeded":
+        done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)
+        return "succeeded" if dialect.partitions.partition_complete(cursor, done) else None
+    if not dialect.partitions.partition_fence(cursor, job.lane, owner=owner):
+        return None
+    return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)
