@@ -227,7 +227,7 @@ def test_an_unconfirmed_retry_is_stored_only_if_its_own_error_is(later_db: Later
             assert dialect.jobs.job_retry(cursor, fence, retry)
     outcome = Outcome(kind="retry", error="boom", delay_ms=60_000)
 
-    async def body(server: Any) -> list[bool]:
+    async def body(server: Any) -> list[str | None]:
         return [await server.completer._stored_before(jobs[j], outcome) for j in (mine, rescued)]
 
-    assert serve(body) == [True, False]
+    assert serve(body) == ["retry", None]

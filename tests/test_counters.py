@@ -150,12 +150,13 @@ class Mix:
         running = self.running()
         if running:
             job_id, attempts, owner = self.rng.choice(running)
+            fence = OwnerFence(job_id=job_id, attempts=attempts, owner=owner)
+            failure = FailureWrite(error="boom", retention_ms=self.retention())
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                assert self.dialect.jobs.job_fail(
-                    c,
-                    OwnerFence(job_id=job_id, attempts=attempts, owner=owner),
-                    FailureWrite(error="boom", retention_ms=self.retention()),
-                )
+                if not self.dialect.jobs.job_fail(c, fence, failure):
+                    # cancel() asked it to stop: it ends cancelled instead, as
+                    # the worker's store of a failure does.
+                    assert self.dialect.jobs.job_cancel_running(c, fence, self.retention())
 
     def op_retry(self) -> None:
         running = self.running()

@@ -272,23 +272,27 @@ def test_an_outcome_is_not_held_back_by_a_long_call_after_it(governed: HandlerTh
     run_in_loop(main)
 
 
-def test_a_call_whose_waiter_is_cancelled_before_it_starts_never_runs(
-    governed: HandlerThreads,
-) -> None:
+def test_a_call_whose_waiter_is_cancelled_before_it_starts_never_runs() -> None:
+    # One thread: a governor that grew the limit would start the second
+    # call before its waiter is cancelled.
+    one = HandlerThreads(1, name="test-one")
     release, ran = threading.Event(), threading.Event()
 
     async def main() -> None:
-        first, _ = governed.run_on_loop(release.wait)
-        second, second_call = governed.run_on_loop(ran.set)
+        first, _ = one.run_on_loop(release.wait)
+        second, second_call = one.run_on_loop(ran.set)
         second.cancel()
         release.set()
         assert await first is True
         assert second_call.cancelled()
-        next_one, _ = governed.run_on_loop(lambda: "next")
+        next_one, _ = one.run_on_loop(lambda: "next")
         assert await next_one == "next"
         assert not ran.is_set()
 
-    run_in_loop(main)
+    try:
+        run_in_loop(main)
+    finally:
+        one.shutdown(wait=True)
 
 
 def test_shutdown_cancels_the_waiters_of_calls_that_never_started(governed: HandlerThreads) -> None:
