@@ -37,6 +37,20 @@ OWNER = "server-a"
 T = TypeVar("T")
 
 
+class Holders:
+    """A lease book's holders that only record what they were told."""
+
+    def __init__(self) -> None:
+        self.given: list[Any] = []
+        self.cancels: list[Any] = []
+
+    def given_up(self, claim: Any, why: str) -> None:
+        self.given.append((claim, why))
+
+    def cancel_requested(self, claim: Any) -> None:
+        self.cancels.append(claim)
+
+
 def _store_success(alias: str, job_id: str) -> None:
     with connections[alias].cursor() as cursor:
         cursor.execute(
@@ -51,11 +65,11 @@ def test_lease_book_renewal_keeps_a_claim_that_finished_meanwhile(later_db: Late
     ran; that claim was released, not lost, so nothing is given up."""
     job_id = later.enqueue(Noop())
     [job] = claim(later_db, owner=OWNER)
-    given_up: list[Any] = []
     with ThreadPoolExecutor(1) as pool:
         store = ThreadedStore(later_db.alias)
-        book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000)
-        book.on_given_up = lambda claim, why: given_up.append((claim, why))
+        holders = Holders()
+        book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000, holders=holders)
+        given_up = holders.given
         real_run = store.run
 
         async def run_then_finish(pool: Any, op: Any, **kwargs: Any) -> Any:
@@ -100,7 +114,9 @@ def _hang_after_first_call(real: Callable[..., Awaitable[T]]) -> Callable[..., A
 
 def _hang_after_first_claim(server: Any) -> None:
     """The first shared claim commits, then its answer never comes back."""
-    server.claimer.sessions.claim = _hang_after_first_call(server.claimer.sessions.claim)
+    server.queues[0].claimer.sessions.claim = _hang_after_first_call(
+        server.queues[0].claimer.sessions.claim
+    )
 
 
 def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt(
@@ -121,11 +137,11 @@ def test_jobs_of_an_abandoned_claim_that_committed_run_without_losing_an_attempt
     async def body(server: Any) -> None:
         async def claimed_and_hung() -> bool:
             running = await in_thread(later_db.stage_of, job_id) == "running"
-            return running and server.claimer.hung_since() is not None
+            return running and server.queues[0].claimer.hung_since() is not None
 
         await await_until(claimed_and_hung, 10, "the first claim commits and hangs")
         assert server.abandon_hung_calls(0.0) == ["claim default"]
-        server.wake.wake()
+        server.queues[0].wake.wake()
         await await_stage(job_id, "success", timeout=20)
 
     serve(body, workers=1, before_start=_hang_after_first_claim)
@@ -178,7 +194,9 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
         store = ThreadedStore(later_db.alias)
 
         async def main() -> tuple[Any, LeaseBook]:
-            book = LeaseBook(store=store, pool=pool, owner=OWNER, lease_ms=30_000)
+            book = LeaseBook(
+                store=store, pool=pool, owner=OWNER, lease_ms=30_000, holders=Holders()
+            )
             claimer = Claimer(
                 alias=later_db.alias,
                 namespace="default",

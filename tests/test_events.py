@@ -128,7 +128,7 @@ def test_a_lost_lease_is_reported(later_db, record, seen, settings):
     async def body(server: Any) -> None:
         await await_record(record, "hold-start", job_id)
         await in_thread(_take_over, later_db.alias, job_id, 1)
-        assert await server.renew_leases() == [(job_id, 1)]
+        assert await server.leases.renew() == [(job_id, 1)]
 
         async def reported() -> bool:
             return any(isinstance(e, events.LeaseLost) for e in seen)

@@ -72,13 +72,13 @@ def test_renewal_of_an_earlier_attempt_stops_its_handler(later_db, record, setti
     async def body(server: Any) -> list[Any]:
         await await_record(record, "hold-start", job_id)
         await in_thread(_take_over, later_db.alias, job_id, 1)
-        server.wake.wake()
+        server.queues[0].wake.wake()
 
         async def second_attempt() -> bool:
             return any(r.attempt == 2 for r in read_records(record, "hold-start", job_id))
 
         await await_until(second_attempt, 10, "attempt 2 started on the same server")
-        lost = await server.renew_leases()
+        lost = await server.leases.renew()
         await await_record(record, "hold-cancelled", job_id)
         return lost
 
@@ -153,7 +153,7 @@ def test_sync_handler_that_lost_its_lease_is_told_through_cancel_requested(
             "WHERE id = %s RETURNING id",
             [job_id],
         )
-        assert await server.renew_leases() == [(job_id, 1)]
+        assert await server.leases.renew() == [(job_id, 1)]
         told = await await_record(record, "stoppable-told", job_id)
         assert told.attempt == 1
 

@@ -455,7 +455,7 @@ def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch
     attempts: list[float] = []
 
     def patch_claim(server: Server) -> None:
-        original = server.claimer.claim
+        original = server.queues[0].claimer.claim
 
         async def claim_fails_thrice() -> Any:
             attempts.append(time.monotonic())
@@ -463,7 +463,7 @@ def test_server_claim_error_backs_off_and_recovers(later_db, record, monkeypatch
                 raise RuntimeError("database unavailable")
             return await original()
 
-        server.claimer.claim = claim_fails_thrice  # type: ignore[method-assign]
+        server.queues[0].claimer.claim = claim_fails_thrice  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         job_id = await in_thread(later.enqueue, Noop(n=1))
@@ -518,7 +518,7 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
     def patch(server: Server) -> None:
         # No LISTEN or commit-watching backstop either.
         server.notifier.listen = server.notifier.watch = False
-        original = server.claimer.claim
+        original = server.queues[0].claimer.claim
 
         async def claim_then_enqueue() -> Any:
             job = await original()
@@ -527,7 +527,7 @@ def test_server_wakeup_during_claim_is_not_missed(later_db, record, settings):
                 enqueued.append(await in_thread(later.enqueue, Noop(n=1)))
             return job
 
-        server.claimer.claim = claim_then_enqueue  # type: ignore[method-assign]
+        server.queues[0].claimer.claim = claim_then_enqueue  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         async def was_enqueued() -> bool:
@@ -587,7 +587,7 @@ def test_server_add_worker_refuses_above_limit(later_db, record):
         async def no_job() -> None:
             return None
 
-        server.claimer.claim = no_job  # type: ignore[method-assign]
+        server.queues[0].claimer.claim = no_job  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         while server.worker_count < MAX_WORKERS:
@@ -759,7 +759,7 @@ def test_server_shutdown_ends_outcome_stores_and_never_reconnects(
     server, left = asyncio.run(main())
     assert later_db.stage_of(job_id) == "running", "nothing stored after shutdown"
     assert left == []
-    for sessions in (server.claimer.sessions, server.completer.sessions):
+    for sessions in (server.queues[0].claimer.sessions, server.completer.sessions):
         session = sessions.postgres or sessions.sqlite
         assert session is not None and session.closed
 

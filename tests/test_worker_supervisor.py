@@ -191,7 +191,7 @@ def test_supervisor_replaces_hung_worker(later_db, record, settings):
     hung: list[asyncio.Event] = []
 
     def patch_claim(server: Server) -> None:
-        original = server.claimer.claim
+        original = server.queues[0].claimer.claim
         hung.append(asyncio.Event())
 
         async def claim_hangs_once() -> Any:
@@ -201,7 +201,7 @@ def test_supervisor_replaces_hung_worker(later_db, record, settings):
                 await asyncio.get_running_loop().create_future()  # never resolves
             return await original()
 
-        server.claimer.claim = claim_hangs_once  # type: ignore[method-assign]
+        server.queues[0].claimer.claim = claim_hangs_once  # type: ignore[method-assign]
 
     async def body(server: Server) -> None:
         await asyncio.wait_for(hung[0].wait(), 10)

@@ -42,6 +42,7 @@ class Maintenance:
         *,
         lease: float,
         wake: Callable[[int], Any],
+        on_rescued: Callable[[int], None],
     ) -> None:
         self.store = store
         self.pool = pool
@@ -60,7 +61,7 @@ class Maintenance:
         self.wake = wake
         self._promotion: asyncio.TimerHandle | None = None
         # Told how many stuck jobs each tick recovered (the status line).
-        self.on_rescued: Callable[[int], None] = lambda count: None
+        self.on_rescued = on_rescued
         self._promoting: set[asyncio.Future[None]] = set()
 
     async def run(self) -> None:

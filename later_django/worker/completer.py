@@ -15,14 +15,11 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from later_django import events
 from later_django.db.errors import is_transient
-from later_django.db.rows import (
-    HeadSuccesses,
-    TaskAttemptEnd,
-)
+from later_django.db.rows import HeadSuccesses, TaskAttemptEnd
 from later_django.db.sessions import WorkerSessions
 from later_django.events import OutcomeKind
 from later_django.maintenance.runner import Maintenance
@@ -59,6 +56,16 @@ OUTCOME_STAGES = {
 }
 
 
+class Lanes(Protocol):
+    """The partition claimer, as the completer tells it of heads: should a
+    success claim the next head too, a next head so claimed, a head's
+    outcome stored or given up (worker/partitions.py)."""
+
+    def wants_next(self, job: ClaimedJob) -> bool: ...
+    def next_head(self, job: ClaimedJob) -> None: ...
+    def done(self, job: ClaimedJob) -> None: ...
+
+
 class Completer:
     def __init__(
         self,
@@ -71,6 +78,8 @@ class Completer:
         leases: LeaseBook,
         wake: Callable[[int], None],
         maintenance: Maintenance,
+        lanes: Lanes,
+        outcomes: OutcomeCounts,
     ) -> None:
         self.owner = owner
         self.retention_ms = retention_ms
@@ -80,7 +89,9 @@ class Completer:
         self.wake = wake
         self.maintenance = maintenance
         self.sessions = WorkerSessions(alias)
-        self.outcomes = OutcomeCounts()  # stored since the last status line
+        # Partition heads' ends: their partition may run its next head.
+        self.lanes = lanes
+        self.outcomes = outcomes  # stored since the last status line
         # Claims whose handler ended and whose outcome is being stored.
         self.unstored: dict[Claim, ClaimedJob] = {}
         self._finishing: set[asyncio.Future[None]] = set()
@@ -92,16 +103,11 @@ class Completer:
         self._attempt_ends: dict[Claim, TaskAttemptEnd] = {}
         # Partition heads' successes, shared as plain ones are. Each may claim
         # its partition's next head in the same statement (asked of
-        # ``wants_next`` when it is submitted), handed to ``on_next_head`` as
-        # soon as the statement returns.
+        # ``lanes.wants_next`` when it is submitted), handed to
+        # ``lanes.next_head`` as soon as the statement returns.
         self._head_successes: Coalescer[tuple[ClaimedJob, bool], bool] = Coalescer(
             self._complete_heads, max_batch=COMPLETE_BATCH
         )
-        self.wants_next: Callable[[ClaimedJob], bool] = lambda job: False
-        self.on_next_head: Callable[[ClaimedJob], None] = lambda job: None
-        # Told when a partition head's outcome is stored or given up: its
-        # partition may run its next head.
-        self.on_lane_done: Callable[[ClaimedJob], None] = lambda job: None
 
     def store_outcome(self, job: ClaimedJob, outcome: Outcome, ran: Ran) -> asyncio.Future[None]:
         """Store ``outcome`` of a handler that ran as ``ran`` says, apart from
@@ -147,7 +153,7 @@ class Completer:
             self.wake(outcome.released)
         self._stored(job, outcome, outcome.kind if outcome.committed else None, ran)
         if job.lane is not None:
-            self.on_lane_done(job)
+            self.lanes.done(job)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
@@ -185,7 +191,7 @@ class Completer:
         # Held from the moment the statement was sent, as any claim.
         self.leases.hold([(head.id, head.attempts) for head in stored.next_heads], sent)
         for head in stored.next_heads:
-            self.on_next_head(head)
+            self.lanes.next_head(head)
         if stored.released:
             self.wake(stored.released)
         completed = set(stored.done_ids)
@@ -203,7 +209,7 @@ class Completer:
             self.unstored.pop(claim, None)
             self.leases.release(claim)
             if job.lane is not None:
-                self.on_lane_done(job)
+                self.lanes.done(job)
 
         task.add_done_callback(done)
         return task
@@ -227,7 +233,7 @@ class Completer:
                     # successes. A retried store claims no next head: one an
                     # earlier, unconfirmed try claimed is recovered once its
                     # lease expires, as an abandoned claim's jobs are.
-                    chain = not unsure and self.wants_next(job)
+                    chain = not unsure and self.lanes.wants_next(job)
                     done = await self._head_successes.submit((job, chain))
                     stored = "succeeded" if done else None
                 elif outcome.kind == "succeeded":

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from later_django.conf import conf
 from later_django.threaded_store import ThreadedStore
@@ -37,27 +38,42 @@ LOST = "its lease was lost (another server recovered it)"
 EXPIRED = "its lease could not be renewed in time"
 
 
+class ClaimHolders(Protocol):
+    """Whoever holds the claims of a lease book: its server's workers."""
+
+    def given_up(self, claim: Claim, why: str) -> None:
+        """Stop the handler of ``claim``, or drop it if it has not started."""
+        ...
+
+    def cancel_requested(self, claim: Claim) -> None:
+        """cancel() asked the job of ``claim`` to stop."""
+        ...
+
+
 class LeaseBook:
     """Every claim this server holds a lease on (running, spare, or its
     outcome being stored), and until when each is known to hold."""
 
     def __init__(
-        self, *, store: ThreadedStore, pool: ThreadPoolExecutor, owner: str, lease_ms: int
+        self,
+        *,
+        store: ThreadedStore,
+        pool: ThreadPoolExecutor,
+        owner: str,
+        lease_ms: int,
+        holders: ClaimHolders,
     ):
         self.store = store
         self.pool = pool
         self.owner = owner
         self.lease_ms = lease_ms
+        # Told of each claim given up, and of each cancel() request.
+        self.holders = holders
         lease = lease_ms / 1000
         margin = min(lease * LEASE_MARGIN_FRACTION, LEASE_MARGIN_MAX)
         self.confirmed_for = lease - margin
         self.check_interval = margin / 2
         self._until: dict[Claim, float] = {}
-        # Called with each claim given up and why: the server stops its
-        # handler, or drops it if it was not started yet.
-        self.on_given_up: Callable[[Claim, str], None] = lambda claim, why: None
-        # Called with each claim held whose job cancel() asked to stop.
-        self.on_cancel_requested: Callable[[Claim], None] = lambda claim: None
         self.namespace = conf.namespace
 
     def hold(self, claims: Iterable[Claim], sent: float) -> None:
@@ -127,7 +143,7 @@ class LeaseBook:
 
     def _give_up(self, claim: Claim, why: str) -> None:
         self._until.pop(claim, None)
-        self.on_given_up(claim, why)
+        self.holders.given_up(claim, why)
 
     async def run_renewals(self) -> None:
         interval = self.lease_ms / 3000
@@ -140,7 +156,7 @@ class LeaseBook:
 
     async def run_cancel_checks(self) -> None:
         """Once a second while a claim is held, read which of them cancel()
-        asked to stop, and tell on_cancel_requested. A look at the database,
+        asked to stop, and tell the holders. A look at the database,
         not a notification: a request cannot be lost on its way here."""
         while True:
             await asyncio.sleep(CANCEL_CHECK_INTERVAL)
@@ -160,7 +176,7 @@ class LeaseBook:
                 continue
             for claim in asked:
                 if claim in self._until:
-                    self.on_cancel_requested(claim)
+                    self.holders.cancel_requested(claim)
 
     async def run_deadlines(self) -> None:
         # One periodic check rather than a timer per job: a job costs no

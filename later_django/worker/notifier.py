@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django.db.backends.utils import CursorWrapper
 
@@ -103,6 +103,17 @@ def partition_noticed(payload: str, namespace: str) -> tuple[str, int] | None:
     return (topic, int(partition)) if partition.isdigit() else None
 
 
+class PartitionNews(Protocol):
+    """The partition workers, as commits are told to them."""
+
+    @property
+    def wake(self) -> PartitionWakeup: ...
+
+    def noticed(self, key: tuple[str, int]) -> None:
+        """A commit announced that ``key``'s partition may have a ready head."""
+        ...
+
+
 class Notifier:
     """Feeds a Wakeup from LISTEN (PostgreSQL), from watching commits (SQLite)
     and from local commits.
@@ -120,7 +131,7 @@ class Notifier:
         namespace: str,
         listen: bool,
         watch: bool = False,
-        partition_wake: PartitionWakeup | None = None,
+        partitions: PartitionNews | None = None,
         keyed: frozenset[str] = frozenset(),
     ) -> None:
         # The wake-ups of each served queue's workers, by its name.
@@ -128,8 +139,9 @@ class Notifier:
         # The served queues whose claims keep concurrency keys: SQLite's look
         # wakes their workers only for a job below its key's limit.
         self.keyed = keyed
-        # The partition pollers' wake-ups, when this server runs them.
-        self.partition_wake = partition_wake
+        # The partition pollers, when this server runs them.
+        self.partitions = partitions
+        self.partition_wake = partitions.wake if partitions is not None else None
         self.alias = alias
         self.namespace = namespace
         self.listen = listen
@@ -179,7 +191,7 @@ class Notifier:
         from later_django.db.listen import notifications  # PostgreSQL only: needs psycopg
         from later_django.db.postgresql import PARTITION_CHANNEL
 
-        partitions = self.partition_wake
+        partitions = self.partitions
         while True:
             try:
                 async for note in notifications(self.alias, partitions=partitions is not None):
@@ -188,7 +200,7 @@ class Notifier:
                         # Anything committed while we were not listening is found now.
                         self.wake_all()
                         if partitions is not None:
-                            partitions.wake()
+                            partitions.wake.wake()
                         continue
                     channel, payload = note
                     if channel == PARTITION_CHANNEL:

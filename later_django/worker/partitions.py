@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -68,8 +67,6 @@ class PartitionWakeup(Wakeup):
     def __init__(self) -> None:
         super().__init__()
         self.news = True  # nothing seen yet
-        # Told of a partition a commit announced (its claimer's noticed()).
-        self.on_noticed: Callable[[Key], None] = lambda key: self.wake(1)
 
     def wake(self, count: int | None = None) -> None:
         self.news = True
@@ -77,10 +74,6 @@ class PartitionWakeup(Wakeup):
 
     def requeued(self) -> None:
         super().wake(1)
-
-    def noticed(self, key: Key) -> None:
-        """A commit announced that ``key``'s partition may have a ready head."""
-        self.on_noticed(key)
 
 
 class PartitionClaimer:
@@ -123,9 +116,6 @@ class PartitionClaimer:
         # For the metrics: (family, topic, outcome) -> count; read on scrape.
         self.counts: Counter[tuple[str, str, str]] = Counter()
         self._scan_lock = asyncio.Lock()
-        # Stops the handler of a claim whose partition lease was lost.
-        self.on_lost: Callable[[Claim, str], None] = lambda claim, why: None
-        wake.on_noticed = self.noticed
 
     def wins(self, key: Key) -> bool:
         return owner_of(self.namespace, key[0], key[1], self.servers) == self.owner
@@ -300,7 +290,7 @@ class PartitionClaimer:
                         claim[0],
                         extra={"action": "partition_lost", "job_id": claim[0]},
                     )
-                    self.on_lost(claim, LOST)
+                    self.leases.give_up(claim, LOST)
         gone = [key for key in self.held if key not in self.busy and not self.wins(key)]
         for key in gone:
             await self._release(key)

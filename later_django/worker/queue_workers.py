@@ -59,3 +59,14 @@ class QueueWorkers:
                 lambda d, c: d.reads.plain_ready(c, namespace=namespace, queue=name),
             )
         )
+
+
+def worker_count(queues: list[QueueWorkers]) -> int:
+    """The workers of every served queue."""
+    return sum(queue.pool.count for queue in queues)
+
+
+async def ready_backlog(queues: list[QueueWorkers]) -> int:
+    """Jobs of the served queues ready to run now (none of a paused queue),
+    read from the counters."""
+    return sum([await queue.ready_backlog() for queue in queues])

@@ -83,6 +83,7 @@ class WorkerPool:
         first_id: int = 0,
         kind: str = "worker",
         queue: str = "default",
+        wake_when_stored: bool = False,
     ) -> None:
         self.claimer = claimer
         self.completer = completer
@@ -106,7 +107,7 @@ class WorkerPool:
         # Wake a worker of the queue once each outcome is stored: a queue
         # whose claims keep concurrency keys, where a finished job may free
         # a key the last claim found at its limit.
-        self.wake_when_stored = False
+        self.wake_when_stored = wake_when_stored
         # Keyed jobs past their timeout whose sync handler still runs.
         self.overruns = Overruns(completer, self._wake_one)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
@@ -18,6 +19,7 @@ from django.db import DatabaseError, connections
 
 from later_django import queues, schema
 from later_django.conf import conf
+from later_django.worker.extensions import ExtensionFactory
 from later_django.worker.processes import Parent, child_env, die_with_parent, process_count
 from later_django.worker.server import MAX_WORKERS, Server
 
@@ -152,15 +154,17 @@ class Command(BaseCommand):
             if code:
                 sys.exit(code)
             return
-        endpoint = fed = None
+        endpoint = None
+        feeds: list[ExtensionFactory] = []
         if options["metrics_port"] is not None:
-            fed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
+            feed, endpoint = _serve_metrics(options["metrics_addr"], options["metrics_port"])
+            feeds.append(feed)
         server = Server(
             queues=served,
             workers=options["workers"],
             autoscale=options["autoscale"],
             shutdown_timeout=options["shutdown_timeout"],
-            metrics=fed,
+            extensions=feeds,
         )
         # Serving never uses the main thread's connection (the loop and the
         # pools have their own): the one the start-up checks opened would
@@ -200,13 +204,14 @@ def _child_argvs(options: dict[str, Any]) -> list[list[str]]:
     return argvs
 
 
-def _serve_metrics(addr: str, port: int) -> tuple[Any, Any]:
+def _serve_metrics(addr: str, port: int) -> tuple[ExtensionFactory, Any]:
     """Install later's metrics and serve them on ``addr:port`` from a thread;
-    return them and the HTTP server. Imported only here: a worker without
-    --metrics-port never loads prometheus_client."""
+    return the server's feed of them and the HTTP server. Imported only here:
+    a worker without --metrics-port never loads prometheus_client."""
     import prometheus_client
 
     from later_django import metrics
+    from later_django.metrics_feed import MetricsFeed
 
     installed = metrics.install()
     try:
@@ -222,7 +227,7 @@ def _serve_metrics(addr: str, port: int) -> tuple[Any, Any]:
         port,
         extra={"action": "metrics_serving"},
     )
-    return installed, httpd
+    return functools.partial(MetricsFeed, installed), httpd
 
 
 def _check_tables(alias: str) -> None:

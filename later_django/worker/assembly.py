@@ -1,0 +1,346 @@
+"""Builds the parts of one worker server, each handed its collaborators when
+it is made, so a part that lacks one fails at once rather than at its first
+job. It starts nothing: worker/server.py runs the parts' life cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import cast
+
+from later_django import limits, registry, tracing
+from later_django import queues as later_queues
+from later_django.conf import conf
+from later_django.context import build_app
+from later_django.leases import Leader
+from later_django.limits import QueueLimits
+from later_django.maintenance.runner import Maintenance
+from later_django.maintenance.steps import StepContext
+from later_django.partitions.reserved import recurring_partitions
+from later_django.threaded_store import ThreadedStore, new_pool
+from later_django.worker.atomic import AtomicRunner
+from later_django.worker.claimer import Claimer
+from later_django.worker.completer import Completer
+from later_django.worker.executor import Executor
+from later_django.worker.handler_threads import HandlerThreads
+from later_django.worker.lease_book import LeaseBook
+from later_django.worker.membership import Membership
+from later_django.worker.notifier import Notifier, Wakeup
+from later_django.worker.partitions import PartitionClaimer, PartitionWakeup
+from later_django.worker.pools import WorkerPools
+from later_django.worker.queue_workers import QueueWorkers, ready_backlog, worker_count
+from later_django.worker.services import ServiceGroup
+from later_django.worker.status import OutcomeCounts, StatusReporter
+from later_django.worker.workers import MAX_WORKERS, WorkerPool
+
+# Thread pools, each thread with its own connection (opened when first
+# used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
+# connections (docs/how-to/operations.md, "Connections").
+DB_THREADS = 4  # storing failures and retries: a statement each, about a millisecond
+SERVICE_THREADS = 4  # renewals, heartbeat, backlog readings, giving back claims
+MAINTENANCE_THREADS = 2
+PG_BACKSTOP_POLL = 1.0  # seconds; LISTEN wakes workers, this only covers a lost listener
+PARTITION_WORKER_IDS = 1000  # partition workers are numbered from here
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerPlan:
+    """What one server runs, from its arguments and the settings, checked."""
+
+    alias: str
+    namespace: str
+    server_id: str
+    initial_workers: int
+    autoscale: tuple[int, int] | None
+    served: dict[str, int]  # queue name -> its workers
+    shutdown_timeout: float
+    # Partition pollers run where topics are set (docs/how-to/partitions.md).
+    topics: bool
+    # What each served queue's claims keep (docs/how-to/rate-limits.md,
+    # docs/how-to/concurrency-limits.md); a queue without limits claims plainly.
+    limits: dict[str, QueueLimits]
+
+
+def plan_server(
+    *,
+    workers: int | None,
+    autoscale: tuple[int, int] | None,
+    shutdown_timeout: float | None,
+    queues: dict[str, int] | None,
+) -> ServerPlan:
+    """Check the arguments (a bad one raises ValueError) and fill in the rest."""
+    initial = int(workers if workers is not None else conf.WORKERS)
+    scale = autoscale if autoscale is not None else conf.AUTOSCALE
+    bounds = cast("tuple[int, int]", tuple(scale)) if scale else None
+    if not 1 <= initial <= MAX_WORKERS:
+        raise ValueError(f"workers must be 1..{MAX_WORKERS}, got {initial}")
+    if bounds and not 1 <= bounds[0] <= bounds[1] <= MAX_WORKERS:
+        raise ValueError(f"autoscale must be (min, max) within 1..{MAX_WORKERS}")
+    if bounds:
+        initial = min(max(initial, bounds[0]), bounds[1])
+    # Every declared queue with the server's worker count by default.
+    served = dict(queues) if queues else later_queues.served(None, initial)
+    if bounds:
+        served = {name: min(max(count, bounds[0]), bounds[1]) for name, count in served.items()}
+    if sum(served.values()) > MAX_WORKERS or min(served.values()) < 1:
+        raise ValueError(
+            f"a server runs 1..{MAX_WORKERS} workers in all, each queue at least one; got {served}"
+        )
+    keyed_queues = registry.keyed_queues()
+    return ServerPlan(
+        alias=conf.database,
+        namespace=conf.namespace,
+        server_id=f"{socket.gethostname()[:40]}-{os.getpid()}-{secrets.token_hex(3)}",
+        initial_workers=initial,
+        autoscale=bounds,
+        served=served,
+        shutdown_timeout=(
+            shutdown_timeout if shutdown_timeout is not None else conf.seconds("SHUTDOWN_TIMEOUT")
+        ),
+        topics=bool(conf.TOPICS) or recurring_partitions() is not None,
+        limits={
+            name: found
+            for name in served
+            if (found := limits.queue_limits(conf.QUEUES, keyed_queues, name)) is not None
+        },
+    )
+
+
+@dataclass(eq=False, kw_only=True)
+class Parts:
+    """The parts of one server; worker/server.py runs them."""
+
+    store: ThreadedStore
+    service_pool: ThreadPoolExecutor  # renewals, heartbeat, readings, extensions' calls
+    services: ServiceGroup
+    pools: WorkerPools
+    leader: Leader
+    leases: LeaseBook
+    maintenance: Maintenance
+    completer: Completer
+    notifier: Notifier
+    queues: list[QueueWorkers]
+    partitions: PartitionClaimer
+    partition_pool: WorkerPool
+    membership: Membership
+    status: StatusReporter
+    handler_threads: HandlerThreads
+
+    def thread_pools(self) -> list[ThreadPoolExecutor | HandlerThreads]:
+        """Every thread pool of the server, to shut down at its end."""
+        return [self.completer.pool, self.service_pool, self.handler_threads, self.maintenance.pool]
+
+
+def build_parts(plan: ServerPlan) -> Parts:
+    """Make every part of a server that runs ``plan``."""
+    store = ThreadedStore(plan.alias)
+    service_pool = new_pool("service", SERVICE_THREADS)
+    services, pools, outcomes = ServiceGroup(), WorkerPools(), OutcomeCounts()
+    lease_ms = conf.millis("LEASE_DURATION")
+    leader = Leader(namespace=plan.namespace, owner=plan.server_id, ttl_ms=lease_ms)
+    # The pools are the claims' holders: a claim given up stops its handler.
+    leases = LeaseBook(
+        store=store, pool=service_pool, owner=plan.server_id, lease_ms=lease_ms, holders=pools
+    )
+    partitions = PartitionClaimer(
+        alias=plan.alias,
+        namespace=plan.namespace,
+        owner=plan.server_id,
+        store=store,
+        pool=service_pool,
+        leases=leases,
+        wake=PartitionWakeup(),
+        partition_lease_ms=conf.millis("PARTITION_LEASE_DURATION"),
+        server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
+    )
+    wakes = {name: Wakeup() for name in plan.served}
+    notifier = _notifier(plan, store, wakes, partitions)
+    # Jobs became ready in queues this server cannot tell (continuations
+    # released, delayed jobs promoted): the workers of each look.
+    maintenance = _maintenance(plan, store, leader, wake=notifier.wake_all, outcomes=outcomes)
+    completer = _completer(
+        plan,
+        store,
+        leases,
+        wake=notifier.wake_all,
+        maintenance=maintenance,
+        lanes=partitions,
+        outcomes=outcomes,
+    )
+    handler_threads = HandlerThreads(MAX_WORKERS + 1)
+    make_pool = partial(
+        WorkerPool,
+        completer=completer,
+        executor=_executor(plan, handler_threads),
+        owner=plan.server_id,
+        tasks=services,
+        poll_interval=_poll_interval(notifier),
+    )
+    queues = _queues(plan, store, service_pool, leases, wakes, pools.add, make_pool)
+    partition_pool = pools.add(
+        make_pool(
+            claimer=partitions,
+            wake=partitions.wake,
+            first_id=PARTITION_WORKER_IDS,
+            kind="partition-worker",
+        )
+    )
+    return Parts(
+        store=store,
+        service_pool=service_pool,
+        services=services,
+        pools=pools,
+        leader=leader,
+        leases=leases,
+        maintenance=maintenance,
+        completer=completer,
+        notifier=notifier,
+        queues=queues,
+        partitions=partitions,
+        partition_pool=partition_pool,
+        membership=Membership(
+            plan,
+            store=store,
+            pool=service_pool,
+            leader=leader,
+            partitions=partitions,
+            queues=queues,
+        ),
+        status=StatusReporter(
+            outcomes, partial(ready_backlog, queues), partial(worker_count, queues)
+        ),
+        handler_threads=handler_threads,
+    )
+
+
+def _completer(
+    plan: ServerPlan,
+    store: ThreadedStore,
+    leases: LeaseBook,
+    *,
+    wake: Callable[[int | None], None],
+    maintenance: Maintenance,
+    lanes: PartitionClaimer,
+    outcomes: OutcomeCounts,
+) -> Completer:
+    return Completer(
+        alias=plan.alias,
+        owner=plan.server_id,
+        retention_ms=conf.millis("DASHBOARD_RETENTION"),
+        store=store,
+        # Claims and successes go through connections of their own; only
+        # failures and retries use this pool, one statement each.
+        pool=new_pool("db", 1 if store.dialect.single_writer else DB_THREADS),
+        leases=leases,
+        wake=wake,
+        maintenance=maintenance,
+        lanes=lanes,
+        outcomes=outcomes,
+    )
+
+
+def _queues(
+    plan: ServerPlan,
+    store: ThreadedStore,
+    service_pool: ThreadPoolExecutor,
+    leases: LeaseBook,
+    wakes: dict[str, Wakeup],
+    add_pool: Callable[[WorkerPool], WorkerPool],
+    make_pool: Callable[..., WorkerPool],
+) -> list[QueueWorkers]:
+    """The workers of each served queue: a claimer and a pool apiece."""
+    queues: list[QueueWorkers] = []
+    for name, count in plan.served.items():
+        claimer = Claimer(
+            alias=plan.alias,
+            namespace=plan.namespace,
+            owner=plan.server_id,
+            store=store,
+            pool=service_pool,
+            leases=leases,
+            wake=wakes[name],
+            queue=name,
+            limits=plan.limits.get(name),
+        )
+        # Workers are numbered across queues, so logs and metrics tell them apart.
+        first_id = sum(queue.workers for queue in queues)
+        pool = add_pool(
+            make_pool(
+                claimer=claimer,
+                wake=claimer.wake,
+                first_id=first_id,
+                queue=name,
+                wake_when_stored=claimer.limits is not None and claimer.limits.keyed,
+            )
+        )
+        queues.append(QueueWorkers(name, count, claimer.wake, claimer, pool, store, plan.autoscale))
+    return queues
+
+
+def _notifier(
+    plan: ServerPlan, store: ThreadedStore, wakes: dict[str, Wakeup], partitions: PartitionClaimer
+) -> Notifier:
+    return Notifier(
+        wakes,
+        alias=plan.alias,
+        namespace=plan.namespace,
+        listen=store.dialect.supports_listen,
+        watch=store.dialect.supports_change_counter,
+        partitions=partitions if plan.topics else None,
+        keyed=frozenset(name for name, found in plan.limits.items() if found.keyed),
+    )
+
+
+def _maintenance(
+    plan: ServerPlan,
+    store: ThreadedStore,
+    leader: Leader,
+    *,
+    wake: Callable[[int | None], None],
+    outcomes: OutcomeCounts,
+) -> Maintenance:
+    vacuum = conf.VACUUM_INTERVAL
+    lease_ms = conf.millis("LEASE_DURATION")
+    return Maintenance(
+        store,
+        new_pool("maintenance", MAINTENANCE_THREADS),
+        StepContext(
+            alias=plan.alias,
+            namespace=plan.namespace,
+            retention_ms=conf.millis("DASHBOARD_RETENTION"),
+            stuck_grace_ms=conf.millis("STUCK_JOB_GRACE"),
+            server_ttl_ms=max(4 * conf.millis("PARTITION_HEARTBEAT_TTL"), 60_000),
+            vacuum_interval_ms=int(vacuum.total_seconds() * 1000) if vacuum else None,
+            leader=leader,
+            missed_grace_ms=conf.millis("RECURRING_MISSED_GRACE"),
+            schedule_ahead_ms=2 * conf.millis("MAINTENANCE_INTERVAL"),
+        ),
+        conf.seconds("MAINTENANCE_INTERVAL"),
+        lease=lease_ms / 1000,
+        wake=wake,
+        on_rescued=outcomes.add_recovered,
+    )
+
+
+def _executor(plan: ServerPlan, handler_threads: HandlerThreads) -> Executor:
+    return Executor(
+        handler_threads,
+        app=build_app(),
+        atomic=AtomicRunner(
+            alias=plan.alias,
+            owner=plan.server_id,
+            retention_ms=conf.millis("DASHBOARD_RETENTION"),
+        ),
+        traced=tracing.enabled(),
+    )
+
+
+def _poll_interval(notifier: Notifier) -> float:
+    poll = conf.seconds("POLL_INTERVAL")
+    return max(poll, PG_BACKSTOP_POLL) if notifier.listen else poll
