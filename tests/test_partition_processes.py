@@ -22,8 +22,8 @@ from later_django.db import dialect_for
 from later_django.db.rows import PartitionClaimRequest
 from later_django.partitions.hashing import owner_of
 from later_django.types import PartitionLane
-from later_django.worker.outcome_writes import store_partition_outcome
 from later_django.worker.executor import SUCCEEDED
+from later_django.worker.outcome_writes import store_partition_outcome
 from tests.helpers import LaterDb, Workers, set_later, wait_until
 from tests.jobapp.jobs import Ordered
 from tests.order_check import checked_pairs, order_violations, stored_runs
