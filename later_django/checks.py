@@ -19,7 +19,7 @@ from later_django.conf import DEFAULTS, TIMING_KEYS, conf
 from later_django.db import dialect_for
 from later_django.limits import queue_option_errors
 from later_django.partitions.reserved import RECURRING_TOPIC, registered_topics
-from later_django.queues import DEFAULT_QUEUE, is_queue_name
+from later_django.queue_names import DEFAULT_QUEUE, is_queue_name
 from later_django.registry import TOPIC_NAME, is_module_name
 from later_django.retry import RetryPolicy
 

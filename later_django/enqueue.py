@@ -17,7 +17,7 @@ from typing import Unpack
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
-from later_django import events, queues, registry, schema, tracing, wakeup
+from later_django import events, queue_names, registry, schema, tracing, wakeup
 from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for, dialect_of
@@ -326,7 +326,7 @@ def tell_on_commit(alias: str, jobs: Sequence[NewJob], stage: str) -> None:
         for job in jobs:
             events.emit(
                 events.JobEnqueued(
-                    job.id, job.type_name, stage, job.namespace, queues.name_of(job.queue)
+                    job.id, job.type_name, stage, job.namespace, queue_names.name_of(job.queue)
                 )
             )
 
@@ -379,7 +379,7 @@ def _insert_unique(job: NewJob) -> JobId:
     stage = inserted.stage
     if stage is None:
         if events.JobDuplicate in events.listening:
-            queue = queues.name_of(job.queue)
+            queue = queue_names.name_of(job.queue)
             events.emit(events.JobDuplicate(inserted.job_id, job.type_name, job.namespace, queue))
         return DuplicateJobId(inserted.job_id)
     return _written(alias, job, stage)
