@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.db.backends.utils import CursorWrapper
 
@@ -20,10 +20,7 @@ from later_django import wakeup
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
-from later_django.queues import DEFAULT_QUEUE
-
-if TYPE_CHECKING:
-    from later_django.worker.partitions import PartitionWakeup
+from later_django.queue_names import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +28,15 @@ LISTEN_RECONNECT_DELAY = 1.0  # seconds between attempts after the listener fail
 # Seconds between looks at SQLite's commit counter: a look costs microseconds
 # and no I/O, so a job enqueued by another process starts within a few ms.
 WATCH_INTERVAL = 0.004
+
+
+class PartitionWake(Protocol):
+    """What the notifier tells the partition pollers (worker/partitions.py's
+    PartitionWakeup): a wake-up, or the partition a commit announced."""
+
+    def wake(self, count: int | None = None) -> None: ...
+
+    def noticed(self, key: tuple[str, int]) -> None: ...
 
 
 class Wakeup:
@@ -120,7 +126,7 @@ class Notifier:
         namespace: str,
         listen: bool,
         watch: bool = False,
-        partition_wake: PartitionWakeup | None = None,
+        partition_wake: PartitionWake | None = None,
         keyed: frozenset[str] = frozenset(),
     ) -> None:
         # The wake-ups of each served queue's workers, by its name.
