@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from later_django.queues import DEFAULT_QUEUE
+from later_django.queue_names import DEFAULT_QUEUE
 
 # The options a queue of LATER["QUEUES"] takes.
 QUEUE_OPTIONS: Final = frozenset({"rate_limit"})

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from later_django import queues
+from later_django import queue_names
 from later_django.conf import conf
 from later_django.retained_log.reads import lag_totals
 
@@ -54,7 +54,7 @@ class MetricsFeed:
                 "later_queue_jobs", lambda d, c: d.reads.lane_counts(c, namespace=namespace)
             )
             if lanes is not None:
-                self.metrics.queue.set(queues.counts_by_queue(lanes))
+                self.metrics.queue.set(queue_names.counts_by_queue(lanes))
             if lag_wanted:
                 lag = await self._read(
                     "later_retained_log_consumer_lag",

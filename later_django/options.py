@@ -14,7 +14,7 @@ from typing import Final, Literal, TypedDict
 
 from later_django.clock import from_datetime, now_ms
 from later_django.ids import JobId, as_job_id
-from later_django.queues import check_queue_name
+from later_django.queue_names import check_queue_name
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 # The last time a job may become due: later dates do not fit in a datetime.

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard, TypeVar, overload
 from later_django.exceptions import AlreadyRegistered, NotRegistered
 from later_django.limits import KeyFunction, check_concurrency
 from later_django.options import check_priority, check_unique_key, timeout_ms
-from later_django.queues import DEFAULT_QUEUE, check_queue_name
+from later_django.queue_names import DEFAULT_QUEUE, check_queue_name
 from later_django.retry import RetryPolicy
 
 F = TypeVar("F", bound=Callable[..., Any])

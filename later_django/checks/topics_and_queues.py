@@ -9,7 +9,7 @@ from django.core.checks import CheckMessage
 from later_django import registry
 from later_django.checks.messages import error
 from later_django.limits import queue_option_errors
-from later_django.queues import DEFAULT_QUEUE, is_queue_name
+from later_django.queue_names import DEFAULT_QUEUE, is_queue_name
 from later_django.registry import TOPIC_NAME
 
 

@@ -12,7 +12,7 @@ from later_django.dashboard import cursors
 from later_django.db.rows import JobQuery
 from later_django.db.rows.dashboard import RECENT
 from later_django.ids import ID_ALPHABET, ULID_LENGTH
-from later_django.queues import is_queue_name
+from later_django.queue_names import is_queue_name
 from later_django.states import Stage
 
 FIELDS = ("stage", "type", "topic", "partition", "q", "queue")

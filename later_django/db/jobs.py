@@ -40,7 +40,7 @@ from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import tasks as tasks_sql
 from later_django.db.statements import Operations, ids, pairs
 from later_django.exceptions import LaterBusy
-from later_django.queues import DEFAULT_QUEUE, column_value
+from later_django.queue_names import DEFAULT_QUEUE, column_value
 from later_django.states import PARENT_CANCELLED, PARENT_FAILED, PARENT_MISSING, TERMINAL, Stage
 from later_django.types import Claim, ClaimedJob, NewJob
 

@@ -29,7 +29,7 @@ from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import limits as limits_sql
 from later_django.db.statements import Operations
 from later_django.limits import QueueLimits, RateLimit
-from later_django.queues import column_value, lane_of
+from later_django.queue_names import column_value, lane_of
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection

@@ -45,7 +45,7 @@ from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.db.statements import Statements, VendorSql
-from later_django.queues import DEFAULT_QUEUE, column_value
+from later_django.queue_names import DEFAULT_QUEUE, column_value
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob, PartitionLane
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django import queues
+from later_django import queue_names
 from later_django.db.rows import (
     CounterDrift,
     JobDetail,
@@ -62,7 +62,7 @@ class ReadModels(Operations):
     def plain_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str = "default") -> int:
         """Plain jobs of ``namespace`` in queue ``queue`` ready to run now (0
         while it is paused)."""
-        lane = queues.lane_of(queue)
+        lane = queue_names.lane_of(queue)
         cursor.execute(self._sql(counters_sql.QUEUE_READY_SQL), [namespace, lane, namespace, queue])
         return int(cursor.fetchone()[0])
 
@@ -162,7 +162,7 @@ class ReadModels(Operations):
         if row is None:
             return None
         detail = JobDetail(*row)
-        return dataclasses.replace(detail, queue=queues.name_of(detail.queue))
+        return dataclasses.replace(detail, queue=queue_names.name_of(detail.queue))
 
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
         """Up to ``limit`` continuations of ``job_id`` in id order, fan-in
@@ -301,7 +301,7 @@ def _source(query: JobQuery) -> tuple[ListOrder, str, list[Any]]:
             [query.topic, query.partition],
         )
     if stage == "enqueued":
-        queue = queues.column_value(query.queue or queues.DEFAULT_QUEUE)
+        queue = queue_names.column_value(query.queue or queue_names.DEFAULT_QUEUE)
         return dashboard_sql.READY, " AND queue = %s", [queue]
     if stage in ("delayed", "requeued"):
         return dashboard_sql.DUE, "", []
@@ -383,5 +383,5 @@ def _summary(row: tuple[Any, ...]) -> JobSummary:
         part,
         seq,
         bool(row[11]),
-        queues.name_of(row[12]),
+        queue_names.name_of(row[12]),
     )

@@ -18,7 +18,7 @@ from later_django.db.rows import (
 )
 from later_django.db.sql import schedules as schedules_sql
 from later_django.db.statements import Operations, Statements
-from later_django.queues import column_value, name_of
+from later_django.queue_names import column_value, name_of
 from later_django.types import NewJob
 
 # Schedules one scheduler pass reads; the rest wait for the next pass.

@@ -31,7 +31,7 @@ from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, ids, pairs
-from later_django.queues import column_value
+from later_django.queue_names import column_value
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
 

@@ -83,7 +83,7 @@ def read_stage_counts() -> dict[tuple[str, str], int]:
 
     from later_django.conf import conf
     from later_django.db import dialect_for
-    from later_django.queues import counts_by_queue
+    from later_django.queue_names import counts_by_queue
 
     alias = conf.database
     with connections[alias].cursor() as cursor:

@@ -59,7 +59,7 @@ class Job(models.Model):
     cancel_requested_ms = models.BigIntegerField(null=True)
     # The queue the job runs on (LATER["QUEUES"]); '' for the default
     # queue, the narrowest key: a plain insert never names the column, its
-    # database default (later_django/queues.py column_value).
+    # database default (later_django/queue_names.py column_value).
     queue = models.CharField(max_length=64, db_default="")
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
@@ -200,7 +200,7 @@ class StageCount(models.Model):
     namespace = models.CharField(max_length=64)
     stage = models.CharField(max_length=10, choices=Stage.choices)
     # '' for the default queue's jobs, 'q:<name>' for a named queue's,
-    # 'partition' for a topic's (later_django/queues.py lane_of): autoscale
+    # 'partition' for a topic's (later_django/queue_names.py lane_of): autoscale
     # and the Queues panel read a queue's counts, stage_counts() sums all.
     lane = models.CharField(max_length=80, db_default="")
     n = models.BigIntegerField()

@@ -21,9 +21,9 @@ from later_django.builder import JobBuilder
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.db.rows import HeadFailure, PartitionSlot
-from later_django.enqueue import tell_on_commit
 from later_django.exceptions import JobNotFound, TransactionRequired, UnknownTopic
 from later_django.ids import JobId, as_job_id
+from later_django.job_writes import tell_on_commit
 from later_django.options import (
     AFTER_IS_PARENT,
     EnqueueKeywords,

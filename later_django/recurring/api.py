@@ -21,8 +21,8 @@ from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.rows import ScheduleKey, ScheduleWrite
-from later_django.enqueue import tell_on_commit
 from later_django.ids import JobId
+from later_django.job_writes import tell_on_commit
 from later_django.options import EnqueueOptions
 from later_django.partitions.reserved import recurring_lane
 from later_django.recurring import cron as cron_mod

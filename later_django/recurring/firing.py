@@ -16,7 +16,7 @@ import time
 from django.db import transaction
 from django.db.backends.utils import CursorWrapper
 
-from later_django import codec, events, limits, queues, registry
+from later_django import codec, events, limits, queue_names, registry
 from later_django.db.base import Dialect
 from later_django.db.rows import DueSchedule, PartitionSlot, ScheduleAdvance, ScheduleKey
 from later_django.ids import new_job_ids
@@ -210,5 +210,5 @@ def insert_occurrence(
 
 def _tell(jobs: list[NewJob], stages: list[str]) -> None:
     for job, stage in zip(jobs, stages, strict=True):
-        queue = queues.name_of(job.queue)
+        queue = queue_names.name_of(job.queue)
         events.emit(events.JobEnqueued(job.id, job.type_name, stage, job.namespace, queue))

@@ -22,7 +22,7 @@ from django.utils import timezone
 from later_django import queues, registry
 from later_django.builder import JobBuilder
 from later_django.conf import conf
-from later_django.enqueue import insert_built
+from later_django.job_writes import insert_built
 from later_django.options import EnqueueOptions
 from later_django.retry import RetryPolicy
 from later_django.tasks import compat, results, runner

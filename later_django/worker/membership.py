@@ -21,7 +21,7 @@ from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.queue_workers import QueueWorkers, worker_count
 
 if TYPE_CHECKING:
-    from later_django.worker.assembly import ServerPlan
+    from later_django.worker.plan import ServerPlan
 
 # The server's logger: operators filter its heartbeat errors under that name
 # (docs/how-to/operations.md, "Logging").

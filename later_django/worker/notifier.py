@@ -12,7 +12,7 @@ import contextlib
 import functools
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from django.db.backends.utils import CursorWrapper
 
@@ -21,9 +21,6 @@ from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
 from later_django.queues import DEFAULT_QUEUE
-
-if TYPE_CHECKING:
-    from later_django.worker.partitions import PartitionWakeup
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +104,7 @@ class PartitionNews(Protocol):
     """The partition workers, as commits are told to them."""
 
     @property
-    def wake(self) -> PartitionWakeup: ...
+    def wake(self) -> Wakeup: ...
 
     def noticed(self, key: tuple[str, int]) -> None:
         """A commit announced that ``key``'s partition may have a ready head."""

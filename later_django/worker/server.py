@@ -19,11 +19,12 @@ from later_django import events
 from later_django.conf import conf
 from later_django.types import PartitionLocal
 from later_django.worker import supervisor
-from later_django.worker.assembly import build_parts, plan_server
+from later_django.worker.assembly import build_parts
 from later_django.worker.claimer import Claimer
 from later_django.worker.completer import Completer
 from later_django.worker.extensions import Extension, ExtensionFactory
 from later_django.worker.extensions import registered as registered_extensions
+from later_django.worker.plan import plan_server
 from later_django.worker.queue_workers import ready_backlog
 from later_django.worker.workers import MAX_WORKERS, WorkerSlot
 

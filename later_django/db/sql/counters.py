@@ -16,7 +16,7 @@ SELECT stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY stage
 
 # The jobs of one queue ready now, none while it is paused: the backlog
 # autoscale reads (partition jobs, in their own lane, wait for their turn
-# and are no work for a plain worker). %s: the queue's lane (queues.py).
+# and are no work for a plain worker). %s: the queue's lane (queue_names.py).
 QUEUE_READY_SQL: Final = compose(
     """
 SELECT COALESCE(SUM(n), 0) FROM later_stage_count
