@@ -225,7 +225,7 @@ def _insert(job: NewJob) -> JobId:
 
 def _record_trace(alias: str, job_ids: Sequence[str], context: str) -> None:
     with connections[alias].cursor() as cursor:
-        dialect_for(alias).jobs.job_set_trace(cursor, job_ids, context)
+        dialect_for(alias).enqueue.set_trace(cursor, job_ids, context)
 
 
 def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> list[JobId]:
@@ -260,7 +260,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     try:
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
             queued = options.queue is not None or registry.any_queue()
-            dialect_for(alias).jobs.job_insert_many(db, jobs, queued=queued)
+            dialect_for(alias).enqueue.insert_many(db, jobs, queued=queued)
             if context:
                 _record_trace(alias, ids, context)
     except DatabaseError as exc:
@@ -337,7 +337,7 @@ def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
     db = connections[alias]
     try:
-        stage = dialect_of(db).jobs.job_insert_one(db, job)
+        stage = dialect_of(db).enqueue.insert_one(db, job, prepare=conf.prepared_statements)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -354,7 +354,7 @@ def _insert_continuation(job: NewJob) -> JobId:
     retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with connections[alias].cursor() as cursor:
-            stage = dialect.jobs.job_insert_continuation(cursor, job, retention)
+            stage = dialect.enqueue.insert_continuation(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -370,7 +370,7 @@ def _insert_unique(job: NewJob) -> JobId:
     retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with connections[alias].cursor() as cursor:
-            inserted = dialect_for(alias).jobs.job_insert_unique(cursor, job, retention)
+            inserted = dialect_for(alias).enqueue.insert_unique(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -396,7 +396,7 @@ def _insert_fan_in(job: NewJob) -> JobId:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            inserted = dialect.jobs.job_insert_fan_in(cursor, job, retention)
+            inserted = dialect.enqueue.insert_fan_in(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -453,7 +453,7 @@ def cancel(job_id: str) -> bool:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            return dialect.jobs.job_cancel(
+            return dialect.control.cancel(
                 cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
             )
     except DatabaseError as exc:

@@ -71,6 +71,7 @@ class Completer:
         leases: LeaseBook,
         wake: Callable[[int], None],
         maintenance: Maintenance,
+        prepare: bool,
     ) -> None:
         self.owner = owner
         self.retention_ms = retention_ms
@@ -79,7 +80,7 @@ class Completer:
         self.leases = leases
         self.wake = wake
         self.maintenance = maintenance
-        self.sessions = WorkerSessions(alias)
+        self.sessions = WorkerSessions(alias, prepare=prepare)
         self.outcomes = OutcomeCounts()  # stored since the last status line
         # Claims whose handler ended and whose outcome is being stored.
         self.unstored: dict[Claim, ClaimedJob] = {}
@@ -269,7 +270,7 @@ class Completer:
         out)."""
         claim = (job.id, job.attempts)
         try:
-            left = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
+            left = await self.store.run(self.pool, lambda d, c: d.hot.stage_after(c, claim))
         except Exception as exc:  # noqa: BLE001  reported as discarded, as before
             logger.warning("could not read what job %s stored: %s", job.id, exc)
             return None

@@ -159,6 +159,9 @@ class Server:
         self.leases = LeaseBook(
             store=self.store, pool=self._service_pool, owner=self.server_id, lease_ms=lease_ms
         )
+        # Whether the claims and completions on connections of their own are
+        # prepared statements (PostgreSQL), as the settings say at start.
+        self.prepare = bool(conf.PREPARED_STATEMENTS)
         self.completer = Completer(
             alias=self.alias,
             owner=self.server_id,
@@ -168,6 +171,7 @@ class Server:
             leases=self.leases,
             wake=self.wake_every_queue,
             maintenance=self.maintenance,
+            prepare=self.prepare,
         )
         # Partition pollers run where topics are set (docs/how-to/partitions.md).
         self.topics = bool(conf.TOPICS) or recurring_partitions() is not None
@@ -206,6 +210,7 @@ class Server:
             wake=self.partition_wake,
             partition_lease_ms=conf.millis("PARTITION_LEASE_DURATION"),
             server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
+            prepare=self.prepare,
         )
         self.partition_pool = WorkerPool(
             claimer=self.partitions,
@@ -246,6 +251,7 @@ class Server:
             pool=self._service_pool,
             leases=self.leases,
             wake=wake,
+            prepare=self.prepare,
             queue=name,
             limits=self.limits.get(name),
         )
