@@ -99,6 +99,10 @@ class Settings:
     def namespace(self) -> str:
         return str(self.merged()["NAMESPACE"])
 
+    @property
+    def prepared_statements(self) -> bool:
+        return bool(self.merged()["PREPARED_STATEMENTS"])
+
     def seconds(self, key: str) -> float:
         """Return the timing setting ``key`` in seconds."""
         value = self.merged()[key]

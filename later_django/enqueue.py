@@ -204,7 +204,7 @@ def cancel(job_id: str) -> bool:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            return dialect.jobs.job_cancel(
+            return dialect.control.cancel(
                 cursor, namespace=conf.namespace, job_id=job_id, retention_ms=retention
             )
     except DatabaseError as exc:

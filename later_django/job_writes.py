@@ -64,7 +64,7 @@ def _insert(job: NewJob) -> JobId:
 
 def _record_trace(alias: str, job_ids: Sequence[str], context: str) -> None:
     with connections[alias].cursor() as cursor:
-        dialect_for(alias).jobs.job_set_trace(cursor, job_ids, context)
+        dialect_for(alias).enqueue.set_trace(cursor, job_ids, context)
 
 
 def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> list[JobId]:
@@ -99,7 +99,7 @@ def enqueue_many_with(payloads: Iterable[object], options: EnqueueOptions) -> li
     try:
         with transaction.atomic(using=alias, savepoint=db.in_atomic_block):
             queued = options.queue is not None or registry.any_queue()
-            dialect_for(alias).jobs.job_insert_many(db, jobs, queued=queued)
+            dialect_for(alias).enqueue.insert_many(db, jobs, queued=queued)
             if context:
                 _record_trace(alias, ids, context)
     except DatabaseError as exc:
@@ -176,7 +176,7 @@ def _insert_one(job: NewJob) -> JobId:
     alias = conf.database
     db = connections[alias]
     try:
-        stage = dialect_of(db).jobs.job_insert_one(db, job)
+        stage = dialect_of(db).enqueue.insert_one(db, job, prepare=conf.prepared_statements)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -193,7 +193,7 @@ def _insert_continuation(job: NewJob) -> JobId:
     retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with connections[alias].cursor() as cursor:
-            stage = dialect.jobs.job_insert_continuation(cursor, job, retention)
+            stage = dialect.enqueue.insert_continuation(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -209,7 +209,7 @@ def _insert_unique(job: NewJob) -> JobId:
     retention = conf.millis("DASHBOARD_RETENTION")
     try:
         with connections[alias].cursor() as cursor:
-            inserted = dialect_for(alias).jobs.job_insert_unique(cursor, job, retention)
+            inserted = dialect_for(alias).enqueue.insert_unique(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise
@@ -235,7 +235,7 @@ def _insert_fan_in(job: NewJob) -> JobId:
             transaction.atomic(using=alias, savepoint=False),
             connections[alias].cursor() as cursor,
         ):
-            inserted = dialect.jobs.job_insert_fan_in(cursor, job, retention)
+            inserted = dialect.enqueue.insert_fan_in(cursor, job, retention)
     except DatabaseError as exc:
         schema.raise_if_not_migrated(alias, exc)
         raise

@@ -40,11 +40,11 @@ def _settle_child(alias: str, job_id: str, wake: Callable[[], None], fan_in: boo
     try:
         with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
             if fan_in:
-                settled = dialect.jobs.job_settle_fan_in(
+                settled = dialect.enqueue.settle_fan_in(
                     cursor, job_id=job_id, retention_ms=retention
                 )
             else:
-                settled = dialect.jobs.job_settle_child(
+                settled = dialect.enqueue.settle_child(
                     cursor, job_id=job_id, retention_ms=retention
                 )
     except DatabaseError as exc:

@@ -73,7 +73,7 @@ def claim(later_db: LaterDb, job_id: str, owner: str = OWNER) -> ClaimedJob:
     """Claim the ready job ``job_id`` as a server named ``owner`` would."""
     request = ClaimRequest(namespace="default", owner=owner, limit=10, lease_ms=LEASE_MS)
     with connections[later_db.alias].cursor() as cursor:
-        claimed = dialect_for(later_db.alias).jobs.job_claim(cursor, request)
+        claimed = dialect_for(later_db.alias).hot.claim(cursor, request)
     (job,) = [job for job in claimed if job.id == job_id]
     return job
 

@@ -205,6 +205,7 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
                 pool=pool,
                 leases=book,
                 wake=Wakeup(),
+                prepare=True,
             )
             [spare] = await claimer.sessions.claim(
                 ClaimRequest(namespace="default", owner=OWNER, limit=1, lease_ms=30_000)
@@ -242,7 +243,7 @@ def test_an_unconfirmed_retry_is_stored_only_if_its_own_error_is(later_db: Later
         for job_id, error in ((mine, "boom"), (rescued, LEASE_EXPIRED)):
             fence = OwnerFence(job_id=job_id, attempts=jobs[job_id].attempts, owner=OWNER)
             retry = RetryWrite(delay_ms=60_000, error=error, retry_policy=None)
-            assert dialect.jobs.job_retry(cursor, fence, retry)
+            assert dialect.hot.retry(cursor, fence, retry)
     outcome = Outcome(kind="retry", error="boom", delay_ms=60_000)
 
     async def body(server: Any) -> list[str | None]:

@@ -27,7 +27,7 @@ from django.db import connections, transaction
 import later_django as later
 from later_django import registry
 from later_django.db import dialect_for
-from later_django.db.jobs import option_columns
+from later_django.db.enqueue import option_columns
 from later_django.db.rows import (
     ClaimRequest,
     ExpiredFence,
@@ -177,11 +177,11 @@ def test_the_job_page_shows_a_keyed_jobs_key_and_limit(later_db, limited):
 def test_a_plain_jobs_insert_names_no_limit_column(limited):
     """Plain jobs pay nothing: their insert is the one before limits existed."""
     from later_django.builder import JobBuilder
-    from later_django.db.jobs import insert_one
+    from later_django.db.enqueue import insert_statement
     from later_django.options import PLAIN
 
     plain = JobBuilder().build(Noop(n=1), PLAIN)
-    assert insert_one(plain)[0] == JOB_INSERT_SQL
+    assert insert_statement(plain)[0] == JOB_INSERT_SQL
     assert option_columns(plain) == ("", "", [])
     keyed = JobBuilder().build(limited.Keyed(key="k"), PLAIN)
     assert option_columns(keyed) == (
@@ -266,25 +266,25 @@ def _release(how: str) -> Callable[[Any, Any, str, int], bool]:
     def release(dialect: Any, cursor: Any, job_id: str, attempts: int) -> bool:
         fence = OwnerFence(job_id=job_id, attempts=attempts, owner=OWNER)
         if how == "success":
-            done = dialect.jobs.job_complete_many(
+            done = dialect.hot.complete_many(
                 cursor, SuccessBatch(owner=OWNER, jobs=[(job_id, attempts)], retention_ms=60_000)
             )
             return done.done_ids == [job_id]
         if how == "failure":
-            return dialect.jobs.job_fail(cursor, fence, FailureWrite(error="x", retention_ms=1))
+            return dialect.hot.fail(cursor, fence, FailureWrite(error="x", retention_ms=1))
         if how == "retry":
-            return dialect.jobs.job_retry(cursor, fence, RetryWrite(delay_ms=3_600_000, error="x"))
+            return dialect.hot.retry(cursor, fence, RetryWrite(delay_ms=3_600_000, error="x"))
         if how == "cancel":
-            dialect.jobs.job_cancel(cursor, namespace="default", job_id=job_id, retention_ms=1)
-            return dialect.jobs.job_cancel_running(cursor, fence, 60_000)
+            dialect.control.cancel(cursor, namespace="default", job_id=job_id, retention_ms=1)
+            return dialect.hot.cancel_running(cursor, fence, 60_000)
         if how == "unclaim":
-            return dialect.jobs.job_unclaim(cursor, fence)
+            return dialect.hot.unclaim(cursor, fence)
         if how == "snooze":
-            return dialect.jobs.job_snooze(cursor, fence, 3_600_000)
+            return dialect.hot.snooze(cursor, fence, 3_600_000)
         assert how == "lease rescue"
         cursor.execute("UPDATE later_job SET lease_expires_ms = 0 WHERE id = %s", [job_id])
         expired = ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=1_000)
-        return dialect.jobs.job_retry(cursor, expired, RetryWrite(delay_ms=3_600_000, error="x"))
+        return dialect.hot.retry(cursor, expired, RetryWrite(delay_ms=3_600_000, error="x"))
 
     return release
 

@@ -123,7 +123,7 @@ class Mix:
 
     def op_claim(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.jobs.job_claim(
+            self.dialect.hot.claim(
                 c,
                 ClaimRequest(
                     namespace=self.namespace,
@@ -138,7 +138,7 @@ class Mix:
         if running:
             job_id, attempts, owner = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done = self.dialect.jobs.job_complete_many(
+                done = self.dialect.hot.complete_many(
                     c,
                     SuccessBatch(
                         owner=owner, jobs=[(job_id, attempts)], retention_ms=self.retention()
@@ -153,10 +153,10 @@ class Mix:
             fence = OwnerFence(job_id=job_id, attempts=attempts, owner=owner)
             failure = FailureWrite(error="boom", retention_ms=self.retention())
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                if not self.dialect.jobs.job_fail(c, fence, failure):
+                if not self.dialect.hot.fail(c, fence, failure):
                     # cancel() asked it to stop: it ends cancelled instead, as
                     # the worker's store of a failure does.
-                    assert self.dialect.jobs.job_cancel_running(c, fence, self.retention())
+                    assert self.dialect.hot.cancel_running(c, fence, self.retention())
 
     def op_retry(self) -> None:
         running = self.running()
@@ -167,10 +167,10 @@ class Mix:
                 delay_ms=self.rng.choice([0, 1000, 60_000]), error="again", retry_policy=None
             )
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                if not self.dialect.jobs.job_retry(c, fence, retry):
+                if not self.dialect.hot.retry(c, fence, retry):
                     # cancel() asked it to stop: it ends cancelled instead, as
                     # the worker's store of a retry does.
-                    assert self.dialect.jobs.job_cancel_running(c, fence, self.retention())
+                    assert self.dialect.hot.cancel_running(c, fence, self.retention())
 
     def op_stale_finish(self) -> None:
         """A finish with a lost lease, or for an earlier attempt, changes nothing."""
@@ -179,7 +179,7 @@ class Mix:
             job_id, attempts, owner = self.rng.choice(running)
             stale = self.rng.choice([("intruder", attempts), (owner, attempts - 1)])
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
-                done = self.dialect.jobs.job_complete_many(
+                done = self.dialect.hot.complete_many(
                     c, SuccessBatch(owner=stale[0], jobs=[(job_id, stale[1])], retention_ms=DAY_MS)
                 ).done_ids
                 assert done == []
@@ -191,13 +191,13 @@ class Mix:
             job_id, attempts, _ = self.rng.choice(running)
             with transaction.atomic(using=self.db.alias), self.cursor() as c:
                 if self.rng.random() < 0.5:
-                    self.dialect.jobs.job_fail(
+                    self.dialect.hot.fail(
                         c,
                         ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
                         FailureWrite(error="stuck", retention_ms=self.retention()),
                     )
                 else:
-                    self.dialect.jobs.job_retry(
+                    self.dialect.hot.retry(
                         c,
                         ExpiredFence(job_id=job_id, attempts=attempts, expired_for_ms=0),
                         RetryWrite(delay_ms=0, error="stuck", retry_policy=None),
@@ -216,18 +216,18 @@ class Mix:
 
     def op_promote(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.jobs.job_promote_due(
+            self.dialect.upkeep.promote_due(
                 c, namespace=self.namespace, limit=self.rng.randint(1, 20)
             )
 
     def op_prune(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            self.dialect.jobs.job_prune(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
+            self.dialect.upkeep.prune(c, namespace=self.namespace, limit=self.rng.randint(1, 20))
 
     def op_orphans(self) -> None:
         with transaction.atomic(using=self.db.alias), self.cursor() as c:
-            for orphan in self.dialect.jobs.job_orphans(c, namespace=self.namespace, limit=10):
-                self.dialect.jobs.job_resolve_orphan(c, orphan, retention_ms=self.retention())
+            for orphan in self.dialect.upkeep.orphans(c, namespace=self.namespace, limit=10):
+                self.dialect.upkeep.resolve_orphan(c, orphan, retention_ms=self.retention())
 
     def op_delete(self) -> None:
         ids = self.ids()
@@ -272,7 +272,7 @@ class Mix:
                 "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
             )
             rows_before = int(c.fetchone()[0])
-            folded = self.dialect.jobs.counter_compact(c, namespace=self.namespace)
+            folded = self.dialect.upkeep.counter_compact(c, namespace=self.namespace)
             c.execute(
                 "SELECT COUNT(*) FROM later_stage_count WHERE namespace = %s", [self.namespace]
             )

@@ -285,7 +285,7 @@ def test_one_sample_a_minute_with_the_counters_values(later_db: LaterDb, setting
     later.enqueue_to_partition_delayed(Ordered("k", 1), HOUR)
     running = later.enqueue(Noop(n=30), priority=9)
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = dialect_for(later_db.alias).jobs.job_claim(
+        claimed = dialect_for(later_db.alias).hot.claim(
             c, ClaimRequest(namespace="default", owner="o", limit=1, lease_ms=60_000)
         )
     assert [j.id for j in claimed] == [running]

@@ -113,7 +113,7 @@ def _claim(later_db: LaterDb, limit: int) -> list[str]:
         transaction.atomic(using=later_db.alias),
         connections[later_db.alias].cursor() as cursor,
     ):
-        claimed = dialect.jobs.job_claim(
+        claimed = dialect.hot.claim(
             cursor,
             ClaimRequest(namespace="default", owner="test-owner", limit=limit, lease_ms=60_000),
         )

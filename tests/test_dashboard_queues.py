@@ -125,7 +125,7 @@ def _claim(later_db: LaterDb, queue: str | None, limit: int) -> list[str]:
         transaction.atomic(using=later_db.alias),
         connections[later_db.alias].cursor() as cursor,
     ):
-        claimed = dialect_for(later_db.alias).jobs.job_claim(
+        claimed = dialect_for(later_db.alias).hot.claim(
             cursor,
             ClaimRequest(
                 namespace="default", owner="test-owner", limit=limit, lease_ms=60_000, queue=queue

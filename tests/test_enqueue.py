@@ -40,7 +40,7 @@ class Rollback(Exception):
 def _claim(later_db, job_id, *, owner="worker-1"):
     """Claim exactly ``job_id`` (it must be the only or highest-priority ready job)."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = dialect_for(later_db.alias).jobs.job_claim(
+        claimed = dialect_for(later_db.alias).hot.claim(
             c, ClaimRequest(namespace=conf.namespace, owner=owner, limit=1, lease_ms=30_000)
         )
     assert [job.id for job in claimed] == [job_id]
@@ -51,7 +51,7 @@ def _complete(later_db, claimed, *, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         done = (
             dialect_for(later_db.alias)
-            .jobs.job_complete_many(
+            .hot.complete_many(
                 c,
                 SuccessBatch(
                     owner=owner, jobs=[(claimed.id, claimed.attempts)], retention_ms=DAY_MS
@@ -64,7 +64,7 @@ def _complete(later_db, claimed, *, owner="worker-1"):
 
 def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        failed = dialect_for(later_db.alias).jobs.job_fail(
+        failed = dialect_for(later_db.alias).hot.fail(
             c,
             OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
             FailureWrite(error=error, retention_ms=DAY_MS),
@@ -74,7 +74,7 @@ def _fail(later_db, claimed, *, error="boom", owner="worker-1"):
 
 def _retry(later_db, claimed, *, error, owner="worker-1"):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        retried = dialect_for(later_db.alias).jobs.job_retry(
+        retried = dialect_for(later_db.alias).hot.retry(
             c,
             OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
             RetryWrite(delay_ms=0, error=error, retry_policy=None),
@@ -84,7 +84,7 @@ def _retry(later_db, claimed, *, error, owner="worker-1"):
 
 def _renew(later_db, job_id, *, owner="worker-1"):
     with connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).jobs.job_renew(
+        return dialect_for(later_db.alias).hot.renew(
             c, owner=owner, jobs=[(job_id, 1)], lease_ms=30_000
         )
 
@@ -102,7 +102,7 @@ def _lock_waiters(later_db, *, min_age_ms):
 
 def _promote(later_db):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        return dialect_for(later_db.alias).jobs.job_promote_due(
+        return dialect_for(later_db.alias).upkeep.promote_due(
             c, namespace=conf.namespace, limit=100
         )
 
@@ -552,7 +552,7 @@ def test_continuation_settles_when_its_parent_finishes_during_its_transaction(
             connections.close_all()
 
     async def finish_parent() -> list[tuple[str, int]]:
-        path = WorkerSessions(later_db.alias)
+        path = WorkerSessions(later_db.alias, prepare=True)
         try:
             claimed = await path.claim(
                 ClaimRequest(namespace="default", owner="w", limit=1, lease_ms=30_000)
@@ -666,7 +666,7 @@ def test_a_failure_after_a_cancel_request_ends_cancelled_and_a_retry_clears_the_
     claimed = _claim(later_db, job_id)
     assert later.cancel(job_id) is True
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        failed = dialect.jobs.job_fail(
+        failed = dialect.hot.fail(
             c,
             OwnerFence(job_id=job_id, attempts=claimed.attempts, owner="worker-1"),
             FailureWrite(error="boom", retention_ms=DAY_MS),
@@ -681,7 +681,7 @@ def test_a_failure_after_a_cancel_request_ends_cancelled_and_a_retry_clears_the_
         [leftover],
     )
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        assert dialect.jobs.job_retry_failed(c, namespace=conf.namespace, job_id=leftover) == 0
+        assert dialect.control.retry_failed(c, namespace=conf.namespace, job_id=leftover) == 0
     assert later_db.job_field(leftover, "cancel_requested_ms") is None
     retried = _claim(later_db, leftover)
     _retry(later_db, retried, error="again")
@@ -976,7 +976,7 @@ def test_bulk_insert_stores_every_value_as_given(later_db, namespace, type_name,
         for payload in payloads
     ]
     with transaction.atomic(using=later_db.alias):
-        dialect_for(later_db.alias).jobs.job_insert_many(connections[later_db.alias], jobs)
+        dialect_for(later_db.alias).enqueue.insert_many(connections[later_db.alias], jobs)
     try:
         stored = later_db.rows(f"SELECT {INSERT_CHECK_COLUMNS} FROM later_job ORDER BY id")
         expected = [

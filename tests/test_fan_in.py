@@ -43,7 +43,7 @@ class Rollback(Exception):
 def _claim_all(later_db, *, owner=OWNER):
     """Claim every ready job; return them by id."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        claimed = dialect_for(later_db.alias).jobs.job_claim(
+        claimed = dialect_for(later_db.alias).hot.claim(
             c, ClaimRequest(namespace=conf.namespace, owner=owner, limit=100, lease_ms=30_000)
         )
     return {job.id: job for job in claimed}
@@ -53,7 +53,7 @@ def _complete(later_db, *claimed, owner=OWNER):
     """Store the success of ``claimed`` in one batch; return how many
     continuations it released."""
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        completion = dialect_for(later_db.alias).jobs.job_complete_many(
+        completion = dialect_for(later_db.alias).hot.complete_many(
             c,
             SuccessBatch(
                 owner=owner, jobs=[(j.id, j.attempts) for j in claimed], retention_ms=DAY_MS
@@ -65,7 +65,7 @@ def _complete(later_db, *claimed, owner=OWNER):
 
 def _fail(later_db, claimed, *, owner=OWNER):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        assert dialect_for(later_db.alias).jobs.job_fail(
+        assert dialect_for(later_db.alias).hot.fail(
             c,
             OwnerFence(job_id=claimed.id, attempts=claimed.attempts, owner=owner),
             FailureWrite(error="handler exploded", retention_ms=DAY_MS),
@@ -74,12 +74,12 @@ def _fail(later_db, claimed, *, owner=OWNER):
 
 def _sweep(later_db):
     """One run of the orphan sweep (the resolve_orphans maintenance step)."""
-    jobs = dialect_for(later_db.alias).jobs
+    upkeep = dialect_for(later_db.alias).upkeep
     with connections[later_db.alias].cursor() as c:
-        orphans = jobs.job_orphans(c, namespace=conf.namespace, limit=100)
+        orphans = upkeep.orphans(c, namespace=conf.namespace, limit=100)
         for orphan in orphans:
             with transaction.atomic(using=later_db.alias):
-                jobs.job_resolve_orphan(c, orphan, retention_ms=DAY_MS)
+                upkeep.resolve_orphan(c, orphan, retention_ms=DAY_MS)
     return orphans
 
 
@@ -360,7 +360,7 @@ def test_fan_in_settles_when_its_parents_finish_during_its_transaction(later_db)
             connections.close_all()
 
     async def finish_parents() -> None:
-        session = WorkerSessions(later_db.alias)
+        session = WorkerSessions(later_db.alias, prepare=True)
         try:
             claimed = await session.claim(
                 ClaimRequest(namespace="default", owner="w", limit=2, lease_ms=30_000)
@@ -397,7 +397,7 @@ def test_fan_in_retry_of_a_failed_parent_revives_the_child(later_db):
     _fail(later_db, claimed[parents[1]])
     assert later_db.stage_of(child) == "failed"
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        revived = dialect_for(later_db.alias).jobs.job_retry_failed(
+        revived = dialect_for(later_db.alias).control.retry_failed(
             c, namespace="default", job_id=parents[1]
         )
     assert revived == 1
@@ -414,7 +414,7 @@ def test_fan_in_parent_pruned_after_it_succeeded_counts_as_succeeded(later_db):
     claimed = _claim_all(later_db)
     early = next(p for p in parents if p != _waits_on(later_db, child))
     _complete(later_db, claimed[early])
-    prune = dialect_for(later_db.alias).jobs.job_prune
+    prune = dialect_for(later_db.alias).upkeep.prune
     expire = "UPDATE later_job SET expires_ms = 0 WHERE id = %s"
     later_db.execute(expire, [early])
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
@@ -486,7 +486,7 @@ def test_plain_jobs_never_touch_the_fan_in_table(later_db):
         assert locked.wait(10)
 
         async def plain_path() -> None:
-            session = WorkerSessions(later_db.alias)
+            session = WorkerSessions(later_db.alias, prepare=True)
             try:
                 ids = await later.aenqueue_many([Noop(n=n) for n in range(3)])
                 ids.append(await later.aenqueue(Noop(n=3)))

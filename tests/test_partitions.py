@@ -162,21 +162,21 @@ def test_plain_claims_counts_and_ready_checks_skip_partition_jobs(topics):
     later.enqueue_to_partition(Ordered("k", 0))
     dialect = dialect_for(topics.alias)
     with connections[topics.alias].cursor() as c:
-        assert dialect.jobs.job_ready_exists(c, namespace="default") is False
+        assert dialect.hot.ready_exists(c, namespace="default") is False
         assert dialect.reads.plain_ready(c, namespace="default") == 0
         assert dialect.reads.stage_counts(c, namespace="default")["enqueued"] == 1
 
     with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
-        claimed = dialect.jobs.job_claim(
+        claimed = dialect.hot.claim(
             c, ClaimRequest(namespace="default", owner="plain", limit=10, lease_ms=30_000)
         )
     assert claimed == []
     plain = later.enqueue(Noop())
     with connections[topics.alias].cursor() as c:
         assert dialect.reads.plain_ready(c, namespace="default") == 1
-        assert dialect.jobs.job_ready_exists(c, namespace="default") is True
+        assert dialect.hot.ready_exists(c, namespace="default") is True
     with transaction.atomic(using=topics.alias), connections[topics.alias].cursor() as c:
-        claimed = dialect.jobs.job_claim(
+        claimed = dialect.hot.claim(
             c, ClaimRequest(namespace="default", owner="plain", limit=10, lease_ms=30_000)
         )
     assert [job.id for job in claimed] == [plain]

@@ -17,7 +17,7 @@ from django.db import connections, transaction
 import later_django as later
 from later_django import registry
 from later_django.db import dialect_for
-from later_django.db.jobs import queue_filter_params
+from later_django.db.hot import queue_filter_params
 from later_django.db.rows import ClaimRequest
 from later_django.db.sql import compose
 from later_django.db.sql.jobs import JOB_INSERT_SQL, TO_RUNNING
@@ -54,7 +54,7 @@ def claim(later_db: LaterDb, queue: str, limit: int = 10) -> list[str]:
         namespace="default", owner="test-owner", limit=limit, lease_ms=30_000, queue=queue
     )
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        return [job.id for job in dialect.jobs.job_claim(c, request)]
+        return [job.id for job in dialect.hot.claim(c, request)]
 
 
 # -- enqueue ---------------------------------------------------------------------------
@@ -184,8 +184,8 @@ def test_a_paused_queue_is_claimed_by_no_one_and_counts_no_backlog(later_db, que
     assert later.pause_queue("emails") is False, "already paused: nothing changes"
     assert paused_queues() == {"emails"}
     with connections[later_db.alias].cursor() as cursor:
-        assert not dialect.jobs.job_ready_exists(cursor, namespace="default", queue="emails")
-        assert dialect.jobs.job_ready_exists(cursor, namespace="default")
+        assert not dialect.hot.ready_exists(cursor, namespace="default", queue="emails")
+        assert dialect.hot.ready_exists(cursor, namespace="default")
         assert dialect.reads.plain_ready(cursor, namespace="default", queue="emails") == 0
         assert dialect.reads.plain_ready(cursor, namespace="default") == 1
     assert claim(later_db, "emails") == []
@@ -385,11 +385,11 @@ def test_a_claim_of_any_queue_reads_its_run_of_the_ready_index_without_sorting(l
             from later_django.db.sql import sqlite as vendor_sql
 
             sql, params = (
-                dialect.jobs._sql(vendor_sql.JOB_CLAIM_SQL),
+                dialect.hot._sql(vendor_sql.JOB_CLAIM_SQL),
                 ["o", 30_000, *queue_filter_params(request), 8],
             )
         else:
-            sql = dialect.jobs._claim_sql(request)  # type: ignore[attr-defined]
+            sql = dialect.hot._claim_sql(request)  # type: ignore[attr-defined]
             params = [*queue_filter_params(request), "o", 30_000]
         with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
             c.execute(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, params)
@@ -426,7 +426,7 @@ def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_
     later.pause_queue("emails")
     dialect = dialect_for(later_db.alias)
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-        c.execute(dialect.jobs._sql(PREVIOUS_RELEASE_CLAIM), ["old", 30_000, "default", 10])
+        c.execute(dialect.hot._sql(PREVIOUS_RELEASE_CLAIM), ["old", 30_000, "default", 10])
         taken = [row[0] for row in c.fetchall()]
     assert sorted(taken) == sorted([plain, emails])
     counts = {stage: n for stage, n in later.stage_counts().items() if n}

@@ -39,7 +39,10 @@ def test_hot_path_claims_and_completes_with_continuations(later_db):
     child = later.enqueue_continue(parent, Noop(n=2))
 
     async def scenario() -> tuple[list[str], list[str], int, list[str]]:
-        claims, completions = WorkerSessions(later_db.alias), WorkerSessions(later_db.alias)
+        claims, completions = (
+            WorkerSessions(later_db.alias, prepare=True),
+            WorkerSessions(later_db.alias, prepare=True),
+        )
         try:
             claimed = await _claim(claims, limit=5)
             completion = await completions.complete_many(
@@ -62,7 +65,7 @@ def test_hot_path_completion_is_fenced_by_owner_and_attempt(later_db):
     job_id = later.enqueue(Noop(n=1))
 
     async def scenario() -> tuple[list[str], list[str]]:
-        path = WorkerSessions(later_db.alias)
+        path = WorkerSessions(later_db.alias, prepare=True)
         try:
             await _claim(path)
             stranger = await path.complete_many(
@@ -92,7 +95,7 @@ def _claim_behind_a_held_write_lock(later_db, job_id: str) -> None:
     """The claim waits for the lock with asyncio sleeps: the loop keeps running."""
 
     async def scenario(holder: sqlite3.Connection) -> tuple[list[str], int, float]:
-        path = WorkerSessions(later_db.alias)
+        path = WorkerSessions(later_db.alias, prepare=True)
         ticks = 0
 
         async def tick() -> None:
@@ -124,7 +127,7 @@ def _claim_after_the_backend_was_terminated(later_db, job_id: str) -> None:
     """A dead connection fails one call, then the session reconnects."""
 
     async def scenario() -> list[str]:
-        path = WorkerSessions(later_db.alias)
+        path = WorkerSessions(later_db.alias, prepare=True)
         try:
             # Connect with a claim that finds nothing (another namespace).
             assert (
@@ -161,7 +164,7 @@ def test_postgres_claims_are_planned_once_per_session(later_db):
         cursor.execute("ANALYZE later_job")
 
     async def scenario() -> tuple[int, int, int]:
-        path = WorkerSessions(later_db.alias)
+        path = WorkerSessions(later_db.alias, prepare=True)
         try:
             claimed = sum([len(await _claim(path, limit=3)) for _ in range(10)], 0)
 
@@ -185,3 +188,34 @@ def test_postgres_claims_are_planned_once_per_session(later_db):
     # The server tries custom plans for the first five runs, then keeps the
     # generic one only if it is no dearer.
     assert (generic, custom) == (5, 5)
+
+
+@pytest.mark.parametrize("prepare", [True, False])
+def test_sessions_prepare_their_statements_only_when_told(later_db, prepare):
+    """The claim and the completion on a connection of their own are
+    prepared on the server exactly when the sessions were told to (the
+    server's LATER['PREPARED_STATEMENTS']: a pooler may not keep them)."""
+    job_id = later.enqueue(Noop(n=1))
+
+    async def scenario() -> tuple[list[str], list[str] | None]:
+        path = WorkerSessions(later_db.alias, prepare=prepare)
+        try:
+            claimed = await _claim(path)
+            await path.complete_many(owner=OWNER, jobs=[(job_id, 1)], retention_ms=RETENTION_MS)
+            if path.postgres is None:  # inline (no supports_async_connection)
+                return claimed, None
+
+            async def prepared(_d: object, conn: psycopg.AsyncConnection) -> list[str]:
+                cursor = await conn.execute("SELECT statement FROM pg_prepared_statements")
+                return [str(row[0]) for row in await cursor.fetchall()]
+
+            return claimed, await path.postgres.run(prepared)
+        finally:
+            await path.close()
+
+    claimed, statements = asyncio.run(scenario())
+    assert claimed == [job_id]
+    assert later_db.stage_of(job_id) == "success"
+    if statements is not None:
+        assert any("SKIP LOCKED" in s for s in statements) is prepare, statements
+        assert any("later_complete_many" in s for s in statements) is prepare, statements

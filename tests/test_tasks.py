@@ -190,7 +190,7 @@ def test_results_go_with_their_jobs_and_plain_jobs_write_none(later_db, record):
     later_db.execute("UPDATE later_job SET expires_ms = 0")
     dialect = dialect_for(later_db.alias)
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as cursor:
-        assert dialect.jobs.job_prune(cursor, namespace="default", limit=10) == 2
+        assert dialect.upkeep.prune(cursor, namespace="default", limit=10) == 2
     assert result_rows(later_db) == 0
 
 

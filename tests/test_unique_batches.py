@@ -24,15 +24,15 @@ def test_enqueue_many_writes_unique_jobs_in_key_order_and_returns_the_callers(
     """A batch's unique jobs are inserted in the order of their keys, so two
     batches of the same keys lock them in one order; the ids come back in
     the caller's order, a duplicate in place."""
-    jobs = dialect_for(later_db.alias).jobs
-    insert = jobs.job_insert_unique
+    enqueue = dialect_for(later_db.alias).enqueue
+    insert = enqueue.insert_unique
     written: list[str | None] = []
 
     def recorded(cursor, job, retention_ms):
         written.append(job.unique_key)
         return insert(cursor, job, retention_ms)
 
-    monkeypatch.setattr(jobs, "job_insert_unique", recorded)
+    monkeypatch.setattr(enqueue, "insert_unique", recorded)
     payloads = [Refresh(account=3), Noop(n=1), Refresh(account=1), Refresh(account=2)]
     payloads.append(Refresh(account=3, n=2))
     ids = later.enqueue_many(payloads)
@@ -58,7 +58,7 @@ def test_two_batches_of_the_same_keys_in_opposite_orders_never_deadlock(later_db
     dialect = dialect_for(alias)
     if dialect.single_writer:
         pytest.skip("one writer at a time: two transactions never hold a key each")
-    insert = dialect.jobs.job_insert_unique
+    insert = dialect.enqueue.insert_unique
     first_done = {"forward": threading.Event(), "reversed": threading.Event()}
 
     def waits_for_a_lock(cursor) -> bool:
@@ -88,7 +88,7 @@ def test_two_batches_of_the_same_keys_in_opposite_orders_never_deadlock(later_db
             )
         return inserted
 
-    monkeypatch.setattr(dialect.jobs, "job_insert_unique", held_open)
+    monkeypatch.setattr(dialect.enqueue, "insert_unique", held_open)
     accounts = {"forward": [1, 2], "reversed": [2, 1]}
     returned: dict[str, list[later.JobId]] = {}
     errors: dict[str, BaseException] = {}

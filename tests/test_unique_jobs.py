@@ -294,7 +294,7 @@ def test_retrying_a_failed_unique_job_waits_until_its_key_is_free(later_db):
 
     def retry() -> int | None:
         with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
-            return dialect.jobs.job_retry_failed(c, namespace="default", job_id=failed)
+            return dialect.control.retry_failed(c, namespace="default", job_id=failed)
 
     assert retry() is None
     assert later_db.stage_of(failed) == "failed"

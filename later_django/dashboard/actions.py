@@ -122,9 +122,9 @@ def _apply_one(
         try:
             with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
                 if action == "run_now":
-                    changed = dialect.jobs.job_run_now(cursor, namespace=namespace, job_id=job_id)
+                    changed = dialect.control.run_now(cursor, namespace=namespace, job_id=job_id)
                 else:
-                    revived = dialect.jobs.job_retry_failed(
+                    revived = dialect.control.retry_failed(
                         cursor, namespace=namespace, job_id=job_id
                     )
                     changed = revived is not None

@@ -2,10 +2,15 @@
 
 A dialect is one store per concern, each a small interface over the
 statements of its db/sql/ module, written once for both vendors where they
-agree:
+agree. Four stores share ``later_job``, one per part of a job's life:
 
-    jobs        the job engine: enqueue, claim, complete, renew, rescue,
-                maintenance, an operator's actions (db/jobs.py)
+    enqueue     inserts of jobs, and settling a child after its commit
+                (db/enqueue.py)
+    hot         the worker's claims, completions and fenced writes
+                (db/hot.py)
+    control     an operator's or a caller's actions on a job (db/control.py)
+    upkeep      maintenance: due jobs, stuck jobs, orphans, pruning,
+                counters (db/upkeep.py)
     schedules   recurring jobs and their occurrences (db/schedules.py)
     partitions  topics, sequences, partition leases and heads (db/partitions.py)
     log         the retained log (db/retained_log.py)
@@ -15,11 +20,14 @@ agree:
     cluster     servers, the maintenance gate, named leases (db/cluster.py)
 
 What differs per vendor is a subclass of a store (the vendor's module says
-which) or a capability flag below; a store that needs another's operations
-is given that store, never reaches past it. Operations on the database as a
-whole (schema, file, clock) are the dialect's own. Each runs on a cursor of
-the LATER database, and the caller owns the transaction. db/ imports no
-runtime code.
+which), a capability flag below, or the vendor's SQL (statements.VendorSql).
+A store that needs another's operations is given that store, never reaches
+past it; what several stores run alike is a function they share (failing a
+job's waiting descendants: db/descendants.py), not a call into one of them.
+Operations on the database as a whole (schema, file, clock) are the
+dialect's own. Each runs on a cursor of the LATER database, and the caller
+owns the transaction. db/ imports no runtime code: what a setting decides
+(LATER["PREPARED_STATEMENTS"]) reaches it as a value of each call.
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.cluster import Cluster
-from later_django.db.jobs import JobEngine
+from later_django.db.control import ControlStore
+from later_django.db.enqueue import EnqueueStore
+from later_django.db.hot import HotStore
 from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.reads import ReadModels
@@ -40,13 +50,14 @@ from later_django.db.schedules import ScheduleStore
 from later_django.db.sql import TABLES as TABLES
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.statements import Statements, VendorSql
+from later_django.db.upkeep import UpkeepStore
 
 # Operations a vendor implements exactly when it declares the capability,
 # and nobody calls otherwise: (flag, where, names).
 CAPABILITY_OPERATIONS: Final = (
     ("supports_change_counter", "dialect", ("change_counter",)),
     ("needs_vacuum", "dialect", ("vacuum",)),
-    ("supports_async_connection", "jobs", ("ajob_claim", "ajob_complete_many")),
+    ("supports_async_connection", "hot", ("aclaim", "acomplete_many")),
     ("supports_async_connection", "limits", ("aclaim_limited",)),
     (
         "supports_async_connection",
@@ -70,23 +81,27 @@ class Dialect(abc.ABC):
     # committed? The worker then watches it between polls.
     supports_change_counter: ClassVar[bool] = False
     # (*) Do the worker's claims and completions run on an asyncio connection
-    # of its own (jobs.ajob_claim, jobs.ajob_complete_many,
-    # limits.aclaim_limited, and the partitions' apartition_*)? Else they run
-    # inline on a connection that never waits for a lock.
+    # of its own (hot.aclaim, hot.acomplete_many, limits.aclaim_limited, and
+    # the partitions' apartition_*)? Else they run inline on a connection
+    # that never waits for a lock.
     supports_async_connection: ClassVar[bool] = False
     # Does the database take one writer at a time? Then a server writes
     # through one connection (two of its own would only wait on each other's
     # lock), and nothing commits between a continuation's insert and its
-    # transaction's commit, so none needs job_settle_child after it.
+    # transaction's commit, so none needs enqueue.settle_child after it.
     single_writer: ClassVar[bool] = False
     # (*) Does the database file need VACUUM from time to time (vacuum())?
     needs_vacuum: ClassVar[bool] = False
 
     # -- what the vendor brings -------------------------------------------------------
-    # The SQL fragments its statements are rendered with.
+    # The SQL fragments its statements are rendered with, and its walks of a
+    # job's descendants.
     vendor_sql: ClassVar[VendorSql]
-    # Its job engine, and its partition store where it has one of its own.
-    job_engine: ClassVar[type[JobEngine]]
+    # Its stores of job rows whose statements differ (control's do not).
+    enqueue_store: ClassVar[type[EnqueueStore]]
+    hot_store: ClassVar[type[HotStore]]
+    upkeep_store: ClassVar[type[UpkeepStore]]
+    # Its partition and log stores where it has ones of its own.
     partition_store: ClassVar[type[PartitionStore]] = PartitionStore
     log_store: ClassVar[type[LogStore]] = LogStore
     # Its store of limited claims (db/limits.py).
@@ -95,9 +110,12 @@ class Dialect(abc.ABC):
     def __init__(self) -> None:
         sql = Statements(self.vendor_sql)
         self._sql = sql
-        self.jobs: JobEngine = self.job_engine(sql)
-        self.schedules = ScheduleStore(sql, self.jobs)
-        self.partitions: PartitionStore = self.partition_store(sql, self.jobs)
+        self.enqueue: EnqueueStore = self.enqueue_store(sql)
+        self.hot: HotStore = self.hot_store(sql)
+        self.control = ControlStore(sql)
+        self.upkeep: UpkeepStore = self.upkeep_store(sql)
+        self.schedules = ScheduleStore(sql)
+        self.partitions: PartitionStore = self.partition_store(sql, self.enqueue, self.hot)
         self.log = self.log_store(sql)
         self.limits: LimitStore = self.limit_store(sql)
         self.reads = ReadModels(sql)
@@ -107,7 +125,7 @@ class Dialect(abc.ABC):
         super().__init_subclass__(**kwargs)
         bases = {
             "dialect": (cls, Dialect),
-            "jobs": (cls.job_engine, JobEngine),
+            "hot": (cls.hot_store, HotStore),
             "limits": (cls.limit_store, LimitStore),
             "partitions": (cls.partition_store, PartitionStore),
         }

@@ -2,7 +2,7 @@
 
 A queue with a rate limit or a type with a concurrency key is claimed here,
 in one transaction; a queue with neither never comes here (its claim is
-the job engine's plain one). The steps of a claim are written once, as a
+the hot path's plain one, db/hot.py). The steps of a claim are written once, as a
 generator of statements that a sync cursor (SQLite's inline session, a
 Django cursor) or PostgreSQL's asyncio connection runs.
 """
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.jobs import queue_filter_params
+from later_django.db.hot import queue_filter_params
 from later_django.db.rows import (
     ClaimRequest,
     LimitedClaim,
@@ -122,10 +122,12 @@ class LimitStore(Operations, abc.ABC):
             return done.value  # type: ignore[no-any-return]  # the generator's LimitedClaim
 
     async def aclaim_limited(
-        self, conn: AsyncConnection[Any], request: LimitedClaimRequest
+        self, conn: AsyncConnection[Any], request: LimitedClaimRequest, *, prepare: bool
     ) -> LimitedClaim:
         """(supports_async_connection) claim_limited on the worker's asyncio
-        connection, in a transaction of its own."""
+        connection, in a transaction of its own; ``prepare``: whether its
+        statements are prepared on the server (LATER["PREPARED_STATEMENTS"],
+        read by the caller)."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     # -- reads -----------------------------------------------------------------------------

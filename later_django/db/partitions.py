@@ -1,8 +1,8 @@
 """Sequential partition mode: registered topics (``later_topic``),
 sequences, partition jobs, the partition leases pollers hold, and what
 operators do to a partition (docs/how-to/partitions.md). A partition job's
-success and failure are the job engine's writes, behind the partition's
-fence."""
+insert as a fan-in child, and its success and failure, are the enqueue and
+hot stores' writes (given to this one), behind the partition's fence."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.jobs import JobEngine, continuation_params, option_columns
+from later_django.db.descendants import fail_descendants
+from later_django.db.enqueue import EnqueueStore, continuation_params, option_columns
+from later_django.db.hot import HotStore
 from later_django.db.rows import (
     ExtraColumns,
     HeadFailure,
@@ -42,9 +44,10 @@ class PartitionStore(Operations):
     # callers run them without a transaction of their own (else in one).
     writes_one_statement: ClassVar[bool] = False
 
-    def __init__(self, sql: Statements, jobs: JobEngine) -> None:
+    def __init__(self, sql: Statements, enqueue: EnqueueStore, hot: HotStore) -> None:
         super().__init__(sql)
-        self._jobs = jobs
+        self._enqueue = enqueue
+        self._hot = hot
 
     # -- topics ---------------------------------------------------------------------
     def topic_partitions(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:
@@ -85,7 +88,7 @@ class PartitionStore(Operations):
         extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
         if job.parents is not None:
             lane = ExtraColumns(columns=columns, values=extra)
-            return self._jobs.job_insert_fan_in(cursor, job, retention_ms, lane).stage
+            return self._enqueue.insert_fan_in(cursor, job, retention_ms, lane).stage
         if job.parent_id is None:
             cursor.execute(
                 self._sql(jobs_sql.job_insert(extra_columns=columns)),
@@ -113,24 +116,27 @@ class PartitionStore(Operations):
         return partition_heads(cursor.fetchall())
 
     async def apartition_heads(
-        self, conn: AsyncConnection[Any], *, namespace: str
+        self, conn: AsyncConnection[Any], *, namespace: str, prepare: bool
     ) -> list[PartitionHead]:
         """(supports_async_connection) partition_heads on the worker's
-        asyncio connection."""
+        asyncio connection; ``prepare``: whether the statement is prepared
+        on the server (LATER["PREPARED_STATEMENTS"], read by the caller)."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     async def apartition_claim(
-        self, conn: AsyncConnection[Any], request: PartitionClaimRequest
+        self, conn: AsyncConnection[Any], request: PartitionClaimRequest, *, prepare: bool
     ) -> PartitionClaim | None:
         """(supports_async_connection) partition_claim on the worker's
-        asyncio connection, in autocommit: one statement."""
+        asyncio connection, in autocommit: one statement; ``prepare`` as
+        apartition_heads'."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     async def apartition_complete_many(
-        self, conn: AsyncConnection[Any], batch: HeadSuccesses
+        self, conn: AsyncConnection[Any], batch: HeadSuccesses, *, prepare: bool
     ) -> HeadsStored:
         """(supports_async_connection) partition_complete_many on the worker's
-        asyncio connection, in autocommit: one statement."""
+        asyncio connection, in autocommit: one statement; ``prepare`` as
+        apartition_heads'."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
     def partition_claim(
@@ -183,7 +189,7 @@ class PartitionStore(Operations):
         held = [job for job in batch.heads if self.partition_fence(cursor, job.lane, owner=owner)]
         if not held:
             return HeadsStored([], 0, [])
-        completion = self._jobs.job_complete_many(
+        completion = self._hot.complete_many(
             cursor,
             SuccessBatch(
                 owner=batch.owner,
@@ -276,7 +282,7 @@ class PartitionStore(Operations):
         if cursor.rowcount != 1:
             return None
         cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
-        self._jobs.job_fail_descendants(cursor, job_id=job_id, retention_ms=fail.retention_ms)
+        fail_descendants(self._sql, cursor, job_id=job_id, retention_ms=fail.retention_ms)
         return job_id
 
     def partition_truncate_history(

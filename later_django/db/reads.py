@@ -2,7 +2,7 @@
 triggers in the same transaction as every change of a job), the
 dashboard's figures and lists of jobs (docs/how-to/dashboard.md), and lookups.
 Both vendors run the same statements; the operator's actions on jobs are
-the job engine's (db/jobs.py)."""
+the control store's (db/control.py)."""
 
 from __future__ import annotations
 

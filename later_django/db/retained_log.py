@@ -48,10 +48,15 @@ class LogStore(Operations):
         needs no transaction of its own)?"""
         return False
 
-    def log_append(self, cursor: CursorWrapper, append: LogAppend) -> dict[int, int] | None:
+    def log_append(
+        self, cursor: CursorWrapper, append: LogAppend, *, prepare: bool
+    ) -> dict[int, int] | None:
         """Reserve offsets for ``append``'s records and store them; return
         each partition's first offset, or None, writing nothing, when the
         topic is not stored with ``append.partitions`` partitions.
+        ``prepare``: whether a vendor that can prepares a statement of one
+        append on the server (LATER["PREPARED_STATEMENTS"], read by the
+        caller).
 
         Here a statement per partition and per chunk of records: run it in a
         transaction (log_append_is_one_statement says whether it must be)."""

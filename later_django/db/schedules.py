@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.jobs import JobEngine
+from later_django.db.descendants import fail_descendants
 from later_django.db.rows import (
     DueSchedule,
     PartitionSlot,
@@ -17,7 +17,7 @@ from later_django.db.rows import (
     ScheduleWrite,
 )
 from later_django.db.sql import schedules as schedules_sql
-from later_django.db.statements import Operations, Statements
+from later_django.db.statements import Operations
 from later_django.queue_names import column_value, name_of
 from later_django.types import NewJob
 
@@ -27,10 +27,6 @@ DUE_BATCH = 100
 
 class ScheduleStore(Operations):
     """Registering, listing and firing schedules."""
-
-    def __init__(self, sql: Statements, jobs: JobEngine) -> None:
-        super().__init__(sql)
-        self._jobs = jobs
 
     def schedule_save(self, cursor: CursorWrapper, write: ScheduleWrite) -> bool:
         """Register or update a schedule; return True when it is new or its
@@ -160,7 +156,7 @@ class ScheduleStore(Operations):
         self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
     ) -> int:
         """Cancel the occurrences of schedule ``key`` enqueued ahead and not
-        due yet, and fail their waiting descendants, as job_cancel does; return
+        due yet, and fail their waiting descendants, as control.cancel does; return
         how many were cancelled. Run in one transaction."""
         cursor.execute(
             self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
@@ -168,5 +164,5 @@ class ScheduleStore(Operations):
         )
         cancelled = [row[0] for row in cursor.fetchall()]
         for job_id in cancelled:
-            self._jobs.job_fail_descendants(cursor, job_id=job_id, retention_ms=retention_ms)
+            fail_descendants(self._sql, cursor, job_id=job_id, retention_ms=retention_ms)
         return len(cancelled)

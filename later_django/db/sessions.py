@@ -63,9 +63,11 @@ class PostgresSession:
     database restart or an abandoned hung statement heals without a thread.
     Once close() ran, calls raise SessionClosed instead of reconnecting."""
 
-    def __init__(self, alias: str, dialect: Dialect) -> None:
+    def __init__(self, alias: str, dialect: Dialect, *, prepare: bool) -> None:
         self.alias = alias
         self.dialect = dialect
+        # Whether the statements run here are prepared on the server.
+        self.prepare = prepare
         self._conn: AsyncConnection[Any] | None = None
         self._lock = asyncio.Lock()
         self.closed = False
@@ -229,34 +231,42 @@ class _QmarkCursor:
 class WorkerSessions:
     """Where a server's claims, or its completions, run (one connection each).
 
-    Times are the database's: each statement reads its clock when it runs."""
+    Times are the database's: each statement reads its clock when it runs.
+    ``prepare``: whether the statements of an asyncio connection are
+    prepared on the server (the server's LATER["PREPARED_STATEMENTS"], read
+    when it builds its sessions: db/ reads no settings)."""
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, *, prepare: bool) -> None:
         dialect = dialect_for(alias)
         self.dialect = dialect
         self.postgres = (
-            PostgresSession(alias, dialect) if dialect.supports_async_connection else None
+            PostgresSession(alias, dialect, prepare=prepare)
+            if dialect.supports_async_connection
+            else None
         )
         self.sqlite = SqliteSession(alias, dialect) if self.postgres is None else None
 
     async def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Claim the ready jobs ``request`` asks for."""
-        if self.postgres is not None:
+        if (pg := self.postgres) is not None:
+            prepare = pg.prepare
 
             async def claim(d: Dialect, conn: AsyncConnection[Any]) -> list[ClaimedJob]:
                 # A plain AsyncCursor binds on the server, so statements can be prepared.
                 async with conn.cursor() as cursor:
-                    return await d.jobs.ajob_claim(cursor, request)
+                    return await d.hot.aclaim(cursor, request, prepare=prepare)
 
-            return await self.postgres.run(claim)
+            return await pg.run(claim)
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.jobs.job_claim(c, request))
+        return await self.sqlite.run(lambda d, c: d.hot.claim(c, request))
 
     async def claim_limited(self, request: LimitedClaimRequest) -> LimitedClaim:
         """Claim what ``request`` asks for on a queue with limits, in a
         transaction of its own (db/limits.py)."""
-        if self.postgres is not None:
-            return await self.postgres.run(lambda d, conn: d.limits.aclaim_limited(conn, request))
+        if (pg := self.postgres) is not None:
+            return await pg.run(
+                lambda d, conn: d.limits.aclaim_limited(conn, request, prepare=pg.prepare)
+            )
         assert self.sqlite is not None
         # A keyed claim is one statement; a rate-limited one reads and counts
         # the window around its claim, under one write lock.
@@ -276,17 +286,21 @@ class WorkerSessions:
         """Store the successes of the claims ``jobs`` (id, attempt) that
         ``owner`` still holds, and the ``results`` of those that are task jobs."""
         batch = SuccessBatch(owner=owner, jobs=jobs, retention_ms=retention_ms, results=results)
-        if self.postgres is not None:
-            return await self.postgres.run(lambda d, conn: d.jobs.ajob_complete_many(conn, batch))
+        if (pg := self.postgres) is not None:
+            return await pg.run(
+                lambda d, conn: d.hot.acomplete_many(conn, batch, prepare=pg.prepare)
+            )
         assert self.sqlite is not None
-        return await self.sqlite.run(lambda d, c: d.jobs.job_complete_many(c, batch), atomic=True)
+        return await self.sqlite.run(lambda d, c: d.hot.complete_many(c, batch), atomic=True)
 
     # -- partition heads (worker/partitions.py) -----------------------------------------
     async def partition_heads(self, *, namespace: str) -> list[PartitionHead]:
         """Every partition of ``namespace`` that has had a job, with its head."""
-        if self.postgres is not None:
-            return await self.postgres.run(
-                lambda d, conn: d.partitions.apartition_heads(conn, namespace=namespace)
+        if (pg := self.postgres) is not None:
+            return await pg.run(
+                lambda d, conn: d.partitions.apartition_heads(
+                    conn, namespace=namespace, prepare=pg.prepare
+                )
             )
         assert self.sqlite is not None
         return await self.sqlite.run(
@@ -295,9 +309,9 @@ class WorkerSessions:
 
     async def partition_claim(self, request: PartitionClaimRequest) -> PartitionClaim | None:
         """Take or keep a partition's lease and claim its ready head."""
-        if self.postgres is not None:
-            return await self.postgres.run(
-                lambda d, conn: d.partitions.apartition_claim(conn, request)
+        if (pg := self.postgres) is not None:
+            return await pg.run(
+                lambda d, conn: d.partitions.apartition_claim(conn, request, prepare=pg.prepare)
             )
         assert self.sqlite is not None
         return await self.sqlite.run(
@@ -307,9 +321,11 @@ class WorkerSessions:
     async def partition_complete_many(self, batch: HeadSuccesses) -> HeadsStored:
         """Store partition heads' successes behind their claims and their
         partitions' fences, claiming the next heads ``batch.chain`` asks for."""
-        if self.postgres is not None:
-            return await self.postgres.run(
-                lambda d, conn: d.partitions.apartition_complete_many(conn, batch)
+        if (pg := self.postgres) is not None:
+            return await pg.run(
+                lambda d, conn: d.partitions.apartition_complete_many(
+                    conn, batch, prepare=pg.prepare
+                )
             )
         assert self.sqlite is not None
         return await self.sqlite.run(

@@ -18,19 +18,16 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import TABLES, Dialect
+from later_django.db.descendants import resolve_fan_in
+from later_django.db.enqueue import EnqueueStore, insert_statement, ready_now
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.jobs import (
-    JobEngine,
-    claims_params,
-    insert_one,
-    queue_filter_params,
-    ready_now,
-)
+from later_django.db.hot import HotStore, claims_params, queue_filter_params
 from later_django.db.limits import LimitStore
 from later_django.db.past_django import log_query, qmark, ready
 from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
 from later_django.db.sql import sqlite as sqlite_sql
-from later_django.db.statements import VendorSql, ids, pairs
+from later_django.db.statements import VendorSql, Walks, ids, pairs
+from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
 from later_django.states import Stage
 from later_django.types import ClaimedJob, NewJob
@@ -40,17 +37,14 @@ INSERT_BATCH_SIZE: Final = 1000
 ENQUEUED: Final = Stage.ENQUEUED.value
 
 
-class SqliteJobEngine(JobEngine):
-    fail_descendants_sql: ClassVar[str] = sqlite_sql.JOB_FAIL_DESCENDANTS_SQL
-    revive_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL
-    revive_keyless_descendants_sql: ClassVar[str] = sqlite_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL
+class SqliteEnqueue(EnqueueStore):
     # The insert of a job due now, rendered on first use (most enqueues run it).
     _ready_insert: str | None = None
 
-    # -- enqueue ---------------------------------------------------------------------------
-    def job_insert_one(self, db: BaseDatabaseWrapper, job: NewJob) -> str:
+    def insert_one(self, db: BaseDatabaseWrapper, job: NewJob, *, prepare: bool) -> str:
         # Straight on the sqlite3 connection under Django's (the same
         # session and transaction): Django's cursor would add a fifth.
+        # (``prepare`` is PostgreSQL's: sqlite3 caches its statements itself.)
         ready(db)
         if ready_now(job):
             insert = self._ready_insert
@@ -61,7 +55,7 @@ class SqliteJobEngine(JobEngine):
                 db.connection.execute(insert, job[:6])
             log_query(db, insert, started)
             return ENQUEUED
-        template, params = insert_one(job)
+        template, params = insert_statement(job)
         insert = qmark(self._sql(template))
         started = time.monotonic()
         with db.wrap_database_errors:
@@ -69,7 +63,7 @@ class SqliteJobEngine(JobEngine):
         log_query(db, insert, started)
         return str(row[0])
 
-    def job_insert_many(
+    def insert_many(
         self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob], *, queued: bool = False
     ) -> None:
         # One multi-row INSERT per batch.
@@ -89,19 +83,17 @@ class SqliteJobEngine(JobEngine):
                 values = ", ".join([row] * len(batch))
                 cursor.execute(self._sql(insert, values=values), params)
 
-    # -- the worker's hot path, inline (db/sessions.py) ------------------------------------
-    def job_claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+
+class SqliteHot(HotStore):
+    # The worker runs these inline (db/sessions.py).
+    def claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
         cursor.execute(
             self._sql(sqlite_sql.JOB_CLAIM_SQL),
             [request.owner, request.lease_ms, *queue_filter_params(request), request.limit],
         )
         return claimed_jobs(cursor.fetchall())
 
-    def job_complete_many(
-        self,
-        cursor: CursorWrapper,
-        batch: SuccessBatch,
-    ) -> Completion:
+    def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
         jobs, owner = batch.jobs, batch.owner
         if not jobs:
             return Completion(done_ids=[], released=0)
@@ -130,11 +122,13 @@ class SqliteJobEngine(JobEngine):
             released = int(cursor.rowcount)
         fan_in = [str(job_id) for job_id, fan_in in children if fan_in]
         if fan_in:
-            released += self._resolve_fan_in(
-                cursor, fan_in, retention_ms=batch.retention_ms
+            released += resolve_fan_in(
+                self._sql, cursor, fan_in, retention_ms=batch.retention_ms
             ).released
         return Completion(done_ids=done, released=released)
 
+
+class SqliteUpkeep(UpkeepStore):
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # The triggers keep one row per stage already: nothing to fold.
         return 0
@@ -158,8 +152,18 @@ class SqliteDialect(Dialect):
     single_writer: ClassVar[bool] = True
     supports_change_counter: ClassVar[bool] = True
     needs_vacuum: ClassVar[bool] = True
-    vendor_sql: ClassVar[VendorSql] = VendorSql(now=sqlite_sql.NOW_SQL, greatest="MAX")
-    job_engine: ClassVar[type[JobEngine]] = SqliteJobEngine
+    vendor_sql: ClassVar[VendorSql] = VendorSql(
+        now=sqlite_sql.NOW_SQL,
+        walks=Walks(
+            fail=sqlite_sql.JOB_FAIL_DESCENDANTS_SQL,
+            revive=sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL,
+            revive_keyless=sqlite_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL,
+        ),
+        greatest="MAX",
+    )
+    enqueue_store: ClassVar[type[EnqueueStore]] = SqliteEnqueue
+    hot_store: ClassVar[type[HotStore]] = SqliteHot
+    upkeep_store: ClassVar[type[UpkeepStore]] = SqliteUpkeep
     limit_store: ClassVar[type[LimitStore]] = SqliteLimitStore
 
     # -- schema ----------------------------------------------------------------------------

@@ -8,13 +8,30 @@ from dataclasses import dataclass
 from later_django.db.sql import STAMP, compose, fill
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Walks:
+    """A vendor's walks of a job's descendants by both links, parent_id and
+    later_fan_in (db/sql/fan_in.py): each vendor writes the recursion its
+    own way. Several stores run them (db/descendants.py)."""
+
+    # Fail the waiting descendants of a job.
+    fail: str
+    # Make the descendants that failed because a job failed wait for it again.
+    revive: str
+    # revive's form for those without a unique key only.
+    revive_keyless: str
+
+
 @dataclass(frozen=True, slots=True)
 class VendorSql:
-    """A vendor's SQL fragments: what the vendor markers of db/sql/ become."""
+    """A vendor's SQL fragments: what the vendor markers of db/sql/ become;
+    and its walks of a job's descendants, the statements several stores
+    share that only the vendor can write."""
 
     # The database's clock as epoch milliseconds, one value for the whole
     # statement ({now}).
     now: str
+    walks: Walks
     # The larger of two values ({greatest}).
     greatest: str = "GREATEST"
     # Appended to SELECTs that pick rows to change, where the vendor locks
@@ -40,6 +57,9 @@ class Statements:
             "for_update": vendor.for_update,
         }
         self._rendered: dict[str, str] = {}
+        # The vendor's walks of a job's descendants (templates, rendered as
+        # any other).
+        self.walks = vendor.walks
 
     def __call__(self, template: str, **per_call: str) -> str:
         """``template`` with the vendor's fragments, then the ``per_call``

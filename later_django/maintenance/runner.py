@@ -115,7 +115,7 @@ class Maintenance:
         namespace = self.ctx.namespace
 
         def next_due_in(dialect: Dialect, cursor: CursorWrapper) -> int | None:
-            return dialect.jobs.job_next_due_in(cursor, namespace=namespace)
+            return dialect.upkeep.next_due_in(cursor, namespace=namespace)
 
         due_in = await self.store.run(self.pool, next_due_in)
         if due_in is not None:

@@ -64,7 +64,7 @@ def promote_due(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> in
     """Delayed and retry-waiting jobs whose time has come become enqueued."""
     total = 0
     for _ in range(MAX_ROUNDS):
-        n = dialect.jobs.job_promote_due(cursor, namespace=ctx.namespace, limit=BATCH)
+        n = dialect.upkeep.promote_due(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
@@ -90,7 +90,7 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
     "Expired" is judged on the database's clock, so a host whose own clock
     runs ahead never takes a live job from its owner."""
     rescued = 0
-    for job in dialect.jobs.job_stuck(
+    for job in dialect.upkeep.stuck(
         cursor, namespace=ctx.namespace, expired_for_ms=ctx.stuck_grace_ms, limit=BATCH
     ):
         delay = _policy_for(job.type_name, job.retry_policy).next_delay(job.attempt)
@@ -103,14 +103,14 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                 pass
             elif delay is None:
                 failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
-                done = "failed" if dialect.jobs.job_fail(cursor, fence, failure) else None
+                done = "failed" if dialect.hot.fail(cursor, fence, failure) else None
             else:
                 delay_ms = int(delay.total_seconds() * 1000)
                 retry = RetryWrite(delay_ms=delay_ms, error=LEASE_EXPIRED)
-                done = "retrying" if dialect.jobs.job_retry(cursor, fence, retry) else None
+                done = "retrying" if dialect.hot.retry(cursor, fence, retry) else None
             # A cancel requested since the look above refuses the retry or
             # the failure: the job ends cancelled.
-            if not done and dialect.jobs.job_cancel_running(cursor, fence, ctx.retention_ms):
+            if not done and dialect.hot.cancel_running(cursor, fence, ctx.retention_ms):
                 done = "cancelled"
         if done:
             rescued += 1
@@ -127,10 +127,10 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
 
 def resolve_orphans(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Backstop: waiting continuations whose parent already finished are resolved."""
-    orphans = dialect.jobs.job_orphans(cursor, namespace=ctx.namespace, limit=BATCH)
+    orphans = dialect.upkeep.orphans(cursor, namespace=ctx.namespace, limit=BATCH)
     for orphan in orphans:
         with transaction.atomic(using=ctx.alias):
-            dialect.jobs.job_resolve_orphan(cursor, orphan, retention_ms=ctx.retention_ms)
+            dialect.upkeep.resolve_orphan(cursor, orphan, retention_ms=ctx.retention_ms)
     return len(orphans)
 
 
@@ -139,7 +139,7 @@ def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> 
     total = 0
     for _ in range(MAX_ROUNDS):
         with transaction.atomic(using=ctx.alias):
-            n = dialect.jobs.job_prune(cursor, namespace=ctx.namespace, limit=BATCH)
+            n = dialect.upkeep.prune(cursor, namespace=ctx.namespace, limit=BATCH)
         total += n
         if n < BATCH:
             break
@@ -152,7 +152,7 @@ def prune_expired(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> 
 def compact_counters(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:
     """Fold the per-stage counter rows (PostgreSQL appends one per write)."""
     with transaction.atomic(using=ctx.alias):
-        return dialect.jobs.counter_compact(cursor, namespace=ctx.namespace)
+        return dialect.upkeep.counter_compact(cursor, namespace=ctx.namespace)
 
 
 def vacuum(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> int:

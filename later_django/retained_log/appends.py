@@ -81,7 +81,7 @@ def _write(
     one = dialect_for(conf.database).log.log_append_is_one_statement(len(pairs))
     with session(atomic=not one) as s:
         append = LogAppend(namespace=s.namespace, topic=topic, partitions=partitions, groups=groups)
-        firsts = s.dialect.log.log_append(s.cursor, append)
+        firsts = s.dialect.log.log_append(s.cursor, append, prepare=conf.prepared_statements)
     if firsts is None:
         return None
     placed: list[tuple[int, int]] = [(0, 0)] * len(pairs)

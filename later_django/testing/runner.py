@@ -1,7 +1,7 @@
 """drain(): run every due job in the calling thread, on its own connection.
 
 For users' test suites. The claim, the completion, the retry and failure
-writes and the outcome of each run are the worker's own (db/jobs.py,
+writes and the outcome of each run are the worker's own (db/hot.py,
 worker/executor.py, worker/completer.py, and worker/atomic.py for an atomic
 job's run and success); only where the handler runs differs: here, in the
 caller's thread and transaction, one job at a time.
@@ -163,21 +163,21 @@ class _Drain:
                 queue=queue,
             )
             with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
-                claimed = self.dialect.jobs.job_claim(cursor, request)
+                claimed = self.dialect.hot.claim(cursor, request)
             if claimed:
                 return claimed[0]
         return None
 
     def _promote_due(self) -> int:
         with transaction.atomic(using=self.alias), connections[self.alias].cursor() as cursor:
-            return self.dialect.jobs.job_promote_due(
+            return self.dialect.upkeep.promote_due(
                 cursor, namespace=self.namespace, limit=PROMOTE_BATCH
             )
 
     def _ready_exists(self) -> bool:
         with connections[self.alias].cursor() as cursor:
             return any(
-                self.dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
+                self.dialect.hot.ready_exists(cursor, namespace=self.namespace, queue=queue)
                 for queue in self.queues
             )
 
@@ -189,7 +189,7 @@ class _Drain:
             if outcome.kind == "succeeded":
                 done = (
                     job.id
-                    in self.dialect.jobs.job_complete_many(
+                    in self.dialect.hot.complete_many(
                         cursor,
                         SuccessBatch(
                             owner=self.owner,

@@ -89,6 +89,7 @@ def build_parts(plan: ServerPlan) -> Parts:
         wake=PartitionWakeup(),
         partition_lease_ms=conf.millis("PARTITION_LEASE_DURATION"),
         server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
+        prepare=plan.prepare,
     )
     wakes = {name: Wakeup() for name in plan.served}
     notifier = _notifier(plan, store, wakes, partitions)
@@ -173,6 +174,7 @@ def _completer(
         maintenance=maintenance,
         lanes=lanes,
         outcomes=outcomes,
+        prepare=plan.prepare,
     )
 
 
@@ -198,6 +200,7 @@ def _queues(
             wake=wakes[name],
             queue=name,
             limits=plan.limits.get(name),
+            prepare=plan.prepare,
         )
         # Workers are numbered across queues, so logs and metrics tell them apart.
         first_id = sum(queue.workers for queue in queues)

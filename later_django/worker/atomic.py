@@ -118,7 +118,7 @@ class AtomicRunner:
         if job.lane is not None:
             done = PartitionCompletion(job=job, owner=self.owner, retention_ms=self.retention_ms)
             return Committed(stored=dialect.partitions.partition_complete(cursor, done))
-        completion = dialect.jobs.job_complete_many(
+        completion = dialect.hot.complete_many(
             cursor,
             SuccessBatch(
                 owner=self.owner, jobs=[(job.id, job.attempts)], retention_ms=self.retention_ms

@@ -48,6 +48,7 @@ class Claimer:
         pool: ThreadPoolExecutor,
         leases: LeaseBook,
         wake: Wakeup,
+        prepare: bool,
         queue: str = "default",
         limits: QueueLimits | None = None,
     ) -> None:
@@ -59,7 +60,7 @@ class Claimer:
         self.pool = pool
         self.leases = leases
         self.wake = wake
-        self.sessions = WorkerSessions(alias)
+        self.sessions = WorkerSessions(alias, prepare=prepare)
         self._spares: deque[ClaimedJob] = deque()
         # The limits its claims keep; None: the plain claim.
         self.limits = limits
@@ -215,9 +216,7 @@ class Claimer:
             # to were held before ``sent`` and none can have lost its lease
             # so soon, so none is given back wrongly.
             within_ms = int((time.monotonic() - sent) * 1000) + SINCE_MARGIN_MS
-            return list(
-                dialect.jobs.job_claimed_since(cursor, self._request(0), within_ms=within_ms)
-            )
+            return list(dialect.hot.claimed_since(cursor, self._request(0), within_ms=within_ms))
 
         claims = await self.store.run(self.pool, since_sent)
         # Read here, on the loop: no claim of this server runs meanwhile.
@@ -234,7 +233,7 @@ class Claimer:
 
     def _unclaim(self, job_id: str, attempts: int, dialect: Any, cursor: Any) -> bool:
         fence = OwnerFence(job_id=job_id, attempts=attempts, owner=self.owner)
-        return bool(dialect.jobs.job_unclaim(cursor, fence))
+        return bool(dialect.hot.unclaim(cursor, fence))
 
     def hung_since(self) -> float | None:
         """When the shared claim now in the database started, if one is."""

@@ -80,6 +80,7 @@ class Completer:
         maintenance: Maintenance,
         lanes: Lanes,
         outcomes: OutcomeCounts,
+        prepare: bool,
     ) -> None:
         self.owner = owner
         self.retention_ms = retention_ms
@@ -88,7 +89,7 @@ class Completer:
         self.leases = leases
         self.wake = wake
         self.maintenance = maintenance
-        self.sessions = WorkerSessions(alias)
+        self.sessions = WorkerSessions(alias, prepare=prepare)
         # Partition heads' ends: their partition may run its next head.
         self.lanes = lanes
         self.outcomes = outcomes  # stored since the last status line
@@ -275,7 +276,7 @@ class Completer:
         out)."""
         claim = (job.id, job.attempts)
         try:
-            left = await self.store.run(self.pool, lambda d, c: d.jobs.job_stage_after(c, claim))
+            left = await self.store.run(self.pool, lambda d, c: d.hot.stage_after(c, claim))
         except Exception as exc:  # noqa: BLE001  reported as discarded, as before
             logger.warning("could not read what job %s stored: %s", job.id, exc)
             return None

@@ -106,9 +106,7 @@ class LeaseBook:
         renewed = set(
             await self.store.run(
                 self.pool,
-                lambda d, c: d.jobs.job_renew(
-                    c, owner=self.owner, jobs=held, lease_ms=self.lease_ms
-                ),
+                lambda d, c: d.hot.renew(c, owner=self.owner, jobs=held, lease_ms=self.lease_ms),
             )
         )
         until = sent + self.confirmed_for
@@ -165,7 +163,7 @@ class LeaseBook:
             try:
                 asked = await self.store.run(
                     self.pool,
-                    lambda d, c: d.jobs.job_cancel_requested(
+                    lambda d, c: d.hot.cancel_requested(
                         c, namespace=self.namespace, owner=self.owner
                     ),
                 )

@@ -220,7 +220,7 @@ class Notifier:
     def _ready(self, queue: str, dialect: Dialect, cursor: CursorWrapper) -> bool:
         if queue in self.keyed:
             return dialect.limits.keyed_ready_exists(cursor, namespace=self.namespace, queue=queue)
-        return dialect.jobs.job_ready_exists(cursor, namespace=self.namespace, queue=queue)
+        return dialect.hot.ready_exists(cursor, namespace=self.namespace, queue=queue)
 
     async def _watch_forever(self) -> None:
         session = SqliteSession(self.alias, dialect_for(self.alias))

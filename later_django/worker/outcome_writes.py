@@ -32,24 +32,24 @@ def store_failure(
     with it."""
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
     if outcome.kind == "snoozed":
-        done = dialect.jobs.job_snooze(cursor, fence, outcome.delay_ms or 0)
+        done = dialect.hot.snooze(cursor, fence, outcome.delay_ms or 0)
     elif outcome.kind == "retry":
         retry = RetryWrite(
             delay_ms=outcome.delay_ms or 0,
             error=outcome.error,
             retry_policy=outcome.resolved_policy,
         )
-        done = dialect.jobs.job_retry(cursor, fence, retry)
+        done = dialect.hot.retry(cursor, fence, retry)
     elif outcome.kind == "failed":
         failure = FailureWrite(error=outcome.error, retention_ms=retention_ms)
-        done = dialect.jobs.job_fail(cursor, fence, failure)
+        done = dialect.hot.fail(cursor, fence, failure)
     else:
         done = False  # "cancelled": stored below
     stored = outcome.kind if done else None
-    if stored is None and dialect.jobs.job_cancel_running(cursor, fence, retention_ms):
+    if stored is None and dialect.hot.cancel_running(cursor, fence, retention_ms):
         stored = "cancelled"
     if stored and outcome.attempt_end is not None:
-        dialect.jobs.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
+        dialect.hot.task_results_write(cursor, owner=owner, ends=[outcome.attempt_end])
     return stored
 
 

@@ -89,12 +89,13 @@ class PartitionClaimer:
         wake: PartitionWakeup,
         partition_lease_ms: int,
         server_ttl_ms: int,
+        prepare: bool,
     ) -> None:
         self.namespace = namespace
         self.owner = owner
         # Claims and looks for ready heads, on a connection of their own as
         # the claims of plain jobs; membership and releases on the store.
-        self.sessions = WorkerSessions(alias)
+        self.sessions = WorkerSessions(alias, prepare=prepare)
         self.store = store
         self.pool = pool
         self.leases = leases
@@ -263,7 +264,7 @@ class PartitionClaimer:
         claim = (job.id, job.attempts)
         fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
         try:
-            await self.store.run(self.pool, lambda d, c: d.jobs.job_unclaim(c, fence))
+            await self.store.run(self.pool, lambda d, c: d.hot.unclaim(c, fence))
         except Exception as exc:  # noqa: BLE001  its lease recovers it instead
             logger.warning("could not give back job %s: %s", job.id, exc)
         self.leases.release(claim)

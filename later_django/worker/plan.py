@@ -33,6 +33,9 @@ class ServerPlan:
     # What each served queue's claims keep (docs/how-to/rate-limits.md,
     # docs/how-to/concurrency-limits.md); a queue without limits claims plainly.
     limits: dict[str, QueueLimits]
+    # Whether the worker's own sessions prepare later's statements
+    # (PostgreSQL; LATER["PREPARED_STATEMENTS"]), as the settings say at start.
+    prepare: bool
 
 
 def plan_server(
@@ -72,6 +75,7 @@ def plan_server(
             shutdown_timeout if shutdown_timeout is not None else conf.seconds("SHUTDOWN_TIMEOUT")
         ),
         topics=bool(conf.TOPICS) or recurring_partitions() is not None,
+        prepare=conf.prepared_statements,
         limits={
             name: found
             for name in served

@@ -267,7 +267,7 @@ class WorkerPool:
         """Run ``job`` inside its span, continuing the span that enqueued it."""
         store, pool = self.completer.store, self.completer.pool
         try:
-            context = await store.run(pool, lambda d, c: d.jobs.job_trace_context(c, job_id=job.id))
+            context = await store.run(pool, lambda d, c: d.hot.trace_context(c, job_id=job.id))
         except Exception as exc:  # noqa: BLE001  the run matters more than its trace
             logger.debug("could not read the trace context of job %s: %s", job.id, exc)
             context = None

@@ -71,14 +71,14 @@ def new_job(**fields: Any) -> NewJob:
 
 def insert(later_db, **fields: Any) -> str:
     job = new_job(**fields)
-    dialect_for(later_db.alias).jobs.job_insert_one(connections[later_db.alias], job)
+    dialect_for(later_db.alias).enqueue.insert_one(connections[later_db.alias], job, prepare=True)
     return job.id
 
 
 def insert_child(later_db, parent: str, retention_ms: int = DAY_MS) -> tuple[str, str | None]:
     job = new_job(parent_id=parent)
     with cursor_of(later_db) as c:
-        stage = dialect_for(later_db.alias).jobs.job_insert_continuation(c, job, retention_ms)
+        stage = dialect_for(later_db.alias).enqueue.insert_continuation(c, job, retention_ms)
     return job.id, stage
 
 
@@ -88,7 +88,7 @@ def insert_fan_in(
     """A fan-in child of ``parents``, as enqueue writes it (one transaction)."""
     job = new_job(parent_id=parents[0], parents=tuple(parents), **fields)
     with cursor_of(later_db, atomic=True) as c:
-        inserted = dialect_for(later_db.alias).jobs.job_insert_fan_in(c, job, retention_ms)
+        inserted = dialect_for(later_db.alias).enqueue.insert_fan_in(c, job, retention_ms)
     return job.id, inserted
 
 
@@ -202,11 +202,11 @@ def claim(
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[ClaimedJob]:
             async with conn.cursor() as cursor:
-                return await dialect.jobs.ajob_claim(cursor, request)
+                return await dialect.hot.aclaim(cursor, request, prepare=True)
 
         return on_async_connection(later_db, op)  # type: ignore[no-any-return]
     with cursor_of(later_db) as c:
-        return dialect.jobs.job_claim(c, request)
+        return dialect.hot.claim(c, request)
 
 
 def complete(
@@ -222,10 +222,10 @@ def complete(
     batch = SuccessBatch(owner=owner, jobs=jobs, retention_ms=retention_ms, results=results or [])
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
-            later_db, lambda conn: dialect.jobs.ajob_complete_many(conn, batch)
+            later_db, lambda conn: dialect.hot.acomplete_many(conn, batch, prepare=True)
         )
     with cursor_of(later_db, atomic=True) as c:
-        return dialect.jobs.job_complete_many(c, batch)
+        return dialect.hot.complete_many(c, batch)
 
 
 def claim_one(later_db, job_id: str, **kwargs: Any) -> ClaimedJob:
@@ -287,7 +287,7 @@ def claim_head(later_db, owner: str, *, partition_lease_ms: int = LEASE_MS, lane
     dialect = dialect_for(later_db.alias)
     if dialect.supports_async_connection:
         return on_async_connection(
-            later_db, lambda conn: dialect.partitions.apartition_claim(conn, request)
+            later_db, lambda conn: dialect.partitions.apartition_claim(conn, request, prepare=True)
         )
     with cursor_of(later_db, atomic=True) as c:
         return dialect.partitions.partition_claim(c, request)
@@ -307,7 +307,8 @@ def complete_heads(later_db, batch: HeadSuccesses) -> HeadsStored:
     dialect = dialect_for(later_db.alias)
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
-            later_db, lambda conn: dialect.partitions.apartition_complete_many(conn, batch)
+            later_db,
+            lambda conn: dialect.partitions.apartition_complete_many(conn, batch, prepare=True),
         )
     with cursor_of(later_db, atomic=True) as c:
         return dialect.partitions.partition_complete_many(c, batch)
@@ -318,7 +319,8 @@ def heads_of(later_db) -> list[PartitionHead]:
     dialect = dialect_for(later_db.alias)
     if dialect.supports_async_connection:
         return on_async_connection(  # type: ignore[no-any-return]
-            later_db, lambda conn: dialect.partitions.apartition_heads(conn, namespace=NS)
+            later_db,
+            lambda conn: dialect.partitions.apartition_heads(conn, namespace=NS, prepare=True),
         )
     with cursor_of(later_db) as c:
         return dialect.partitions.partition_heads(c, namespace=NS)
@@ -346,6 +348,6 @@ def log_append(later_db, dialect, values: list[bytes], partition: int = 0) -> in
         groups=[(partition, [(b"k", v) for v in values])],
     )
     with cursor_of(later_db, atomic=True) as c:
-        firsts = dialect.log.log_append(c, append)
+        firsts = dialect.log.log_append(c, append, prepare=True)
     assert firsts is not None
     return firsts[partition] + len(values)

@@ -2,15 +2,17 @@
 
 COVERED names the operations of each store of a dialect ("dialect": its
 own). The modules of this package test them, one module a store
-(test_jobs.py, test_schedules.py, test_partitions.py, test_log.py,
-test_reads.py, test_cluster.py, test_limits.py; test_dialect.py the
-dialect's own). Each
-test calls the operations themselves on the test database (the
-``later_db`` fixture runs it once on SQLite and once on PostgreSQL) and
-asserts what they change and return: stages and their counters, the fence
-of every write made for a claim, and times read from the database's clock,
-never earlier than a row's previous change. A test branches or skips only
-on a capability flag of the dialect, never on its vendor.
+(test_enqueue.py, test_hot.py, test_control.py, test_upkeep.py,
+test_schedules.py, test_partitions.py, test_log.py, test_reads.py,
+test_cluster.py, test_limits.py; test_dialect.py the dialect's own;
+test_descendants.py the walks of db/descendants.py the stores share, which
+are functions, not operations of a store). Each test calls the operations
+themselves on the test database (the ``later_db`` fixture runs it once on
+SQLite and once on PostgreSQL) and asserts what they change and return:
+stages and their counters, the fence of every write made for a claim, and
+times read from the database's clock, never earlier than a row's previous
+change. A test branches or skips only on a capability flag of the dialect,
+never on its vendor.
 
 A new operation gets its tests in its store's module: the first tests here
 fail until COVERED names it, a test of this package calls it through its
@@ -29,7 +31,9 @@ import pytest
 import later_django
 from later_django.db.base import Dialect
 from later_django.db.cluster import Cluster
-from later_django.db.jobs import JobEngine
+from later_django.db.control import ControlStore
+from later_django.db.enqueue import EnqueueStore
+from later_django.db.hot import HotStore
 from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.postgresql import PostgresDialect
@@ -37,6 +41,7 @@ from later_django.db.reads import ReadModels
 from later_django.db.retained_log import LogStore
 from later_django.db.schedules import ScheduleStore
 from later_django.db.sqlite import SqliteDialect
+from later_django.db.upkeep import UpkeepStore
 
 # later's SQL on the two databases: Django's version changes nothing here, so
 # it runs in the first tox env only (tox.ini), which keeps CI within its time.
@@ -60,52 +65,55 @@ COVERED: dict[str, frozenset[str]] = {
             "announce_ready",
         }
     ),
-    "jobs": frozenset(
+    "enqueue": frozenset(
         {
-            # enqueue
-            "job_insert_one",
-            "job_insert_unique",
-            "job_insert_many",
-            "job_insert_continuation",
-            "job_settle_child",
-            "job_insert_fan_in",
-            "job_settle_fan_in",
-            "job_cancel",
-            # the worker's hot path (the asyncio pair: supports_async_connection)
-            "job_claim",
-            "job_complete_many",
-            "ajob_claim",
-            "ajob_complete_many",
-            # the worker's other writes, under the fence of a claim
-            "job_renew",
-            "job_unclaim",
-            "job_claimed_since",
-            "job_stage_after",
-            "job_retry",
-            "job_fail",
-            "job_fail_descendants",
-            "job_snooze",
-            # cancelling a running job
-            "job_cancel_requested",
-            "job_cancel_running",
-            # maintenance
-            "job_promote_due",
-            "job_stuck",
-            "job_orphans",
-            "job_resolve_orphan",
-            "job_prune",
-            "job_next_due_in",
-            "counter_compact",
+            "insert_one",
+            "insert_unique",
+            "insert_many",
+            "insert_continuation",
+            "insert_fan_in",
+            # settling a child after its commit
+            "settle_child",
+            "settle_fan_in",
             # tracing
-            "job_set_trace",
-            "job_trace_context",
-            # wake-ups
-            "job_ready_exists",
-            # an operator's actions
-            "job_retry_failed",
-            "job_run_now",
+            "set_trace",
+        }
+    ),
+    "hot": frozenset(
+        {
+            # claims and completions (the asyncio pair: supports_async_connection)
+            "claim",
+            "complete_many",
+            "aclaim",
+            "acomplete_many",
+            # the worker's other writes, under the fence of a claim
+            "renew",
+            "unclaim",
+            "claimed_since",
+            "stage_after",
+            "retry",
+            "fail",
+            "snooze",
+            # cancelling a running job
+            "cancel_requested",
+            "cancel_running",
+            # reads between claims: wake-ups, tracing
+            "ready_exists",
+            "trace_context",
             # the Django Tasks backend's results
             "task_results_write",
+        }
+    ),
+    "control": frozenset({"cancel", "retry_failed", "run_now"}),
+    "upkeep": frozenset(
+        {
+            "promote_due",
+            "next_due_in",
+            "stuck",
+            "orphans",
+            "resolve_orphan",
+            "prune",
+            "counter_compact",
         }
     ),
     "cluster": frozenset(
@@ -202,7 +210,10 @@ DIALECTS = (SqliteDialect(), PostgresDialect())
 # The classes that make up a store, on every vendor.
 STORE_BASES: dict[str, type] = {
     "dialect": Dialect,
-    "jobs": JobEngine,
+    "enqueue": EnqueueStore,
+    "hot": HotStore,
+    "control": ControlStore,
+    "upkeep": UpkeepStore,
     "cluster": Cluster,
     "schedules": ScheduleStore,
     "partitions": PartitionStore,
@@ -222,9 +233,9 @@ VENDOR_OPERATIONS = {
             "database_size",
         }
     ),
-    "jobs": frozenset(
-        {"job_insert_one", "job_insert_many", "job_claim", "job_complete_many", "counter_compact"}
-    ),
+    "enqueue": frozenset({"insert_one", "insert_many"}),
+    "hot": frozenset({"claim", "complete_many"}),
+    "upkeep": frozenset({"counter_compact"}),
     # The claim statement a limited claim runs: the vendor's own claims.
     "limits": frozenset({"_claim_statement"}),
 }
@@ -288,11 +299,15 @@ def test_store_vendor_operations_are_abstract():
 
 def test_stores_reach_each_other_only_through_what_they_are_given():
     """No store reaches past its interface: no "type: ignore" between
-    stores, and no vendor check outside the vendors' own modules."""
+    stores, no call of another store's private helpers, and no vendor check
+    outside the vendors' own modules."""
     db = PACKAGE / "db"
     for path in db.rglob("*.py"):
         text = path.read_text()
         assert "ignore[attr-defined]" not in text, path
+        # What stores share is a function (db/descendants.py), never another
+        # store's helper: a store given another calls its operations only.
+        assert not re.search(r"self\._[a-z]+\._", text), path
         if path.name not in {"postgresql.py", "sqlite.py", "__init__.py"}:
             assert not re.search(r"isinstance\([^)]*(Postgres|Sqlite)", text), path
             assert ".vendor ==" not in text, path
@@ -304,7 +319,9 @@ def test_each_dialect_runs_the_stores_it_declares():
     vendor's statements."""
     for dialect in DIALECTS:
         cls = type(dialect)
-        assert type(dialect.jobs) is cls.job_engine
+        assert type(dialect.enqueue) is cls.enqueue_store
+        assert type(dialect.hot) is cls.hot_store
+        assert type(dialect.upkeep) is cls.upkeep_store
         assert type(dialect.partitions) is cls.partition_store
         assert type(dialect.log) is cls.log_store
         assert type(dialect.limits) is cls.limit_store
@@ -314,16 +331,16 @@ def test_dialect_capability_flags_match_their_operations():
     """A vendor implements a gated operation exactly when it declares its
     flag: a dialect that breaks this cannot even be defined."""
     for dialect in DIALECTS:
-        cls, jobs = type(dialect), type(dialect.jobs)
+        cls, hot = type(dialect), type(dialect.hot)
         assert (cls.change_counter is not Dialect.change_counter) == cls.supports_change_counter
         assert (cls.vacuum is not Dialect.vacuum) == cls.needs_vacuum
         async_pair = {
             name
-            for name in ("ajob_claim", "ajob_complete_many")
-            if getattr(jobs, name) is not getattr(JobEngine, name)
+            for name in ("aclaim", "acomplete_many")
+            if getattr(hot, name) is not getattr(HotStore, name)
         }
-        assert (async_pair == {"ajob_claim", "ajob_complete_many"}) == cls.supports_async_connection
-        assert async_pair in (set(), {"ajob_claim", "ajob_complete_many"})
+        assert (async_pair == {"aclaim", "acomplete_many"}) == cls.supports_async_connection
+        assert async_pair in (set(), {"aclaim", "acomplete_many"})
         limits = type(dialect.limits)
         limited_async = limits.aclaim_limited is not LimitStore.aclaim_limited
         assert limited_async == cls.supports_async_connection
@@ -340,7 +357,7 @@ def test_dialect_capability_flags_match_their_operations():
         class NoCounter(SqliteDialect):
             supports_change_counter: ClassVar[bool] = False
 
-    with pytest.raises(TypeError, match="ajob_claim, ajob_complete_many"):
+    with pytest.raises(TypeError, match="aclaim, acomplete_many"):
 
         class NoAsync(SqliteDialect):
             supports_async_connection: ClassVar[bool] = True
@@ -356,3 +373,13 @@ def test_dialect_operations_take_grouped_arguments_and_return_no_bare_tuples():
             assert len(params) <= 3, (cls.__name__, name, params)
             returns = str(inspect.get_annotations(getattr(cls, name))["return"])
             assert not re.search(r"(?<![A-Za-z])tuple\[", returns), (cls.__name__, name, returns)
+
+
+def test_storage_reads_no_settings():
+    """db/ reads no LATER setting: what one decides reaches it as a value
+    (``prepare``), so a changed setting is never read stale from db/."""
+    for path in (PACKAGE / "db").rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(
+            r"later_django\.conf\b|from later_django import [^\n]*\bconf\b", text
+        ), path

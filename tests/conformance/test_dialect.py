@@ -117,7 +117,7 @@ def test_change_counter_moves_when_another_connection_commits(later_db, dialect)
 def test_database_size_is_the_whole_database_in_bytes(later_db, dialect):
     with cursor_of(later_db) as c:
         before = dialect.database_size(c)
-        dialect.jobs.job_insert_many(
+        dialect.enqueue.insert_many(
             connections[later_db.alias], [new_job(payload=b"x" * 4000) for _ in range(500)]
         )
         after = dialect.database_size(c)

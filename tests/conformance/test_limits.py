@@ -36,7 +36,7 @@ def limited(later_db, dialect, limits: QueueLimits, *, limit: int = 10) -> Limit
     if dialect.supports_async_connection:
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> LimitedClaim:
-            return await dialect.limits.aclaim_limited(conn, request)
+            return await dialect.limits.aclaim_limited(conn, request, prepare=True)
 
         return on_async_connection(later_db, op)  # type: ignore[no-any-return]
     with transaction.atomic(using=later_db.alias), cursor_of(later_db) as c:

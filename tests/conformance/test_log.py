@@ -65,11 +65,11 @@ def test_log_append_reserves_offsets_and_records_read_back(later_db, dialect):
     one = [(0, [(b"k", b"v")])]
     missing = LogAppend(namespace=NS, topic="events", partitions=2, groups=one)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.log.log_append(c, missing) is None
+        assert dialect.log.log_append(c, missing, prepare=True) is None
     log_topic(later_db, dialect)
     stale = LogAppend(namespace=NS, topic="events", partitions=3, groups=one)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.log.log_append(c, stale) is None
+        assert dialect.log.log_append(c, stale, prepare=True) is None
     before = db_now(later_db)
     assert log_append(later_db, dialect, [b"a", b"b", b"c"]) == 3
     assert log_append(later_db, dialect, [b"d", b"e"]) == 5
@@ -100,15 +100,15 @@ def test_log_append_places_records_in_one_step_or_several(later_db, dialect):
     )
     assert dialect.log.log_append_is_one_statement(1) in (True, False)
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.log.log_append(c, small) == {0: 0, 1: 0}
+        assert dialect.log.log_append(c, small, prepare=True) == {0: 0, 1: 0}
     large = LogAppend(
         namespace=NS, topic="events", partitions=2, groups=[(0, [(b"k", b"x")] * 1500)]
     )
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.log.log_append(c, large) == {0: 2}
+        assert dialect.log.log_append(c, large, prepare=True) == {0: 2}
     stale = LogAppend(namespace=NS, topic="events", partitions=3, groups=[(0, [(b"k", b"y")])])
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.log.log_append(c, stale) is None
+        assert dialect.log.log_append(c, stale, prepare=True) is None
     with cursor_of(later_db) as c:
         zero = dialect.log.log_record_read(c, LogRead(key=log_part(), from_offset=0, limit=5000))
         one = dialect.log.log_record_read(c, LogRead(key=log_part(1), from_offset=0, limit=10))

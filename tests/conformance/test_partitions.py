@@ -112,7 +112,7 @@ def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_
         assert dialect.reads.stage_counts(c, namespace=NS)["enqueued"] == 3
     assert [job.id for job in claim(later_db, limit=10)] == [parent]
     with cursor_of(later_db) as c:
-        assert dialect.jobs.job_ready_exists(c, namespace=NS) is False
+        assert dialect.hot.ready_exists(c, namespace=NS) is False
         assert dialect.reads.plain_ready(c, namespace=NS) == 0
     assert_counts(later_db)
 

@@ -139,7 +139,7 @@ def test_job_parents_and_children_of_a_fan_in_job(later_db, dialect):
     parents = sorted(insert(later_db) for _ in range(3))
     job = new_job(parent_id=parents[0], parents=tuple(parents))
     with cursor_of(later_db, atomic=True) as c:
-        assert dialect.jobs.job_insert_fan_in(c, job, DAY_MS).stage == "waiting"
+        assert dialect.enqueue.insert_fan_in(c, job, DAY_MS).stage == "waiting"
     plain = insert_child(later_db, parents[1])[0]
     later_db.execute("DELETE FROM later_job WHERE id = %s", [parents[2]])
     with cursor_of(later_db) as c:

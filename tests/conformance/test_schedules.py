@@ -456,7 +456,7 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     other_schedule = insert_occurrence(later_db, "hourly", now + HOUR_MS)
     other_namespace = insert_occurrence(later_db, "nightly", now + HOUR_MS, namespace="other")
     plain = insert(later_db, delay_ms=HOUR_MS)
-    # A continuation of an occurrence (and its own) fails with it, as job_cancel's do.
+    # A continuation of an occurrence (and its own) fails with it, as control.cancel's do.
     child = insert_child(later_db, ahead[0])[0]
     grandchild = insert_child(later_db, child)[0]
     # A row changed later than this database's now (a writer whose clock ran

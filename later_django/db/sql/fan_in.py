@@ -52,7 +52,7 @@ ORDER BY p.id {share_lock}
 # ends, so a gone parent counts as succeeded.
 
 # A parent failed or was cancelled: the child fails (its waiting
-# descendants are failed next, by job_fail_descendants).
+# descendants are failed next, by descendants.fail_descendants).
 FAN_IN_FAIL_SQL: Final = compose(
     """
 UPDATE later_job SET {to_failed}

@@ -101,7 +101,7 @@ JOB_INSERT_SQL: Final = job_insert()
 # its parent's, read in the same statement without a lock (a caller's
 # transaction left open must not hold up the parent's renewal or
 # completion). A parent that finishes while the child's transaction is
-# still open is caught by job_settle_child after its commit. {parent}
+# still open is caught by enqueue.settle_child after its commit. {parent}
 # picks the parent row ``p`` it follows, {found} may refuse the insert.
 _CONTINUATION_INSERT: Final = """
 INSERT INTO later_job ({columns}{extra_columns}, finished_ms, expires_ms, last_error)

@@ -1,0 +1,251 @@
+"""PostgreSQL's hot path: the worker's claims and completions, of plain
+jobs (PostgresHot), of jobs on limited queues (PostgresLimitStore) and of
+partition heads (PostgresPartitionStore), each one statement or one
+transaction.
+
+The worker runs them on its own asyncio connection (db/sessions.py), as
+prepared statements when its caller says so (``prepare``, from
+LATER["PREPARED_STATEMENTS"]): their text never changes between calls of
+one size, so the server plans them once per connection instead of on every
+batch. The same statements run on a Django cursor (claim, complete_many,
+partition_claim, partition_complete_many) for callers in a transaction of
+their own. Kept apart from db/postgresql.py (the dialect, its enqueue,
+upkeep and log) so each module stays small.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.db.backends.utils import CursorWrapper
+
+from later_django.db.hot import HotStore, queue_filter_params
+from later_django.db.limits import LimitStore
+from later_django.db.partitions import PartitionStore, partition_heads
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    HeadsStored,
+    HeadSuccesses,
+    LimitedClaim,
+    LimitedClaimRequest,
+    PartitionClaim,
+    PartitionClaimRequest,
+    PartitionHead,
+    SuccessBatch,
+    claimed_jobs,
+)
+from later_django.db.sql import partitions as partitions_sql
+from later_django.db.sql import postgresql as pg_sql
+from later_django.db.statements import Statements
+from later_django.types import ClaimedJob, PartitionLane
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection, AsyncCursor
+
+
+class PostgresHot(HotStore):
+    def __init__(self, sql: Statements) -> None:
+        super().__init__(sql)
+        self._claim_sql_by_limit: dict[int, str] = {}
+
+    def _claim_sql(self, request: ClaimRequest) -> str:
+        """The claim of ``request.limit`` jobs of its queue: the LIMIT is in
+        the text (see sql/postgresql.py)."""
+        limit = request.limit
+        claim = self._claim_sql_by_limit.get(limit)
+        if claim is None:
+            claim = self._sql(pg_sql.JOB_CLAIM_SQL, limit=str(int(limit)))
+            self._claim_sql_by_limit[limit] = claim
+        return claim
+
+    def claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
+        cursor.execute(self._claim_sql(request), claim_params(request))
+        return claimed_jobs(cursor.fetchall())
+
+    async def aclaim(
+        self, cursor: AsyncCursor[Any], request: ClaimRequest, *, prepare: bool
+    ) -> list[ClaimedJob]:
+        await cursor.execute(self._claim_sql(request), claim_params(request), prepare=prepare)
+        return claimed_jobs(await cursor.fetchall())
+
+    def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
+        if not batch.jobs:
+            return Completion(done_ids=[], released=0)
+        sql, params = _complete(batch)
+        cursor.execute(sql, params)
+        return _completion(cursor.fetchone())
+
+    async def acomplete_many(
+        self, conn: AsyncConnection[Any], batch: SuccessBatch, *, prepare: bool
+    ) -> Completion:
+        if not batch.jobs:
+            return Completion(done_ids=[], released=0)
+        sql, params = _complete(batch)
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql, params, prepare=prepare)
+            return _completion(await cursor.fetchone())
+
+
+def claim_params(request: ClaimRequest) -> list[Any]:
+    """The parameters of the plain claim (sql/postgresql.py JOB_CLAIM_SQL)."""
+    return [*queue_filter_params(request), request.owner, request.lease_ms]
+
+
+def _complete(batch: SuccessBatch) -> tuple[str, list[Any]]:
+    """The completion of ``batch`` and its parameters: later_complete_many's
+    arguments are the batch as two arrays, so the call's text never changes;
+    a batch with task jobs writes their results in the same statement."""
+    jobs = batch.jobs
+    params: list[Any] = [
+        [job_id for job_id, _ in jobs],
+        [attempts for _, attempts in jobs],
+        batch.owner,
+        batch.retention_ms,
+    ]
+    if not batch.results:
+        return pg_sql.JOB_COMPLETE_MANY_SQL, params
+    rows = [end.row(batch.owner) for end in batch.results]
+    params += [list(column) for column in zip(*rows, strict=True)]
+    return pg_sql.JOB_COMPLETE_MANY_WITH_RESULTS_SQL, params
+
+
+def _completion(row: Any) -> Completion:
+    assert row is not None
+    return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
+
+
+class PostgresLimitStore(LimitStore):
+    claim_lock_sql: ClassVar[str | None] = pg_sql.CLAIM_KEYED_LOCK_SQL
+
+    def _claim_statement(
+        self, request: ClaimRequest, *, keyed: bool, scan: int
+    ) -> tuple[str, list[Any]]:
+        # The sizes in the text, as the worker's plain claim has them (see
+        # sql/postgresql.py): one prepared statement per size.
+        limit = str(int(request.limit))
+        if not keyed:
+            return self._sql(pg_sql.JOB_CLAIM_SQL, limit=limit), claim_params(request)
+        sql = self._sql(pg_sql.JOB_CLAIM_KEYED_SQL, limit=limit, scan=str(scan))
+        return sql, [request.namespace, *claim_params(request)]
+
+    async def aclaim_limited(
+        self, conn: AsyncConnection[Any], request: LimitedClaimRequest, *, prepare: bool
+    ) -> LimitedClaim:
+        steps = self._claim_steps(request)
+        rows: Any = None
+        async with conn.transaction(), conn.cursor() as cursor:
+            try:
+                while True:
+                    sql, params = steps.send(rows)
+                    await cursor.execute(sql, params, prepare=prepare)
+                    rows = await cursor.fetchall()
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]  # the generator's LimitedClaim
+
+
+class PostgresPartitionStore(PartitionStore):
+    writes_one_statement: ClassVar[bool] = True
+
+    # -- partitions ---------------------------------------------------------------------
+    # A claim and a success are one statement each: a partition job pays two
+    # round trips, not a transaction of several statements each way. The
+    # worker runs them on its asyncio connection (the a-prefixed twins),
+    # prepared once per connection, as it does the claims of plain jobs.
+    def partition_claim(
+        self, cursor: CursorWrapper, request: PartitionClaimRequest
+    ) -> PartitionClaim | None:
+        cursor.execute(self._sql(pg_sql.PARTITION_CLAIM_SQL), _partition_claim_params(request))
+        return _partition_claim(request, cursor.fetchone())
+
+    async def apartition_claim(
+        self, conn: AsyncConnection[Any], request: PartitionClaimRequest, *, prepare: bool
+    ) -> PartitionClaim | None:
+        async with conn.cursor() as cursor:
+            await cursor.execute(
+                self._sql(pg_sql.PARTITION_CLAIM_SQL),
+                _partition_claim_params(request),
+                prepare=prepare,
+            )
+            return _partition_claim(request, await cursor.fetchone())
+
+    def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
+        cursor.execute(self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL), _heads_complete_params(batch))
+        return _heads_stored(batch, cursor.fetchall())
+
+    async def apartition_complete_many(
+        self, conn: AsyncConnection[Any], batch: HeadSuccesses, *, prepare: bool
+    ) -> HeadsStored:
+        async with conn.cursor() as cursor:
+            await cursor.execute(
+                self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL),
+                _heads_complete_params(batch),
+                prepare=prepare,
+            )
+            return _heads_stored(batch, await cursor.fetchall())
+
+    async def apartition_heads(
+        self, conn: AsyncConnection[Any], *, namespace: str, prepare: bool
+    ) -> list[PartitionHead]:
+        async with conn.cursor() as cursor:
+            sql = self._sql(partitions_sql.PARTITION_HEADS_SQL)
+            await cursor.execute(sql, [namespace], prepare=prepare)
+            return partition_heads(await cursor.fetchall())
+
+
+def _partition_claim_params(request: PartitionClaimRequest) -> list[Any]:
+    lane = request.lane
+    key: list[Any] = [lane.namespace, lane.topic, lane.partition]
+    return [
+        *key,
+        request.owner,
+        request.partition_lease_ms,
+        request.server_ttl_ms,
+        request.owner,
+        request.job_lease_ms,
+        *key,
+    ]
+
+
+def _partition_claim(request: PartitionClaimRequest, row: Any) -> PartitionClaim | None:
+    if row is None:
+        return None
+    epoch, lane = int(row[0]), request.lane
+    if row[1] is None:
+        return PartitionClaim(epoch, None)
+    (job,) = claimed_jobs([row[1:]])
+    return PartitionClaim(epoch, job._replace(lane=lane._replace(epoch=epoch)))
+
+
+def _heads_complete_params(batch: HeadSuccesses) -> list[Any]:
+    lanes = [_lane_of(job) for job in batch.heads]
+    return [
+        [lane.topic for lane in lanes],
+        [lane.partition for lane in lanes],
+        [lane.epoch for lane in lanes],
+        [job.id for job in batch.heads],
+        [job.attempts for job in batch.heads],
+        list(batch.chain),
+        lanes[0].namespace,
+        batch.owner,
+        batch.owner,
+        batch.retention_ms,
+        batch.owner,
+        batch.job_lease_ms,
+    ]
+
+
+def _heads_stored(batch: HeadSuccesses, rows: list[Any]) -> HeadsStored:
+    """One row per next head claimed, or one without (its topic NULL)."""
+    lanes = {(lane.topic, lane.partition): lane for lane in map(_lane_of, batch.heads)}
+    claimed = [row for row in rows if row[2] is not None]
+    next_heads = [
+        job._replace(lane=lanes[(str(row[2]), int(row[3]))])
+        for row, job in zip(claimed, claimed_jobs([row[4:] for row in claimed]), strict=True)
+    ]
+    return HeadsStored(list(rows[0][0]), int(rows[0][1]), next_heads)
+
+
+def _lane_of(job: ClaimedJob) -> PartitionLane:
+    assert job.lane is not None, "a partition head has a lane"
+    return job.lane
