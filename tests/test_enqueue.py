@@ -100,6 +100,26 @@ def _lock_waiters(later_db, *, min_age_ms):
     )
 
 
+def _cancel_in_thread(later_db, job_id):
+    """A thread (not started) that runs cancel(job_id); an event set once it
+    sent its first statement, and the dict its result lands in."""
+    result: dict[str, object] = {}
+    began = threading.Event()
+
+    def note_begin(execute, sql, params, many, context):
+        began.set()
+        return execute(sql, params, many, context)
+
+    def cancel() -> None:
+        try:
+            with connections[later_db.alias].execute_wrapper(note_begin):
+                result["cancelled"] = later.cancel(job_id)
+        finally:
+            connections.close_all()
+
+    return threading.Thread(target=cancel), began, result
+
+
 def _promote(later_db):
     with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
         return dialect_for(later_db.alias).upkeep.promote_due(
@@ -617,21 +637,7 @@ def test_cancel_of_a_job_retried_while_it_looks_cancels_the_retry(later_db):
     job_id = later.enqueue(Noop(), priority=100)
     child = later.enqueue_continue(job_id, Noop(n=1))
     claimed = _claim(later_db, job_id)
-    result: dict[str, object] = {}
-    began = threading.Event()
-
-    def note_begin(execute, sql, params, many, context):
-        began.set()
-        return execute(sql, params, many, context)
-
-    def cancel() -> None:
-        try:
-            with connections[later_db.alias].execute_wrapper(note_begin):
-                result["cancelled"] = later.cancel(job_id)
-        finally:
-            connections.close_all()
-
-    canceller = threading.Thread(target=cancel)
+    canceller, began, result = _cancel_in_thread(later_db, job_id)
     with job_row_locked(later_db, job_id) as write:
         canceller.start()
         assert began.wait(10), "the cancel sent no statement"
@@ -692,21 +698,7 @@ def test_stage_time_never_goes_back_behind_a_writer_that_waited(later_db):
     """A write that waited for another writer of the job stamps its stage
     change no earlier than that writer's, so history stays in order."""
     job_id = later.enqueue_delayed(Noop(), dt.timedelta(hours=1))
-    result: dict[str, object] = {}
-    began = threading.Event()
-
-    def note_begin(execute, sql, params, many, context):
-        began.set()
-        return execute(sql, params, many, context)
-
-    def cancel() -> None:
-        try:
-            with connections[later_db.alias].execute_wrapper(note_begin):
-                result["cancelled"] = later.cancel(job_id)
-        finally:
-            connections.close_all()
-
-    writer = threading.Thread(target=cancel)
+    writer, began, result = _cancel_in_thread(later_db, job_id)
     with job_row_locked(later_db, job_id) as write:
         writer.start()
         assert began.wait(10), "the cancel sent no statement"
