@@ -11,6 +11,7 @@ are recorded in its query log; only execute wrappers installed with
 from __future__ import annotations
 
 import functools
+import re
 import time
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -32,6 +33,10 @@ def log_query(db: BaseDatabaseWrapper, sql: str, started: float) -> None:
 
 @functools.lru_cache(maxsize=512)
 def qmark(sql: str) -> str:
-    """``sql`` with sqlite3's placeholders for the format ones the
-    templates use (no template holds a literal ``%s``)."""
-    return sql.replace("%s", "?")
+    """``sql`` with sqlite3's placeholders for the ones the statements use:
+    ``:name`` for ``%(name)s``, ``?`` for ``%s`` (no statement holds a
+    literal ``%``)."""
+    return _NAMED.sub(r":\1", sql).replace("%s", "?")
+
+
+_NAMED = re.compile(r"%\((\w+)\)s")

@@ -1,11 +1,17 @@
-"""later's SQL templates rendered for one vendor, and the base of every store
-that runs them. Runs no statement itself."""
+"""later's SQL statements rendered for one vendor and bound to their named
+parameters, and the base of every store that runs them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from later_django.db.sql import STAMP, compose, fill
+from later_django.db.sql import STAMP, Statement, compose, fill
+
+
+class Cursor(Protocol):
+    def execute(self, sql: str, params: Any = ...) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +75,42 @@ class Statements:
             sql = self._rendered[template] = fill(fill(template, {"stamp": STAMP}), self._parts)
         return compose(sql, **per_call) if per_call else sql
 
+    def bind(self, statement: Statement, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """``statement``'s text for this vendor and the values of its
+        placeholders. The names passed must be exactly the statement's: a
+        missing or unknown name raises here, naming both lists."""
+        if params.keys() != statement.params:
+            raise TypeError(mismatch(statement, params))
+        sql = self(statement.text)
+        if not (statement.lists or statement.inline):
+            return sql, dict(params)
+        values = dict(params)
+        for name in statement.inline:
+            sql = sql.replace(f"%({name})s", str(int(values.pop(name))))
+        for name in statement.lists:
+            items: Sequence[Any] = values.pop(name)
+            marks = []
+            for i, item in enumerate(items):
+                if isinstance(item, tuple):
+                    keys = [f"{name}_{i}_{j}" for j in range(len(item))]
+                    values.update(zip(keys, item, strict=True))
+                    marks.append("(" + ", ".join(f"%({key})s" for key in keys) + ")")
+                else:
+                    values[f"{name}_{i}"] = item
+                    marks.append(f"%({name}_{i})s")
+            sql = sql.replace(f"%({name})s", ", ".join(marks))
+        return sql, values
+
+
+def mismatch(statement: Statement, params: Mapping[str, Any]) -> str:
+    """What is wrong with the names passed to ``statement``."""
+    missing = sorted(statement.params - params.keys())
+    unknown = sorted(params.keys() - statement.params)
+    return (
+        f"the statement takes {sorted(statement.params)}; missing {missing}, unknown {unknown}:"
+        f"{statement.text}"
+    )
+
 
 def ids(count: int) -> str:
     """The {ids} of ``count`` ids."""
@@ -88,3 +130,7 @@ class Operations:
 
     def __init__(self, sql: Statements) -> None:
         self._sql = sql
+
+    def _run(self, cursor: Cursor, statement: Statement, /, **params: Any) -> None:
+        """Execute ``statement`` with its named ``params`` on ``cursor``."""
+        cursor.execute(*self._sql.bind(statement, params))

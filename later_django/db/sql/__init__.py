@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 # later's tables, as its migrations create them.
@@ -76,3 +77,30 @@ def compose(template: str, **parts: str) -> str:
     if missing:
         raise ValueError(f"the template has no marker for {', '.join(missing)}")
     return fill(template, parts)
+
+
+# A named parameter: %(name)s, as Django's cursors pass it to both vendors.
+PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement, written whole: its text with named parameters
+    (``%(name)s``) and the vendor's words in braces (db/sql/__init__.py).
+
+    ``lists`` names the parameters that take a sequence: each is written as
+    one placeholder per item, or one row of placeholders per tuple item
+    (``IN (%(ids)s)``, ``VALUES %(claims)s``). ``inline`` names the integer
+    parameters written into the text (a LIMIT the planner must see)."""
+
+    text: str
+    lists: tuple[str, ...] = ()
+    inline: tuple[str, ...] = ()
+    # Every name a caller passes: the text's, lists and inline included.
+    params: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", frozenset(PARAMETER.findall(self.text)))
+        undeclared = set(self.lists + self.inline) - self.params
+        if undeclared:
+            raise ValueError(f"no %(name)s in the statement for {sorted(undeclared)}")

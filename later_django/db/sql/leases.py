@@ -1,4 +1,4 @@
-"""The one lease primitive, and ``later_lease``'s statements made with it.
+"""The one lease primitive: the rule every lease statement follows.
 
 Three tables hold leases: ``later_lease`` (a server's lead of a
 cluster-wide duty), ``later_partition`` (a server's hold on a partition of a
@@ -24,7 +24,6 @@ every statement on them is made here, by the same rule (docs/explanation/design.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from later_django.db.sql import compose
 
@@ -103,15 +102,3 @@ def fence(lease: LeaseTable) -> str:
     """The fence of a write under ``lease``: its row is still at the epoch
     its holder took (whether or not the lease has run out)."""
     return " AND ".join(f"{column} = %s" for column in (*lease.key, "epoch"))
-
-
-LEADER: Final = LeaseTable("later_lease", ("namespace", "name"), "owner", "expires_ms")
-
-# Take or keep a named lease (a server's lead); the live holder's take is
-# its renewal.
-LEASE_ACQUIRE_SQL: Final = take_sql(
-    LEADER,
-    source="(namespace, name, owner, epoch, expires_ms) VALUES (%s, %s, %s, 1, {now} + %s)",
-)
-
-LEASE_RELEASE_SQL: Final = release_sql(LEADER)

@@ -1,0 +1,112 @@
+"""Every SQL statement's named parameters match what its callers pass.
+
+Read from the source, not from a run: each call that runs a statement of
+db/sql/ (``self._run(cursor, module.NAME, name=value, ...)`` and the
+functions alike) must pass exactly the statement's parameters, by name; and
+every statement is run by some caller."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import later_django.db
+import later_django.db.sql
+from later_django.db.sql import Statement
+
+DB = Path(later_django.db.__file__).parent
+
+
+def statements() -> dict[str, Statement]:
+    """Every Statement of db/sql/, by its module and name."""
+    found = {}
+    for info in pkgutil.iter_modules(later_django.db.sql.__path__):
+        module = importlib.import_module(f"later_django.db.sql.{info.name}")
+        for name, value in vars(module).items():
+            if isinstance(value, Statement):
+                found[f"{module.__name__}.{name}"] = value
+    return found
+
+
+def module_aliases(tree: ast.Module) -> dict[str, str]:
+    """The names a file gives the modules of db/sql/ it imports."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "later_django.db.sql":
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"later_django.db.sql.{alias.name}"
+    return aliases
+
+
+def statement_calls() -> Iterator[tuple[str, str, ast.Call]]:
+    """(where, statement, call) for each call in db/ that names a statement."""
+    for path in sorted(DB.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases = module_aliases(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            for arg in node.args:
+                if (
+                    isinstance(arg, ast.Attribute)
+                    and isinstance(arg.value, ast.Name)
+                    and arg.value.id in aliases
+                ):
+                    yield f"{path.name}:{node.lineno}", f"{aliases[arg.value.id]}.{arg.attr}", node
+
+
+def test_every_call_passes_exactly_the_parameters_of_its_statement() -> None:
+    known = statements()
+    wrong = []
+    for where, name, call in statement_calls():
+        statement = known.get(name)
+        if statement is None:
+            continue  # a template of the older form, or a fragment
+        if any(keyword.arg is None for keyword in call.keywords):
+            wrong.append(f"{where}: {name} is passed **params; pass each parameter by name")
+            continue
+        passed = {keyword.arg for keyword in call.keywords}
+        if passed != statement.params:
+            wrong.append(
+                f"{where}: {name} takes {sorted(statement.params)}, passed {sorted(passed)}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_statement_is_run_somewhere() -> None:
+    run = {name for _, name, _ in statement_calls()}
+    unused = sorted(set(statements()) - run)
+    assert not unused, f"statements no caller in db/ runs: {unused}"
+
+
+def test_the_check_reads_the_calls_it_is_meant_to() -> None:
+    # Guards the test itself: the heartbeat's call is found, with its names.
+    calls = {name: call for _, name, call in statement_calls()}
+    heartbeat = calls["later_django.db.sql.servers.SERVER_HEARTBEAT"]
+    assert {keyword.arg for keyword in heartbeat.keywords} >= {"server_id", "namespace"}
+
+
+def test_bind_writes_lists_and_inline_numbers_and_names_a_mismatch() -> None:
+    from later_django.db.statements import Statements, VendorSql, Walks
+
+    sql = Statements(VendorSql(now="NOW_MS", walks=Walks(fail="", revive="", revive_keyless="")))
+    statement = Statement(
+        "SELECT %(a)s, {now} WHERE id IN (%(ids)s) AND (id, n) IN (VALUES %(pairs)s) LIMIT %(k)s",
+        lists=("ids", "pairs"),
+        inline=("k",),
+    )
+    text, values = sql.bind(statement, {"a": 1, "ids": ["x", "y"], "pairs": [("x", 1)], "k": 5})
+    assert text == (
+        "SELECT %(a)s, NOW_MS WHERE id IN (%(ids_0)s, %(ids_1)s)"
+        " AND (id, n) IN (VALUES (%(pairs_0_0)s, %(pairs_0_1)s)) LIMIT 5"
+    )
+    assert values == {"a": 1, "ids_0": "x", "ids_1": "y", "pairs_0_0": "x", "pairs_0_1": 1}
+    try:
+        sql.bind(statement, {"a": 1, "ids": [], "pairs": [], "kk": 5})
+    except TypeError as error:
+        assert "missing ['k'], unknown ['kk']" in str(error)
+    else:
+        raise AssertionError("a misspelt parameter was bound")
