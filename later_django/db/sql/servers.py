@@ -23,7 +23,8 @@ SERVER_REMOVE: Final = Statement("DELETE FROM later_server WHERE id = %(server_i
 
 # Servers silent for longer than silent_for_ms.
 SERVER_PRUNE: Final = Statement("""
-DELETE FROM later_server WHERE namespace = %(namespace)s AND heartbeat_ms < {now} - %(silent_for_ms)s
+DELETE FROM later_server
+WHERE namespace = %(namespace)s AND heartbeat_ms < {now} - %(silent_for_ms)s
 """)
 
 # -- queues (later_queue) ------------------------------------------------------------
