@@ -1,8 +1,8 @@
 """Every SQL statement's named parameters match what its callers pass.
 
 Read from the source, not from a run: each call that runs a statement of
-db/sql/ (``self._run(cursor, module.NAME, name=value, ...)`` and the
-functions alike) must pass exactly the statement's parameters, by name; and
+db/sql/ (``self._run(cursor, module.NAME, name=value, ...)``, ``run``,
+``bind``) must pass exactly the statement's parameters, by name; and
 every statement is run by some caller."""
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ def test_every_call_passes_exactly_the_parameters_of_its_statement() -> None:
         statement = known.get(name)
         if statement is None:
             continue  # a template of the older form, or a fragment
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "many":
+            continue  # rows of names, checked as they are bound (Statements.many)
         if any(keyword.arg is None for keyword in call.keywords):
             wrong.append(f"{where}: {name} is passed **params; pass each parameter by name")
             continue
@@ -98,14 +100,14 @@ def test_bind_writes_lists_and_inline_numbers_and_names_a_mismatch() -> None:
         lists=("ids", "pairs"),
         inline=("k",),
     )
-    text, values = sql.bind(statement, {"a": 1, "ids": ["x", "y"], "pairs": [("x", 1)], "k": 5})
+    text, values = sql.bind(statement, a=1, ids=["x", "y"], pairs=[("x", 1)], k=5)
     assert text == (
         "SELECT %(a)s, NOW_MS WHERE id IN (%(ids_0)s, %(ids_1)s)"
         " AND (id, n) IN (VALUES (%(pairs_0_0)s, %(pairs_0_1)s)) LIMIT 5"
     )
     assert values == {"a": 1, "ids_0": "x", "ids_1": "y", "pairs_0_0": "x", "pairs_0_1": 1}
     try:
-        sql.bind(statement, {"a": 1, "ids": [], "pairs": [], "kk": 5})
+        sql.bind(statement, a=1, ids=[], pairs=[], kk=5)
     except TypeError as error:
         assert "missing ['k'], unknown ['kk']" in str(error)
     else:

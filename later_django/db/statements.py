@@ -75,7 +75,7 @@ class Statements:
             sql = self._rendered[template] = fill(fill(template, {"stamp": STAMP}), self._parts)
         return compose(sql, **per_call) if per_call else sql
 
-    def bind(self, statement: Statement, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    def bind(self, statement: Statement, /, **params: Any) -> tuple[str, dict[str, Any]]:
         """``statement``'s text for this vendor and the values of its
         placeholders. The names passed must be exactly the statement's: a
         missing or unknown name raises here, naming both lists."""
@@ -100,6 +100,22 @@ class Statements:
                     marks.append(f"%({name}_{i})s")
             sql = sql.replace(f"%({name})s", ", ".join(marks))
         return sql, values
+
+    def many(
+        self, statement: Statement, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[str, Sequence[Mapping[str, Any]]]:
+        """``statement``'s text and ``rows`` for an executemany: one row of
+        named values per run (no lists, nothing inline), each checked."""
+        for row in rows:
+            if row.keys() != statement.params:
+                raise TypeError(mismatch(statement, row))
+        return self(statement.text), rows
+
+
+def run(cursor: Cursor, sql: Statements, statement: Statement, /, **params: Any) -> None:
+    """Execute ``statement`` with its named ``params`` on ``cursor``: for
+    code that runs statements outside a store (db/descendants.py)."""
+    cursor.execute(*sql.bind(statement, **params))
 
 
 def mismatch(statement: Statement, params: Mapping[str, Any]) -> str:
@@ -133,4 +149,4 @@ class Operations:
 
     def _run(self, cursor: Cursor, statement: Statement, /, **params: Any) -> None:
         """Execute ``statement`` with its named ``params`` on ``cursor``."""
-        cursor.execute(*self._sql.bind(statement, params))
+        run(cursor, self._sql, statement, **params)
