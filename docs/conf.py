@@ -36,7 +36,11 @@ copyright = "later_django contributors"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.graphviz",
 ]
+# The architecture picture (docs/project/architecture.md), drawn at build
+# time by Debian's graphviz: an SVG whose boxes are links.
+graphviz_output_format = "svg"
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
