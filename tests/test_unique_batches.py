@@ -7,6 +7,7 @@ can, and PostgreSQL's deadlock_detected reaches the caller as it is."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 
 import psycopg
 import pytest
@@ -103,11 +104,7 @@ def test_two_batches_of_the_same_keys_in_opposite_orders_never_deadlock(later_db
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=batch, name=name) for name in accounts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_threads(batch, names=accounts)
     assert errors == {}
     assert sorted(released_by.values()) == ["its first insert", "its wait for a lock"], (
         "one batch waited for the key the other inserted first"
@@ -155,11 +152,7 @@ def test_crossed_keys_in_separate_calls_can_deadlock_with_operational_error(late
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=two_calls, name=name) for name in accounts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    run_threads(two_calls, names=accounts)
     assert len(errors) == 1 and len(returned) == 1, (errors, returned)
     (error,) = errors.values()
     assert type(error) is OperationalError
@@ -168,3 +161,12 @@ def test_crossed_keys_in_separate_calls_can_deadlock_with_operational_error(late
     assert str(error).startswith("deadlock detected")
     (ids,) = returned.values()
     assert sorted(ids) == sorted(i for (i, _) in later_db.rows("SELECT id, stage FROM later_job"))
+
+
+def run_threads(target: Callable[[], None], *, names: Iterable[str]) -> None:
+    """Run ``target`` on one thread per name at once, and wait for them all."""
+    threads = [threading.Thread(target=target, name=name) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
