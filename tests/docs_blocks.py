@@ -1,5 +1,5 @@
 """The code blocks of a documentation page, read the way the docs tests run
-them (tests/test_docs_tutorial.py states the convention).
+them (tests/docs/test_docs_tutorial.py states the convention).
 
 A block is a Markdown fence: its language, its lines, and the file it
 belongs to when its first line names one (``# shop/jobs.py`` in Python,

@@ -1,5 +1,5 @@
 """``later_worker`` run in a process whose ``--processes`` parent meets a
-fault of the test's choice (tests/test_worker_process_pool.py):
+fault of the test's choice (tests/worker/test_worker_process_pool.py):
 
     python -m tests.parent_faults FAULT later_worker-options...
 

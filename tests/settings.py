@@ -128,7 +128,7 @@ if os.environ.get("LATER_TEST_EXTRA_APPS"):
 if os.environ.get("LATER_TEST_SETTINGS"):
     LATER.update(json.loads(os.environ["LATER_TEST_SETTINGS"]))
 
-# Django's Tasks API on later (tests/test_tasks.py): django.tasks on Django 6,
+# Django's Tasks API on later (tests/api/test_tasks.py): django.tasks on Django 6,
 # the django_tasks backport (the "tasks" extra) on Django 5.2.
 try:
     import django.tasks  # noqa: F401

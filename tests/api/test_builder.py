@@ -122,7 +122,7 @@ def test_builder_looks_up_each_payload_type_once(monkeypatch):
         (
             Unregistered(),
             NotRegistered,
-            "tests.test_builder.Unregistered has no @job handler; define one in a jobs.py "
+            "tests.api.test_builder.Unregistered has no @job handler; define one in a jobs.py "
             "module of an installed app (or import the module defining it)",
         ),
         (Order(id=1, note={1}), TypeError, "payload.note"),
@@ -185,7 +185,7 @@ def test_builder_build_many_builds_lazily_and_names_the_bad_index():
     ]
     with pytest.raises(NotRegistered) as info:
         next(rows)
-    assert str(info.value).startswith("payloads[2]: tests.test_builder.Unregistered has no")
+    assert str(info.value).startswith("payloads[2]: tests.api.test_builder.Unregistered has no")
 
 
 def test_builder_build_many_needs_an_id_per_payload():

@@ -12,7 +12,7 @@ import later_django as later
 from later_django import events
 from tests.helpers import await_record, await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import AsyncHold, Flaky, Noop, NoRetry
-from tests.test_job_leases import _take_over
+from tests.worker.test_job_leases import _take_over
 
 
 @pytest.fixture

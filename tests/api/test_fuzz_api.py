@@ -55,7 +55,7 @@ INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1  # what msgpack stores
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 FUZZ = settings(
-    # More for a deeper search: LATER_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_api.py
+    # More for a deeper search: LATER_FUZZ_EXAMPLES=2000 pytest tests/api/test_fuzz_api.py
     max_examples=int(os.environ.get("LATER_FUZZ_EXAMPLES", "80")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -48,9 +48,9 @@ def test_job_registers_a_handler_under_the_default_name(cleanup):
     handler = registry.handler_for_payload(Greeting(name="ada"))
     assert handler.func is greet
     assert handler.payload_type is Greeting
-    assert handler.name == "tests.test_registry.Greeting"
+    assert handler.name == "tests.api.test_registry.Greeting"
     assert handler.is_async is False
-    assert registry.handler_by_name("tests.test_registry.Greeting") is handler
+    assert registry.handler_by_name("tests.api.test_registry.Greeting") is handler
 
 
 def test_job_registers_an_async_handler_with_a_custom_name_and_policy(cleanup):
@@ -65,7 +65,7 @@ def test_job_registers_an_async_handler_with_a_custom_name_and_policy(cleanup):
     assert handler is not None and handler.func is greet
     assert handler.is_async is True
     assert handler.static_policy() == policy
-    assert registry.handler_by_name("tests.test_registry.Greeting") is None
+    assert registry.handler_by_name("tests.api.test_registry.Greeting") is None
 
 
 def test_job_stores_the_handler_name_and_policy_with_the_job(later_db, cleanup):
@@ -135,7 +135,7 @@ def test_unregister_removes_the_handler(cleanup):
         pass
 
     registry.unregister(Greeting)
-    assert registry.handler_by_name("tests.test_registry.Greeting") is None
+    assert registry.handler_by_name("tests.api.test_registry.Greeting") is None
     with pytest.raises(later.NotRegistered):
         registry.handler_for_payload(Greeting(name="x"))
 
@@ -176,7 +176,7 @@ def test_job_refuses_a_handler_with_the_wrong_parameters():
         def lonely(payload: Greeting) -> None:
             pass
 
-    assert registry.handler_by_name("tests.test_registry.Greeting") is None
+    assert registry.handler_by_name("tests.api.test_registry.Greeting") is None
 
 
 def _int_payload(ctx: later.JobContext, payload: int) -> None:
@@ -207,7 +207,7 @@ def test_job_refuses_a_retry_that_is_not_a_policy(cleanup):
         def greet(ctx: later.JobContext, payload: Greeting) -> None:
             pass
 
-    assert registry.handler_by_name("tests.test_registry.Greeting") is None
+    assert registry.handler_by_name("tests.api.test_registry.Greeting") is None
 
 
 def test_enqueue_of_an_unregistered_type_raises_not_registered(later_db):
@@ -223,7 +223,7 @@ def test_enqueue_of_an_unregistered_type_raises_not_registered(later_db):
         with pytest.raises(later.NotRegistered) as info:
             call()
         assert isinstance(info.value, TypeError)
-        assert "tests.test_registry.Unregistered has no @job handler" in str(info.value)
+        assert "tests.api.test_registry.Unregistered has no @job handler" in str(info.value)
     assert later_db.job_count() == 1
 
 

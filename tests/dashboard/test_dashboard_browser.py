@@ -32,10 +32,10 @@ from tests.browser import (
     screenshot,
     use_theme,
 )
+from tests.dashboard.test_dashboard import SERVER_ID, live_server_owning
+from tests.dashboard.test_dashboard_queues import live_server_serving
 from tests.helpers import history_stages, read_records, set_later
 from tests.jobapp.jobs import AsyncHold, Gate, Noop, NoRetry, Ordered
-from tests.test_dashboard import SERVER_ID, live_server_owning
-from tests.test_dashboard_queues import live_server_serving
 
 # A real browser and real processes: Django's version changes nothing (tox.ini).
 pytestmark = pytest.mark.one_env

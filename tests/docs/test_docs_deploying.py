@@ -24,7 +24,6 @@ import re
 import shlex
 from argparse import Namespace
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,8 +32,9 @@ from django.core.management.base import CommandError
 
 from later_django.conf import DEFAULTS
 from tests.docs_blocks import Block, read_blocks
+from tests.helpers import PROJECT_DIR
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "how-to"
+DOCS = PROJECT_DIR / "docs" / "how-to"
 PAGES = ["deploying.md", "postgresql-hosts.md"]
 DEPLOYING = DOCS / "deploying.md"
 COMMANDS = {"later_worker", "later_health", "later_migrate"}

@@ -25,7 +25,7 @@ process of its own, in the page's order:
 - On Django 5.2, ``django.tasks`` is read as ``django_tasks`` (the backport),
   as the guides tell readers on 5.2 to write it.
 
-Run as a script (``python tests/test_docs_switching.py SPEC REPORT``), this
+Run as a script (``python tests/docs/test_docs_switching.py SPEC REPORT``), this
 module is that process: it reads the snippets from SPEC and writes what each
 did to REPORT.
 """
@@ -46,7 +46,7 @@ from typing import Any
 import django
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # tests/docs/ is two folders down
 DOCS = ROOT / "docs"
 GUIDES = ["how-to/coming-from-celery.md", "how-to/coming-from-django-q2.md"]
 COMPARISON = DOCS / "explanation" / "comparison.md"

@@ -387,7 +387,7 @@ async def run_async_trace_probe(ctx: JobContext, payload: AsyncTraceProbe) -> No
     _record("trace", ctx, _current_span())
 
 
-# -- jobs that write to the database (tests/test_testing.py) -------------------------
+# -- jobs that write to the database (tests/api/test_testing.py) ---------------------
 
 
 def _notes():  # the LATER database, so a job's writes join a test's transaction there
@@ -564,7 +564,7 @@ def run_digest(ctx: JobContext, payload: Digest) -> None:
     _record("digest", ctx, str(payload.n))
 
 
-# -- atomic jobs (tests/test_atomic_jobs.py) -----------------------------------------
+# -- atomic jobs (tests/api/test_atomic_jobs.py) -------------------------------------
 ATOMIC_GATE_TIMEOUT = 60.0  # seconds a gated handler waits for its gate at most
 
 

@@ -1,4 +1,4 @@
-"""Django Tasks (``@task``) run by later's workers in tests/test_tasks.py."""
+"""Django Tasks (``@task``) run by later's workers in tests/api/test_tasks.py."""
 
 from __future__ import annotations
 

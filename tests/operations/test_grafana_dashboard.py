@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+from tests.helpers import PROJECT_DIR
+
 DASHBOARD = PROJECT_DIR / "docs" / "grafana" / "later-dashboard.json"
 ALERTS = PROJECT_DIR / "docs" / "grafana" / "alerts.yml"
 METRICS_DOC = PROJECT_DIR / "docs" / "reference" / "metrics.md"

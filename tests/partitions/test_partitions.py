@@ -1,6 +1,6 @@
 """Sequential partition mode in one process: enqueue, sequences, the lane
 rule and in-order runs (docs/how-to/partitions.md). Real processes, kills and
-pauses are in tests/test_partition_processes.py."""
+pauses are in tests/partitions/test_partition_processes.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 consumer group leases and commits, lag, retention, consume() and the lag metric.
 
 Concurrent appenders and a killed consumer run in real processes:
-tests/test_retained_log_processes.py.
+tests/retained_log/test_retained_log_processes.py.
 """
 
 from __future__ import annotations
