@@ -48,23 +48,11 @@ def enqueue(
     """Enqueue ``payload``; return its id.
 
     With no keyword the job runs as soon as a worker is free. ``priority``
-    (-100..100, higher first; default: the type's ``@job(priority=...)``,
-    else 0); ``delay`` (a timedelta, counted from the database's now) or
-    ``at`` (an aware datetime): due then; ``after`` (a job id, or a list of
-    them): a continuation, due once every one of them succeeded, failed with
-    ``parent failed`` if one fails or is cancelled (JobNotFound, nothing
-    written, when one does not exist; docs/how-to/fan-in.md); ``timeout`` (a
-    timedelta): how long one attempt may run
-    (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
-    the named queue it runs on (default: the type's ``@job(queue=...)``, else
-    "default"; ValueError naming LATER["QUEUES"] when it is not declared there).
-    ``unique_key`` (a str; default: the type's ``@job(unique_key=...)``):
-    while an unfinished job of the type holds the key, nothing is written
-    and that job's id is returned, its ``duplicate`` True; ``unique_for`` (a
-    timedelta) widens that to any job of the key enqueued in the same window
-    of that length, finished ones included (docs/how-to/unique-jobs.md).
-    Keywords that conflict (``delay`` and ``at``; either with ``after``) raise TypeError
-    naming both, and nothing is written.
+    (-100..100, higher first), ``delay`` or ``at`` (due later), ``after`` (a
+    continuation or fan-in), ``timeout`` (per attempt), ``queue``,
+    ``unique_key`` and ``unique_for`` (a duplicate returns the holder's id);
+    the type's ``@job(...)`` gives the defaults. Bad or conflicting keywords
+    raise before anything is written. Every keyword: docs/reference/enqueue.md.
     """
     options = keyword_options(
         priority=priority,
