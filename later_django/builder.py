@@ -17,6 +17,7 @@ from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
 from later_django.options import EnqueueOptions, check_unique_key
+from later_django.queue_names import name_of
 from later_django.types import NewJob
 
 # What every job of one payload type shares, looked up once per builder: its
@@ -118,7 +119,7 @@ class JobBuilder:
         """The concurrency key and limit of a job whose type has a
         concurrency limit. Its queue must be one whose claims keep
         concurrency limits (a queue some keyed type runs on)."""
-        name = queues.name_of(queue)
+        name = name_of(queue)
         if self._keyed_queues is None:
             self._keyed_queues = registry.keyed_queues()
         if name not in self._keyed_queues:
@@ -126,7 +127,7 @@ class JobBuilder:
                 f"queue={name!r}: jobs of {handler.name} have a concurrency limit, which "
                 "only the claims of a queue that a type with one runs on keep "
                 f"({', '.join(sorted(self._keyed_queues))}); enqueue it on "
-                f"{queues.name_of(handler.queue)!r}"
+                f"{name_of(handler.queue)!r}"
             )
         return {
             "concurrency_key": limits.key_of(handler.concurrency_key, payload, handler.name),

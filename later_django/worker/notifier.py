@@ -20,7 +20,7 @@ from later_django import wakeup
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
-from later_django.queues import DEFAULT_QUEUE
+from later_django.queue_names import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
 
