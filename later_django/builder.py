@@ -1,9 +1,7 @@
 """JobBuilder: turns payloads and their EnqueueOptions into NewJob rows.
 
-The one place a payload is checked and encoded for storage: every way of
-creating jobs (the enqueue API, schedules, the Django Tasks backend) builds
-its rows here, so they all refuse the same payloads with the same errors.
-It writes nothing and opens no connection.
+Every way of creating jobs builds its rows here, so all refuse the same
+payloads with the same errors. It writes nothing and opens no connection.
 """
 
 from __future__ import annotations
@@ -29,11 +27,9 @@ _TypeFacts = tuple[registry.Handler, str | None]
 class JobBuilder:
     """Build job rows, reading settings and per-type facts once per builder.
 
-    Make one builder per call or per batch, not per job: it reads
-    ``LATER["NAMESPACE"]`` and ``LATER["MAX_PAYLOAD_BYTES"]`` when made and
-    remembers each payload type's handler and retry policy, so a batch of
-    thousands pays for them once. Do not keep one across calls either: it
-    would not see a settings change, or a type's handler registered anew.
+    One per call or per batch: a batch of thousands pays for the lookups
+    once, and a builder kept across calls would miss a settings change or
+    a handler registered anew.
     """
 
     __slots__ = (
@@ -62,10 +58,8 @@ class JobBuilder:
     ) -> NewJob:
         """Return the row of one job of ``payload``, enqueued as ``options`` say.
 
-        ``job_id`` defaults to a fresh id. Raises NotRegistered when the
-        payload's type has no handler, TypeError when it is not a dataclass
-        instance, holds an unsupported value or one that does not match its
-        annotations, and PayloadTooLarge above LATER["MAX_PAYLOAD_BYTES"].
+        ``job_id`` defaults to a fresh id. Raises NotRegistered, TypeError
+        (not a dataclass, or a value it cannot store) or PayloadTooLarge.
         """
         handler, retry_policy = self._type_facts(payload)
         unique = (
@@ -139,10 +133,9 @@ class JobBuilder:
     ) -> Iterator[NewJob]:
         """Yield the row of each payload, with the id of the same index.
 
-        Rows are built as they are taken, so a writer can store the first
-        while the next are encoded. A bad payload raises the error ``build``
-        would, of the same class, its message prefixed with
-        ``payloads[<index>]: `` to say which item it is about.
+        Built as taken, so a writer stores the first while the next are
+        encoded. A bad payload raises ``build``'s error, its message
+        prefixed with ``payloads[<index>]: ``.
         """
         for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
             try:
