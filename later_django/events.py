@@ -111,7 +111,6 @@ class ServerStopped(Event):
 
 
 E = TypeVar("E", bound=Event)
-Subscriber = Callable[[E], None]
 
 _subscribers: list[tuple[type[Event], Callable[[Event], None]]] = []
 # Per event class, the callbacks it goes to: worked out on the first emit of
