@@ -16,7 +16,7 @@ from later_django.conf import conf
 from later_django.retained_log.reads import lag_totals
 
 if TYPE_CHECKING:
-    from later_django.metrics import Metrics
+    from later_django.metrics.job_events import Metrics
     from later_django.worker.extensions import ServerFacts
 
 logger = logging.getLogger(__name__)

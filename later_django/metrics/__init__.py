@@ -12,32 +12,11 @@ import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from later_django.metrics.families import DURATION_BUCKETS, CounterFamily, HistogramFamily
-from later_django.metrics.gauges import (
-    HeldCollector,
-    LagCollector,
-    LagValues,
-    PartitionCollector,
-    QueueCollector,
-    StageCounts,
-    WorkersCollector,
-)
-from later_django.metrics.job_events import COMMAND_OUTCOME, OUTCOME_STAGE, Metrics
+from later_django.metrics.gauges import LagValues
+from later_django.metrics.job_events import Metrics
 
 __all__ = [
-    "COMMAND_OUTCOME",
-    "DURATION_BUCKETS",
-    "OUTCOME_STAGE",
-    "CounterFamily",
-    "HeldCollector",
-    "HistogramFamily",
-    "LagCollector",
-    "LagValues",
     "Metrics",
-    "PartitionCollector",
-    "QueueCollector",
-    "StageCounts",
-    "WorkersCollector",
     "install",
     "install_for_web",
     "installed",
