@@ -135,7 +135,7 @@ class JobBuilder:
 
         Built as taken, so a writer stores the first while the next are
         encoded. A bad payload raises ``build``'s error, its message
-        prefixed with ``payloads[<index>]: ``.
+        prefixed with ``payloads[<index>]:``.
         """
         for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
             try:

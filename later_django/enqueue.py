@@ -110,10 +110,10 @@ def enqueue_many(payloads: Iterable[object], **options: Unpack[EnqueueKeywords])
     """Enqueue every payload, all or none, with :func:`enqueue`'s keywords.
 
     Returns the ids in the order of ``payloads`` (a held unique key: the
-    holder's id, its ``duplicate`` True). A bad payload raises ``enqueue``'s
-    error prefixed with ``payloads[<index>]: ``, and nothing is written.
-    Ready jobs take one round trip per batch; delayed jobs, continuations
-    and unique jobs one each, in one transaction.
+    holder's id, its ``duplicate`` True). A bad payload raises the error
+    ``enqueue`` would, its message prefixed with ``payloads[<index>]:``,
+    and nothing is written. Ready jobs take one round trip per batch;
+    delayed jobs, continuations and unique jobs one each, in one transaction.
     """
     return enqueue_many_with(payloads, keyword_options(**options))
 
