@@ -1,9 +1,8 @@
 """Named queues: which exist, which a server serves, and pausing them.
 
-A queue is declared in ``LATER["QUEUES"]``; "default" always exists. Pausing
-is shared by every server through ``later_queue``: every claim of a queue
-reads its row. What names a queue and how its jobs are stored and counted,
-with no settings or database, is in queue_names.py (the storage imports it).
+A queue is declared in ``LATER["QUEUES"]``; "default" always exists. A pause
+is shared through ``later_queue``, whose row every claim of the queue reads.
+The pure rules of queue names are in queue_names.py.
 """
 
 from __future__ import annotations
