@@ -1,9 +1,7 @@
 """JobBuilder: turns payloads and their EnqueueOptions into NewJob rows.
 
-The one place a payload is checked and encoded for storage: every way of
-creating jobs (the enqueue API, schedules, the Django Tasks backend) builds
-its rows here, so they all refuse the same payloads with the same errors.
-It writes nothing and opens no connection.
+Every way of creating jobs builds its rows here, so all refuse the same
+payloads with the same errors. It writes nothing and opens no connection.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from later_django.conf import conf
 from later_django.exceptions import PayloadTooLarge
 from later_django.ids import new_job_id
 from later_django.options import EnqueueOptions, check_unique_key
+from later_django.queue_names import name_of
 from later_django.types import NewJob
 
 # What every job of one payload type shares, looked up once per builder: its
@@ -28,11 +27,9 @@ _TypeFacts = tuple[registry.Handler, str | None]
 class JobBuilder:
     """Build job rows, reading settings and per-type facts once per builder.
 
-    Make one builder per call or per batch, not per job: it reads
-    ``LATER["NAMESPACE"]`` and ``LATER["MAX_PAYLOAD_BYTES"]`` when made and
-    remembers each payload type's handler and retry policy, so a batch of
-    thousands pays for them once. Do not keep one across calls either: it
-    would not see a settings change, or a type's handler registered anew.
+    One per call or per batch: a batch of thousands pays for the lookups
+    once, and a builder kept across calls would miss a settings change or
+    a handler registered anew.
     """
 
     __slots__ = (
@@ -61,10 +58,8 @@ class JobBuilder:
     ) -> NewJob:
         """Return the row of one job of ``payload``, enqueued as ``options`` say.
 
-        ``job_id`` defaults to a fresh id. Raises NotRegistered when the
-        payload's type has no handler, TypeError when it is not a dataclass
-        instance, holds an unsupported value or one that does not match its
-        annotations, and PayloadTooLarge above LATER["MAX_PAYLOAD_BYTES"].
+        ``job_id`` defaults to a fresh id. Raises NotRegistered, TypeError
+        (not a dataclass, or a value it cannot store) or PayloadTooLarge.
         """
         handler, retry_policy = self._type_facts(payload)
         unique = (
@@ -118,7 +113,7 @@ class JobBuilder:
         """The concurrency key and limit of a job whose type has a
         concurrency limit. Its queue must be one whose claims keep
         concurrency limits (a queue some keyed type runs on)."""
-        name = queues.name_of(queue)
+        name = name_of(queue)
         if self._keyed_queues is None:
             self._keyed_queues = registry.keyed_queues()
         if name not in self._keyed_queues:
@@ -126,7 +121,7 @@ class JobBuilder:
                 f"queue={name!r}: jobs of {handler.name} have a concurrency limit, which "
                 "only the claims of a queue that a type with one runs on keep "
                 f"({', '.join(sorted(self._keyed_queues))}); enqueue it on "
-                f"{queues.name_of(handler.queue)!r}"
+                f"{name_of(handler.queue)!r}"
             )
         return {
             "concurrency_key": limits.key_of(handler.concurrency_key, payload, handler.name),
@@ -138,10 +133,9 @@ class JobBuilder:
     ) -> Iterator[NewJob]:
         """Yield the row of each payload, with the id of the same index.
 
-        Rows are built as they are taken, so a writer can store the first
-        while the next are encoded. A bad payload raises the error ``build``
-        would, of the same class, its message prefixed with
-        ``payloads[<index>]: `` to say which item it is about.
+        Built as taken, so a writer stores the first while the next are
+        encoded. A bad payload raises ``build``'s error, its message
+        prefixed with ``payloads[<index>]:``.
         """
         for index, (payload, job_id) in enumerate(zip(payloads, ids, strict=True)):
             try:

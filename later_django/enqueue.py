@@ -1,10 +1,8 @@
 """The public write API: enqueue jobs in every form, and cancel them.
 
-Every call writes through the LATER database connection of the calling
-thread, so inside ``transaction.atomic()`` it commits or rolls back with the
-caller's own writes. All input is validated before anything is written:
-each call makes one EnqueueOptions and takes one path, ``enqueue_with`` or
-``enqueue_many_with`` (job_writes.py), whose rows JobBuilder builds.
+Every call writes through the calling thread's LATER connection, so it
+commits or rolls back with the caller's transaction, and makes one
+EnqueueOptions (all input checked first) for job_writes.py.
 """
 
 from __future__ import annotations
@@ -48,23 +46,11 @@ def enqueue(
     """Enqueue ``payload``; return its id.
 
     With no keyword the job runs as soon as a worker is free. ``priority``
-    (-100..100, higher first; default: the type's ``@job(priority=...)``,
-    else 0); ``delay`` (a timedelta, counted from the database's now) or
-    ``at`` (an aware datetime): due then; ``after`` (a job id, or a list of
-    them): a continuation, due once every one of them succeeded, failed with
-    ``parent failed`` if one fails or is cancelled (JobNotFound, nothing
-    written, when one does not exist; docs/how-to/fan-in.md); ``timeout`` (a
-    timedelta): how long one attempt may run
-    (default: the type's ``@job(timeout=...)``, else no limit); ``queue``:
-    the named queue it runs on (default: the type's ``@job(queue=...)``, else
-    "default"; ValueError naming LATER["QUEUES"] when it is not declared there).
-    ``unique_key`` (a str; default: the type's ``@job(unique_key=...)``):
-    while an unfinished job of the type holds the key, nothing is written
-    and that job's id is returned, its ``duplicate`` True; ``unique_for`` (a
-    timedelta) widens that to any job of the key enqueued in the same window
-    of that length, finished ones included (docs/how-to/unique-jobs.md).
-    Keywords that conflict (``delay`` and ``at``; either with ``after``) raise TypeError
-    naming both, and nothing is written.
+    (-100..100, higher first), ``delay`` or ``at`` (due later), ``after`` (a
+    continuation or fan-in), ``timeout`` (per attempt), ``queue``,
+    ``unique_key`` and ``unique_for`` (a duplicate returns the holder's id);
+    the type's ``@job(...)`` gives the defaults. Bad or conflicting keywords
+    raise before anything is written. Every keyword: docs/reference/enqueue.md.
     """
     options = keyword_options(
         priority=priority,
@@ -123,14 +109,11 @@ def _aenqueue_in(payload: object, options: EnqueueOptions) -> JobId:
 def enqueue_many(payloads: Iterable[object], **options: Unpack[EnqueueKeywords]) -> list[JobId]:
     """Enqueue every payload, all or none, with :func:`enqueue`'s keywords.
 
-    Returns the ids in the order of ``payloads``. A bad payload raises the
-    error ``enqueue`` would, its message prefixed with ``payloads[<index>]: ``,
-    and nothing is written. Ready jobs take one round trip per batch of
-    rows; delayed jobs, continuations and unique jobs one per job, in one
-    transaction. A unique job whose key was held is not written: its place
-    holds the holder's id, whose ``duplicate`` is True. Unique jobs are
-    inserted in the order of their type and key, so two batches of the same
-    keys never deadlock (docs/how-to/unique-jobs.md).
+    Returns the ids in the order of ``payloads`` (a held unique key: the
+    holder's id, its ``duplicate`` True). A bad payload raises the error
+    ``enqueue`` would, its message prefixed with ``payloads[<index>]:``,
+    and nothing is written. Ready jobs take one round trip per batch;
+    delayed jobs, continuations and unique jobs one each, in one transaction.
     """
     return enqueue_many_with(payloads, keyword_options(**options))
 
@@ -166,13 +149,10 @@ def enqueue_continue_all(
     """``enqueue(payload, after=parents)``: due once every job of ``parents``
     succeeded (a fan-in, docs/how-to/fan-in.md).
 
-    It runs once, after the last of them. If one fails or is cancelled the
-    job is failed with reason ``parent failed`` and never runs. Parents that
-    all succeeded already: ready at once. Raises JobNotFound, writing
-    nothing, when one of them does not exist; TypeError for a string or
-    another value that is not a list of job ids, ValueError for an empty
-    list. A parent named twice counts once; one parent is a plain
-    continuation, as ``enqueue_continue``.
+    If one fails or is cancelled the job fails with ``parent failed``.
+    JobNotFound (nothing written) when one does not exist; TypeError for
+    anything but a list of job ids, ValueError for an empty one. A parent
+    named twice counts once.
     """
     if isinstance(parents, str):
         raise TypeError(
@@ -187,13 +167,10 @@ def enqueue_continue_all(
 def cancel(job_id: str) -> bool:
     """Cancel a job; return whether it was cancelled or asked to stop.
 
-    A job that has not started is cancelled at once, and the jobs waiting on
-    it as continuations fail with ``parent failed``. A running job is asked
-    to stop: the server running it finds the request within a second,
-    cancels its async handler or sets a sync one's ``ctx.cancel_requested``,
-    and the job ends ``cancelled`` (never retried), its waiting
-    continuations failed with ``parent cancelled``. A finished job is left
-    as it is and False is returned.
+    A job that has not started is cancelled at once. A running job is asked
+    to stop: within a second its server cancels an async handler or sets a
+    sync one's ``ctx.cancel_requested``, and it ends ``cancelled``, never
+    retried. Its waiting continuations fail. A finished job: False.
     """
     job_id = as_job_id(job_id)
     alias = conf.database

@@ -1,25 +1,11 @@
 """What happens to jobs and servers, told to whoever subscribes in this process.
 
 Metrics, the dashboard's samples and Django signals subscribe here instead
-of being threaded through the worker::
-
-    from later_django import events
-
-    def on_finished(event: events.JobFinished) -> None:
-        histogram.labels(event.job_type, event.outcome).observe(event.handler_seconds)
-
-    unsubscribe = events.subscribe(on_finished, events.JobFinished)
-
-Subscribers run synchronously where the event happens (the worker's event
-loop, or the thread that committed an enqueue), so they must be quick and
-must not block; one that raises is logged and the others still run. With no
-subscriber, nothing is built: every emitting site checks ``events.active``
-first, so jobs pay nothing for this hook.
-
-Times: durations are measured on the process's monotonic clock; ``waited``
-and ``since_created`` compare this host's clock with the job's due and
-creation times as the database stored them, so they are approximate on
-hosts whose clock is off.
+of being threaded through the worker (docs/how-to/events.md). Subscribers run
+synchronously where the event happens, so they must be quick; one that raises
+is logged. Every emitting site checks ``events.active`` first, so with no
+subscriber jobs pay nothing. ``waited`` and ``since_created`` compare this
+host's clock with the database's times, so they are approximate.
 """
 
 from __future__ import annotations
@@ -125,7 +111,6 @@ class ServerStopped(Event):
 
 
 E = TypeVar("E", bound=Event)
-Subscriber = Callable[[E], None]
 
 _subscribers: list[tuple[type[Event], Callable[[Event], None]]] = []
 # Per event class, the callbacks it goes to: worked out on the first emit of

@@ -1,9 +1,7 @@
-"""What ``later_health`` checks, and the one line that answers: later's
-database reachable, its migrations current, this host's servers
-heartbeating, the versions live in the fleet; and, when asked, the deep
-checks (counters against the rows, running jobs' leases).
-
-Reads only, and prints nothing: the command does (docs/how-to/operations.md).
+"""What ``later_health`` checks: the database reachable, migrations current,
+this host's servers heartbeating, the versions live; and, when asked, the
+deep checks (counters against the rows, running jobs' leases). Reads only,
+and prints nothing: the command does (docs/how-to/operations.md).
 """
 
 from __future__ import annotations

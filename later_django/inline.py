@@ -1,11 +1,10 @@
 """LATER["RUN_INLINE"]: run jobs in the enqueuing process when their enqueue
 commits, with no worker (for tests and local development).
 
-The enqueue itself is the real one (same checks, same row); this module
-only listens to the in-process wake-up that a commit making jobs ready
-sends (later_django.wakeup) and then runs later_django.testing's drain().
-Off, it does not listen, so an enqueue pays nothing for it. It imports the
-runner only when a job is to run: a web process does not load the worker.
+The enqueue is the real one; this module listens to the in-process wake-up
+of a commit (later_django.wakeup) and runs later_django.testing's drain().
+Off, it does not listen, so an enqueue pays nothing, and the runner is
+imported only when a job is to run.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The writes of an enqueue: a built job, or a batch of them, inserted as
-its kind needs (ready, delayed, continuation, fan-in, unique), and what
-follows its commit (events, a wake-up, a continuation's settling).
-
-Every enqueue ends here: the public calls of enqueue.py, JobContext's,
-schedules and the Tasks backend. Each writes through the LATER database
-connection of the calling thread, so it commits or rolls back with the
-caller's transaction.
+"""The writes of every enqueue (enqueue.py, JobContext, schedules, the Tasks
+backend): a built job or a batch, inserted as its kind needs, and what
+follows the commit (events, a wake-up, a continuation's settling). Through
+the calling thread's connection, so it commits with the caller's transaction.
 """
 
 from __future__ import annotations
@@ -29,12 +25,8 @@ from later_django.types import NewJob
 
 def enqueue_with(payload: object, options: EnqueueOptions) -> JobId:
     """Enqueue one job of ``payload`` as ``options`` say; return its id.
-
-    The one path of every single enqueue: the public calls of enqueue.py
-    (and so JobContext's) make their options and call this, and so do internal
-    callers such as schedules and the Tasks backend. The payload is checked
-    before anything is written; the options were checked when made.
-    """
+    The payload is checked before anything is written (the options were
+    checked when made)."""
     return insert_built(JobBuilder().build(payload, options))
 
 
@@ -131,10 +123,9 @@ def _enqueue_one_by_one(
 def _insert_one_by_one(jobs: list[NewJob], *, unique: bool) -> list[JobId]:
     """Insert ``jobs`` in one transaction; return their ids in their order.
 
-    ``unique``: some may have a unique key. Those are inserted in the order
-    of their (type, key): two batches of the same keys take them in one
-    order, and one waits for the other rather than each for a key the other
-    holds (a deadlock on PostgreSQL). Ids and their order are the jobs'."""
+    ``unique``: some may have a unique key. Those are inserted in (type,
+    key) order, so two batches of the same keys wait for each other rather
+    than deadlock on PostgreSQL."""
     alias = conf.database
     with transaction.atomic(using=alias, savepoint=connections[alias].in_atomic_block):
         if not unique:

@@ -1,9 +1,8 @@
 """Leadership through named leases: one server at a time runs what must run once per cluster.
 
-The database is the authority: a lease row carries its owner, an epoch that
-grows with every new holder, and an expiry on the database's clock. This
+The database is the authority (owner, epoch, expiry on its clock); this
 module only remembers, per name, the epoch this server holds and until when
-(on the monotonic clock) that is known to hold; it never decides alone.
+(monotonic clock) that is known to hold.
 """
 
 from __future__ import annotations

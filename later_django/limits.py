@@ -1,9 +1,8 @@
 """Limits across every server: what they are, and the checks of their values.
 
-A queue's rate limit (``LATER["QUEUES"]["emails"] = {"rate_limit":
-"100/m"}``) and a job type's concurrency per key (``@job(concurrency_key=...,
-concurrency=N)``). No I/O here: the claims that keep the limits are in
-db/limits.py, and the claimer of a queue learns at start which it keeps.
+A queue's rate limit (``{"rate_limit": "100/m"}`` in LATER["QUEUES"]) and a
+job type's concurrency per key (``@job(concurrency_key=..., concurrency=N)``).
+No I/O: the claims that keep them are in db/limits.py.
 """
 
 from __future__ import annotations

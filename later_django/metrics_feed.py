@@ -1,9 +1,8 @@
 """Feeds a worker server's metrics: the gauges read from the database on a
 service of the server, and the gauges of its own workers and partitions.
 
-A scrape (on a thread of the metrics HTTP server) never opens a connection
-of its own: this feed refreshes the database figures every
-METRICS_REFRESH_INTERVAL, one cheap read of the counters each.
+A scrape never opens a connection of its own: this feed refreshes the
+database figures every METRICS_REFRESH_INTERVAL.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from later_django.conf import conf
 from later_django.retained_log.reads import lag_totals
 
 if TYPE_CHECKING:
-    from later_django.metrics import Metrics
+    from later_django.metrics.job_events import Metrics
     from later_django.worker.extensions import ServerFacts
 
 logger = logging.getLogger(__name__)
@@ -40,11 +39,8 @@ class MetricsFeed:
         metrics.held.read = None
 
     async def run(self) -> None:
-        """Keep later_queue_jobs at the namespace's counts,
-        later_retained_log_consumer_lag at the lag RETAINED_LOG_LAG names,
-        later_queue_limited_jobs at what limits hold back of the served
-        queues with limits, and the partition gauges when the server runs
-        topics."""
+        """Refresh the database gauges: stage counts, retained-log lag, jobs
+        limits hold back, and the partition gauges when the server runs topics."""
         interval = conf.seconds("METRICS_REFRESH_INTERVAL")
         lag_wanted = conf.RETAINED_LOG_LAG
         namespace = self.server.namespace

@@ -36,24 +36,13 @@ Unset = Literal[_Unset.UNSET]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnqueueOptions:
-    """How to enqueue a payload: its priority, and when or after what it runs.
+    """How to enqueue a payload: the enqueue keywords, under the same names.
 
-    The fields are the enqueue keywords, under the same names, so an error
-    names the keyword to fix: ``priority`` (-100..100; None: the type's
-    ``@job(priority=...)``, else 0), ``delay`` (a timedelta >= 0, counted
-    from the database's now), ``at`` (an aware datetime) and ``after`` (a
-    job id, or a list of them: the job runs once they all succeeded). At
-    most one of the last three may be given (TypeError naming both
-    otherwise); left out, each is
-    UNSET. Here None is a bad value, refused like any other: the keyword API
-    maps its None defaults to UNSET (``keyword_options``), while
-    ``enqueue_delayed(p, None)`` must raise. Making the object validates the
-    fields and fills the derived ones the builder reads.
-
-    Raises TypeError or ValueError with the message the public enqueue calls
-    document. ``queue`` names a queue (None: the type's, else "default"),
-    ``timeout`` limits one attempt; later options are fields here, checked in
-    ``__post_init__`` the same way.
+    Same names so that an error names the keyword to fix. Making one checks
+    every field (TypeError or ValueError, as the enqueue calls document) and
+    fills the derived ones the builder reads. A keyword left out is UNSET, and
+    None is a bad value here: ``keyword_options`` maps the keyword API's None
+    defaults to UNSET, while ``enqueue_delayed(p, None)`` must raise.
     """
 
     priority: int | None = None
@@ -69,9 +58,8 @@ class EnqueueOptions:
     # and the window over finished jobs too (docs/how-to/unique-jobs.md).
     unique_key: str | None = None
     unique_for: dt.timedelta | Unset = UNSET
-    # What the call that made these options names a keyword, where it names
-    # it otherwise (enqueue_continue's ``parent`` is ``after``): errors say
-    # the caller's name.
+    # The caller's name of a keyword, where it differs (enqueue_continue's
+    # ``parent`` is ``after``), for its errors.
     names: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     # Derived, in the units of a NewJob: set once by __post_init__.
     delay_ms: int = field(default=0, init=False, repr=False, compare=False)

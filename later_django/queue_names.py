@@ -1,10 +1,8 @@
 """Queue names: what can name a queue, and how a job's queue is stored and counted.
 
-A job stores its queue's name, or '' for the default queue: a plain insert
-never names the column, whose database default that is. Each queue's jobs
-are counted in a lane of their own (``lane_of``). Pure: no settings, no
-database, so the storage (db/) imports it; what reads LATER["QUEUES"] or the
-database (declaring, pausing, serving) is in queues.py.
+A job stores its queue's name, or '' for the default queue (the column's
+database default, so a plain insert never names it); each queue is counted
+in a lane of its own. Pure, so db/ imports it; queues.py reads the settings.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Named queues: which exist, which a server serves, and pausing them.
 
-A queue is declared in ``LATER["QUEUES"]``; "default" always exists. Pausing
-is shared by every server through ``later_queue``: every claim of a queue
-reads its row. What names a queue and how its jobs are stored and counted,
-with no settings or database, is in queue_names.py (the storage imports it);
-its names are importable from here too.
+A queue is declared in ``LATER["QUEUES"]``; "default" always exists. A pause
+is shared through ``later_queue``, whose row every claim of the queue reads.
+The pure rules of queue names are in queue_names.py.
 """
 
 from __future__ import annotations
@@ -13,41 +11,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections, transaction
 
 from later_django.conf import conf
-from later_django.queue_names import (
-    DEFAULT_QUEUE,
-    PARTITION_LABEL,
-    PARTITION_LANE,
-    QUEUE_NAME,
-    check_queue_name,
-    column_value,
-    counts_by_queue,
-    is_queue_name,
-    lane_of,
-    name_of,
-    queue_of_lane,
-)
-
-__all__ = [
-    "DEFAULT_QUEUE",
-    "PARTITION_LABEL",
-    "PARTITION_LANE",
-    "QUEUE_NAME",
-    "apause_queue",
-    "aresume_queue",
-    "check_queue_name",
-    "column_value",
-    "counts_by_queue",
-    "declared",
-    "is_queue_name",
-    "lane_of",
-    "name_of",
-    "pause_queue",
-    "paused_queues",
-    "queue_of_lane",
-    "resume_queue",
-    "served",
-    "stored",
-]
+from later_django.queue_names import DEFAULT_QUEUE, check_queue_name
 
 
 def declared() -> tuple[str, ...]:

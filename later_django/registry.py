@@ -47,10 +47,8 @@ class Handler:
     # Its writes on the LATER database commit with its job's success, in one
     # transaction, or roll back with a failure (docs/how-to/atomic-jobs.md).
     atomic: bool = False
-    # Per-key concurrency (docs/how-to/concurrency-limits.md): at most
-    # ``concurrency`` of its jobs of one key run at once across every
-    # server; the key is what ``concurrency_key`` returns for the payload
-    # (None: the type's name, one limit over all its jobs). None: no limit.
+    # At most ``concurrency`` of its jobs of one ``concurrency_key(payload)``
+    # run at once (no key: one limit over the type; docs/how-to/concurrency-limits.md).
     concurrency_key: KeyFunction | None = None
     concurrency: int | None = None
 
@@ -61,13 +59,10 @@ class Handler:
 
 _by_type: dict[type[Any], Handler] = {}
 _by_name: dict[str, Handler] = {}
-# The handlers with a concurrency limit, by payload type: a plain enqueue
-# asks whether there are any without looking at every handler.
+# The types with a concurrency limit, a unique key, a named queue: every
+# enqueue asks whether there are any, without looking at every handler.
 _keyed: dict[type[Any], Handler] = {}
-# The payload types whose jobs have a unique key, kept the same way.
 _unique: set[type[Any]] = set()
-# The payload types whose jobs run on a named queue by default, kept the
-# same way: every bulk enqueue asks whether there are any.
 _queued: set[type[Any]] = set()
 # Find handlers of names no @job registered, on first use: the Django Tasks
 # backend's jobs are named by their task's import path (later_django.tasks).
@@ -115,28 +110,13 @@ def job(
 ) -> F | Callable[[F], F]:
     """Register ``func(ctx, payload)`` as the handler of its payload's type.
 
-    The payload type comes from the annotation of the second parameter and
-    must be a dataclass. ``retry`` is a RetryPolicy, or a callable
-    ``(ctx, payload) -> RetryPolicy`` resolved after the first failure.
-    ``topic`` puts the type's jobs in sequential partition mode: the payload
-    type then needs a ``partition_key()`` method, and its jobs are enqueued
-    with ``enqueue_to_partition`` and friends (docs/how-to/partitions.md).
-    ``priority`` is its jobs' priority when an enqueue gives none, and
-    ``timeout`` how long one attempt may run when an enqueue gives none,
-    and ``queue`` the named queue its jobs run on when an enqueue names
-    none (declared in LATER["QUEUES"]; check later.E026). ``unique_key``
-    (a str, or a callable given the payload that returns one) makes its
-    jobs unique, and ``unique_for`` (a timedelta) widens that to a window
-    over finished jobs too, when an enqueue gives neither
-    (docs/how-to/unique-jobs.md). ``atomic=True`` runs a sync handler in a
-    transaction of the LATER database that also stores its job's success:
-    its writes there commit exactly when the job succeeds
-    (docs/how-to/atomic-jobs.md); an async handler is refused.
-    ``concurrency_key`` (a callable taking the payload, returning a str)
-    and ``concurrency`` (an int >= 1; 1 when only a key is given) limit how
-    many jobs of one key run at once across every server; ``concurrency``
-    alone limits every job of the type as one key
-    (docs/how-to/concurrency-limits.md). Neither applies to a topic's jobs.
+    The payload type is the annotation of the second parameter, a dataclass.
+    The keywords are the defaults of the type's jobs: ``retry`` (a
+    RetryPolicy, or a callable ``(ctx, payload) -> RetryPolicy``),
+    ``priority``, ``timeout``, ``queue``, ``unique_key``/``unique_for``,
+    ``atomic`` (sync handlers only), ``concurrency_key``/``concurrency``;
+    ``topic`` puts them in sequential partition mode. Each one:
+    docs/how-to/jobs.md. Bad options raise at import time.
     """
 
     def register(func: F) -> F:

@@ -25,10 +25,10 @@ def settle_on_commit(
     parents) finished meanwhile; ``wake`` the workers of its lane when it
     was released.
 
-    The continuation was inserted without locking its parent (a caller's
-    open transaction must not hold up the parent's renewal or completion),
-    so a parent that finished before the commit could not see the child.
-    With one writer at a time, no parent finishes before the commit."""
+    The continuation was inserted without locking its parent (an open
+    transaction must not hold up the parent's completion), so a parent that
+    finished before the commit could not see the child. (With one writer at
+    a time, as on SQLite, none can.)"""
     if not dialect_for(alias).single_writer:
         settle = functools.partial(_settle_child, alias, job_id, wake, fan_in)
         transaction.on_commit(settle, using=alias)

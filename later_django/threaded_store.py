@@ -1,12 +1,9 @@
 """ThreadedStore: how worker code runs the dialect's stores from asyncio.
 
-One of the worker's two roads to the database. Each call hops to a thread
-of a pool the caller names (Django connections are per thread), heals a
-connection broken by a database restart, and turns "database is locked" and
-serialization failures into LaterBusy. Every write but two takes it.
-
-The two statements every job goes through, its claim and its completion,
-take the other road, without a thread hop: db/sessions.py's WorkerSessions.
+Each call hops to a thread of a pool the caller names (Django connections
+are per thread), heals a connection broken by a database restart, and turns
+"database is locked" and serialization failures into LaterBusy. Every write
+but a job's claim and completion (db/sessions.py, no thread hop) takes it.
 """
 
 from __future__ import annotations
@@ -122,14 +119,10 @@ class ThreadedStore:
 class ThreadPool(ThreadPoolExecutor):
     """A thread pool that starts a thread only when every thread it has is busy.
 
-    Python 3.12's ThreadPoolExecutor counts a thread as idle only when it
-    finds its queue empty, so a steady stream of short calls from a few
-    callers starts a thread for nearly every call, up to ``max_workers``.
-    Each thread keeps a Django connection (persistent with ``CONN_MAX_AGE``):
-    when this pool also ran sync handlers, 8 workers held 256 PostgreSQL
-    connections. This pool counts the calls not yet finished instead. It
-    serves the worker's database, service and maintenance calls; sync
-    handlers run in worker/handler_threads.py.
+    Python 3.12's ThreadPoolExecutor counts a thread idle only when it finds
+    its queue empty, so a stream of short calls starts a thread for nearly
+    every call, each keeping a Django connection (8 workers once held 256
+    PostgreSQL connections). This pool counts the calls not yet finished.
     """
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:

@@ -1,11 +1,9 @@
 """OpenTelemetry spans around handler runs, with LATER["TRACING"] on.
 
-An enqueue made inside a span records that span's context on the job (W3C
-trace-context headers, as JSON); the worker then runs the handler inside a
-span ``later.job <type>`` whose parent is that span, so a request's trace
-shows the jobs it started. Off by default; with it off nothing here runs
-and jobs pay nothing. Only opentelemetry-api is imported: spans go wherever
-the application's SDK sends them (no SDK, no spans).
+An enqueue inside a span records its context on the job; the worker runs
+the handler in a span ``later.job <type>`` with that parent, so a request's
+trace shows the jobs it started. Off, nothing here runs. Only
+opentelemetry-api is imported: spans go wherever the application's SDK sends them.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ from typing import NamedTuple
 from later_django.ids import JobId
 
 
-# The per-job records are named tuples: as immutable as the frozen
-# dataclasses below, but built in a fraction of the time (a frozen
-# dataclass sets each field through object.__setattr__), which shows when
-# thousands are made per second.
+# Per-job records are named tuples: immutable, and built in a fraction of a
+# frozen dataclass's time, which shows at thousands a second.
 class NewJob(NamedTuple):
     """A job row about to be inserted. Its times come from the database's
     clock when the row is written: it is due ``delay_ms`` after that, or at
@@ -130,13 +128,10 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionStats:
-    """What partition_stats() returns for one partition.
-
-    ``depth`` is how many of its jobs are unfinished (the next sequence
-    minus the head's); the head is its unfinished job of the lowest
-    sequence, ``head_run_at_ms`` when it was (or will be) due; ``owner`` and
-    ``epoch`` the server that holds or last held its lease (None once
-    released), valid until ``lease_expires_ms``."""
+    """What partition_stats() returns for one partition: ``depth``, its
+    unfinished jobs; ``head_run_at_ms``, when its head is due; ``owner`` and
+    ``epoch``, who holds or last held its lease (None once released), valid
+    until ``lease_expires_ms``."""
 
     topic: str
     partition: int

@@ -12,12 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Tags, Warning, register
 
-from later_django.checks.database import (
-    check_database,
-    check_stored_topics,
-    stored_topic_conflicts,
-    topic_conflict,
-)
+from later_django.checks.database import check_database
 from later_django.checks.imports import check_context, check_jobs_module
 from later_django.checks.messages import error
 from later_django.checks.topics_and_queues import (
@@ -25,21 +20,10 @@ from later_django.checks.topics_and_queues import (
     check_retained_log_lag,
     check_topics,
 )
-from later_django.checks.values import (
-    MAX_WORKERS,
-    check_values,
-    check_workers,
-    unknown_keys_hint,
-)
+from later_django.checks.values import check_values, check_workers, unknown_keys_hint
 from later_django.conf import DEFAULTS
 
-__all__ = [
-    "MAX_WORKERS",
-    "check_settings",
-    "check_stored_topics",
-    "stored_topic_conflicts",
-    "topic_conflict",
-]
+__all__ = ["check_settings"]
 
 
 @register(Tags.compatibility)

@@ -56,10 +56,8 @@ def check_jobs_module(name: object, *, explicit: bool) -> list[CheckMessage]:
                 "app: 'jobs' for shop/jobs.py.",
             )
         ]
-    # An app without the module is fine (like admin.py), but a name that no
-    # app has, set on purpose, is a mistake: no handler is registered by it.
-    # Importing a module that exists already happened in AppConfig.ready(),
-    # and an error there stopped Django's start-up with its traceback.
+    # An app without the module is fine (like admin.py), but a name no app
+    # has is a mistake. (An import error already stopped AppConfig.ready().)
     if not explicit or any(
         module_has_submodule(app.module, name) for app in apps.get_app_configs()
     ):

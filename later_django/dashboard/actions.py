@@ -1,8 +1,7 @@
-"""The dashboard's actions on jobs: one job at a time, or every job a list's
-filter matches, a page at a time within a time budget (a filter matching a
-million jobs is worked through by pressing again, never by one request that
-holds the database for minutes). Each job's change is its own transaction.
-And its actions on queues: pause and resume (later_django/queues.py)."""
+"""The dashboard's actions: on one job, or on every job a list's filter
+matches, a page at a time within a time budget (pressed again for the rest,
+never one request that holds the database for minutes), each job its own
+transaction; and pausing and resuming queues."""
 
 from __future__ import annotations
 

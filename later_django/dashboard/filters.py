@@ -15,7 +15,6 @@ from later_django.ids import ID_ALPHABET, ULID_LENGTH
 from later_django.queue_names import is_queue_name
 from later_django.states import Stage
 
-FIELDS = ("stage", "type", "topic", "partition", "q", "queue")
 STAGES = [stage.value for stage in Stage]
 # The lists the stage menu offers, in its order: every job newest first,
 # then one list per stage.

@@ -1,10 +1,6 @@
-"""What a worker process tells the dashboard: counts and waits kept in
-memory from the worker's events as jobs run, and written as one row about
-once a second, never a write per job.
-
-``FigureWriter`` is the worker extension (later_django.worker.extensions)
-that does this for each server; the server knows nothing of it. Events
-arrive on the worker's event loop thread, where the row is also taken.
+"""What a worker process tells the dashboard: counts and waits kept in memory
+from the worker's events, written as one row about once a second, never a
+write per job. ``FigureWriter`` is the worker extension that does it.
 """
 
 from __future__ import annotations

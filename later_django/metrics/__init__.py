@@ -1,18 +1,9 @@
 """Prometheus metrics, fed by the events hook (never by a write per job).
 
-Nothing here runs until ``install()``: ``later_worker --metrics-port`` calls
-it in the worker process, and the app calls it in a web process that has
-``django_prometheus`` installed. Until then no subscriber exists, and jobs
-pay nothing. Metrics go to prometheus_client's default registry, the one
-django-prometheus and ``--metrics-port`` serve.
-
-Labels are bounded: the queue, the payload type, a worker's number in its
-process, an outcome or a stage. Never a job id, an error text or a server
-id: Prometheus's ``instance`` label tells processes apart.
-
-This module installs them and reads the database for a web process; the
-families are in ``families`` (storage), ``job_events`` (fed by events) and
-``gauges`` (read from the database or this process's workers).
+Nothing runs until ``install()`` (``later_worker --metrics-port``, or the app
+in a web process with ``django_prometheus``), so until then jobs pay nothing.
+Metrics go to prometheus_client's default registry. The families are in
+``families``, ``job_events`` (fed by events) and ``gauges``.
 """
 
 from __future__ import annotations
@@ -21,32 +12,11 @@ import threading
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from later_django.metrics.families import DURATION_BUCKETS, CounterFamily, HistogramFamily
-from later_django.metrics.gauges import (
-    HeldCollector,
-    LagCollector,
-    LagValues,
-    PartitionCollector,
-    QueueCollector,
-    StageCounts,
-    WorkersCollector,
-)
-from later_django.metrics.job_events import COMMAND_OUTCOME, OUTCOME_STAGE, Metrics
+from later_django.metrics.gauges import LagValues
+from later_django.metrics.job_events import Metrics
 
 __all__ = [
-    "COMMAND_OUTCOME",
-    "DURATION_BUCKETS",
-    "OUTCOME_STAGE",
-    "CounterFamily",
-    "HeldCollector",
-    "HistogramFamily",
-    "LagCollector",
-    "LagValues",
     "Metrics",
-    "PartitionCollector",
-    "QueueCollector",
-    "StageCounts",
-    "WorkersCollector",
     "install",
     "install_for_web",
     "installed",

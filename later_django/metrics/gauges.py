@@ -23,9 +23,8 @@ class QueueCollector(Collector):
     """``later_queue_jobs``: jobs per stage in the namespace, from the
     database's counters, read at most once per refresh interval.
 
-    A worker feeds it from a service of its own (``set``); elsewhere (a web
-    process) a scrape reads the counters itself when they are stale. Every
-    process reports the same shared value: aggregate with ``max``."""
+    A worker's service feeds it (``set``); elsewhere a scrape reads the
+    counters when stale. The same value in every process: aggregate with ``max``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -55,14 +54,7 @@ class QueueCollector(Collector):
 
 class HeldCollector(Collector):
     """``later_queue_limited_jobs``: ready jobs a limit holds back now, per
-    queue with limits (a rate limit spent for the window, or a concurrency
-    key at its limit; never a key as a label), read at most once per
-    refresh interval.
-
-    Fed like QueueCollector: by the worker's metrics service (``set``, the
-    queues it serves), or on scrape in a process without a worker (every
-    declared queue with limits). The same shared value in every process:
-    aggregate with ``max``."""
+    queue with limits (never a key as a label). Fed like QueueCollector."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -96,11 +88,7 @@ LagValues = dict[tuple[str, str], int]
 class LagCollector(Collector):
     """``later_retained_log_consumer_lag``: records appended but not committed,
     per retained-log topic and consumer group that LATER["RETAINED_LOG_LAG"]
-    names, summed over partitions; read at most once per refresh interval.
-
-    Fed like QueueCollector: by the worker's metrics service (``set``), or on
-    scrape in a process without a worker. The same shared value in every
-    process: aggregate with ``max``."""
+    names, summed over partitions. Fed like QueueCollector."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -131,16 +119,11 @@ class LagCollector(Collector):
 class PartitionCollector(Collector):
     """Sequential partition mode, in a worker that runs partition workers.
 
-    From partition_stats() (an index probe per partition, no count over
-    jobs), refreshed by the worker's metrics service; the same shared values
-    in every such process (aggregate with ``max``):
-    ``later_partition_queue_depth`` (unfinished jobs of a partition),
-    ``later_partition_backlog`` (of a topic) and
-    ``later_partition_oldest_head_age_seconds`` (how long a topic's oldest
-    due head has waited). From this process, read on scrape:
-    ``later_partitions_active`` (partition leases it holds, by topic),
-    ``later_partition_workers_live``, and the counters of its claims, heads
-    claimed and lease renewals (``PartitionClaimer.counts``)."""
+    Depth, backlog and oldest head's age come from partition_stats() (an
+    index probe per partition), fed by the worker's metrics service, the
+    same in every such process (aggregate with ``max``); leases held, live
+    partition workers and the claimer's counters are this process's own,
+    read on scrape."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -1,9 +1,8 @@
 """later's tables. Times are integer epoch milliseconds, identical on every database.
 
-The job row is the delivery queue: a partial index over ``stage='enqueued'``
-is what workers claim from, so the hot path touches one narrow row per job.
-Later features (queues, topics, unique keys) add nullable columns, so a
-plain job's insert never names them.
+The job row is the delivery queue: workers claim from a partial index over
+``stage='enqueued'``. Features add nullable columns, so a plain job's insert
+never names them.
 """
 
 from __future__ import annotations

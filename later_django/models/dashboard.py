@@ -20,10 +20,9 @@ class Dashboard(Job):
 
 
 class DashboardStat(models.Model):
-    """What one server's workers did over about a second: how many jobs
-    they started and finished, and a histogram of how long those jobs waited
-    between being due and starting. Written once a second while there was
-    work, never per job; kept ten minutes."""
+    """What one server's workers did over about a second: jobs started and
+    finished, and a histogram of their waits. Written once a second while
+    there was work, never per job; kept ten minutes."""
 
     namespace = models.CharField(max_length=64)
     server_id = models.CharField(max_length=64)

@@ -47,19 +47,15 @@ class Job(models.Model):
     # Times the job has been claimed; also the fencing epoch of its lease, so
     # it only ever grows.
     attempts = models.IntegerField(default=0)
-    # Claims of those that do not count as attempts (given back before or
-    # while stopping their handler); NULL for none. The attempt a handler and
-    # its retry policy see is attempts - uncounted.
+    # Claims given back before or while stopping their handler; NULL for none.
+    # The attempt a handler and its retry policy see is attempts - uncounted.
     uncounted = models.IntegerField(null=True)
-    # How long one attempt may run, in ms, when the enqueue said
-    # (enqueue(..., timeout=)); NULL: the handler's @job(timeout=), if any.
+    # enqueue(..., timeout=) in ms; NULL: the handler's @job(timeout=), if any.
     timeout_ms = models.BigIntegerField(null=True)
     # When cancel() asked the running job to stop (db clock); NULL: never.
-    # Its worker stops the handler and stores the job cancelled.
     cancel_requested_ms = models.BigIntegerField(null=True)
-    # The queue the job runs on (LATER["QUEUES"]); '' for the default
-    # queue, the narrowest key: a plain insert never names the column, its
-    # database default (later_django/queue_names.py column_value).
+    # '' for the default queue: a plain insert never names the column
+    # (later_django/queue_names.py column_value).
     queue = models.CharField(max_length=64, db_default="")
     # JSON RetryPolicy; NULL means LATER's default policy when it fails.
     retry_policy = models.TextField(null=True)
@@ -76,29 +72,22 @@ class Job(models.Model):
     last_error = models.TextField(null=True)
     # Every stage change as "stage@epoch_ms;", appended in the same statement.
     history = models.TextField(default="")
-    # The identifier of the schedule whose occurrence this is; written only
-    # by the scheduler's insert.
+    # The schedule whose occurrence this is; written only by the scheduler.
     recurring = models.CharField(max_length=255, null=True)
-    # With LATER["TRACING"]: the enqueuing span's context (W3C headers as
-    # JSON) that the handler's span continues; written only then.
+    # With LATER["TRACING"]: the enqueuing span's W3C headers, as JSON.
     trace_context = models.TextField(null=True)
-    # Sequential partition mode (docs/how-to/partitions.md): a topic's job runs in
-    # its turn, by sequence within (topic, partition). NULL for plain jobs:
-    # ``topic`` is the lane column of docs/explanation/design.md's rule, so every place
-    # that looks for plain ready work says ``topic IS NULL``.
+    # Sequential partition mode: runs by sequence within (topic, partition).
+    # NULL for plain jobs, so every look for plain ready work says
+    # ``topic IS NULL`` (docs/explanation/design.md).
     topic = models.CharField(max_length=100, null=True)
     partition = models.IntegerField(null=True)
     sequence = models.BigIntegerField(null=True)
-    # Unique jobs (docs/how-to/unique-jobs.md): no two unfinished jobs of one type
-    # share a key, and with ``unique_for`` none of those enqueued in the same
-    # window of that length (its start, by the database's clock). Both NULL
-    # for every other job: the unique indexes below never hold its entry.
+    # Unique jobs (docs/how-to/unique-jobs.md); the slot is the start of the
+    # unique_for window. NULL for other jobs: the unique indexes skip them.
     unique_key = models.CharField(max_length=255, null=True)
     unique_slot_ms = models.BigIntegerField(null=True)
-    # Per-key concurrency (docs/how-to/concurrency-limits.md): the job's key and
-    # the most jobs of that key that may run at once. NULL for every other
-    # job: only the insert of a job whose type has @job(concurrency=...)
-    # names these columns.
+    # Per-key concurrency (docs/how-to/concurrency-limits.md); NULL for other
+    # jobs: only the insert of a limited type names these columns.
     concurrency_key = models.CharField(max_length=255, null=True)
     concurrency_limit = models.IntegerField(null=True)
 
@@ -128,9 +117,8 @@ class Job(models.Model):
             ),
         ]
         indexes = [
-            # Every queue's ready jobs in one index, each queue a run of its
-            # own in claim order: a claim of one queue (``queue = %s``, an
-            # equality) never reads past another's jobs, nor sorts its own.
+            # Each queue a run of its own in claim order: a claim of one queue
+            # never reads past another's jobs, nor sorts its own.
             models.Index(
                 fields=["namespace", "queue", "-priority", "id"],
                 name="later_job_ready",
@@ -152,17 +140,15 @@ class Job(models.Model):
                 name="later_job_leased",
                 condition=Q(stage="running"),
             ),
-            # The dashboard's lists of jobs that need a look: waiting
-            # continuations, failures and cancellations, latest first. Plain
-            # jobs that succeed never enter it, so they pay nothing for it.
+            # The dashboard's lists that need a look, latest first; jobs that
+            # succeed never enter it, so they pay nothing for it.
             models.Index(
                 fields=["namespace", "stage", "changed_ms", "id"],
                 name="later_job_attention",
                 condition=Q(stage__in=["waiting", "failed", "cancelled"]),
             ),
-            # The keyed jobs running, and those ready, by key: what a limited
-            # claim counts and the metrics' held-back figure reads. Plain
-            # jobs never enter either (their key is NULL).
+            # What a limited claim counts and the held-back metric reads;
+            # plain jobs never enter either (their key is NULL).
             models.Index(
                 fields=["namespace", "concurrency_key"],
                 name="later_job_keyed_running",
@@ -199,9 +185,8 @@ class StageCount(models.Model):
 
     namespace = models.CharField(max_length=64)
     stage = models.CharField(max_length=10, choices=Stage.choices)
-    # '' for the default queue's jobs, 'q:<name>' for a named queue's,
-    # 'partition' for a topic's (later_django/queue_names.py lane_of): autoscale
-    # and the Queues panel read a queue's counts, stage_counts() sums all.
+    # '', 'q:<name>' or 'partition' (later_django/queue_names.py lane_of):
+    # autoscale and the Queues panel read a queue's counts.
     lane = models.CharField(max_length=80, db_default="")
     n = models.BigIntegerField()
 

@@ -10,10 +10,9 @@ from django.db import models
 class Schedule(models.Model):
     """A recurring job: its cron, zone and payload, and when it fires next.
 
-    Every server's scheduler takes due rows (SKIP LOCKED on PostgreSQL),
-    enqueues their occurrences and moves ``next_run_ms`` in one transaction,
-    compare-and-swapped on ``version``, so an occurrence is enqueued once
-    however many servers run. Every write of the row adds one to ``version``.
+    Every write adds one to ``version``; the scheduler's transaction is
+    compare-and-swapped on it, so an occurrence is enqueued once however
+    many servers fire (later_django/recurring/firing.py).
     """
 
     namespace = models.CharField(max_length=64)

@@ -54,10 +54,9 @@ class MaintenanceRun(models.Model):
 class Lease(models.Model):
     """A named lease held by one server at a time, fenced by its epoch.
 
-    Maintenance work that must run once per cluster (VACUUM today; cron
-    scheduling, samplers and partition balancing next) is led by whoever
-    holds the lease of its name. Every new holder gets a higher epoch, and
-    expiry is judged on the database's clock.
+    Work that must run once per cluster (VACUUM, the dashboard's samples,
+    retained-log retention) is led by whoever holds the lease of its name.
+    Expiry is judged on the database's clock.
     """
 
     namespace = models.CharField(max_length=64)
@@ -77,20 +76,16 @@ class Lease(models.Model):
 
 
 class QueueState(models.Model):
-    """A named queue's state shared by every server: paused or not, and the
-    starts of its rate limit's window. A queue without a row runs;
-    pause_queue() writes one, and so does a rate-limited queue's first
-    claim. Every claim reads it."""
+    """A named queue's state shared by every server: paused or not, and its
+    rate limit's window. A queue without a row runs. Every claim reads it."""
 
     namespace = models.CharField(max_length=64)
     name = models.CharField(max_length=64)
     paused = models.BooleanField()
     changed_ms = models.BigIntegerField()
-    # A rate-limited queue (docs/how-to/rate-limits.md): the window its starts are
-    # counted in (its start and end, epoch ms on the database's clock,
-    # multiples of the window's length) and the jobs its claims started in
-    # it. NULL until a rate-limited claim of the queue first ran (the end:
-    # until one of this release ran, migration 0021).
+    # A rate-limited queue's current window (database clock) and the jobs its
+    # claims started in it; NULL until such a claim first ran (the end: until
+    # one of this release ran, migration 0021).
     rate_window_ms = models.BigIntegerField(null=True)
     rate_window_end_ms = models.BigIntegerField(null=True)
     rate_started = models.IntegerField(null=True)

@@ -3,6 +3,6 @@ partition, in enqueue order (docs/how-to/partitions.md)."""
 
 from __future__ import annotations
 
-from later_django.partitions.hashing import PartitionKey, owner_of, partition_for_key
+from later_django.partitions.hashing import partition_for_key
 
-__all__ = ["PartitionKey", "owner_of", "partition_for_key"]
+__all__ = ["partition_for_key"]

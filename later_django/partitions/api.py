@@ -1,10 +1,7 @@
 """The public calls of sequential partition mode: enqueue into a topic's
 partitions, and what operators do to a partition (docs/how-to/partitions.md).
-
-A partition job is written like any job (JobBuilder builds it, the caller's
-transaction holds it) plus the next sequence of its partition, taken in the
-same transaction from a counter row that stays locked until the transaction
-ends: sequences are gapless and committed in order.
+A job takes its partition's next sequence in the caller's transaction, from
+a counter row locked until it ends: sequences are gapless and commit in order.
 """
 
 from __future__ import annotations
@@ -45,11 +42,10 @@ def enqueue_to_partition(payload: object, **options: Unpack[EnqueueKeywords]) ->
     earlier job of the partition has finished, one at a time, in order.
 
     Takes enqueue()'s keywords: a delayed head (``delay``, ``at``) or one
-    waiting for a parent (``after``: any job, in any partition or none)
-    blocks the jobs after it until it is due and has run. The payload's type
-    names its topic (``@job(topic=...)``) and its ``partition_key()`` picks
-    the partition. Raises TypeError for a type without a topic, UnknownTopic
-    for a topic missing from LATER["TOPICS"]; nothing is written then."""
+    waiting for a parent (``after``) blocks the jobs after it until it has
+    run. The type's ``@job(topic=...)`` and ``partition_key()`` pick the
+    partition. TypeError for a type without a topic, UnknownTopic for one
+    missing from LATER["TOPICS"]; nothing is written then."""
     return _enqueue(payload, keyword_options(**options))
 
 

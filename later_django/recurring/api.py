@@ -50,16 +50,12 @@ def enqueue_recurring(
     """Run a job of ``payload`` at every fire time of ``cron``, under ``identifier``.
 
     ``cron`` has 5 fields (minute hour day month weekday), or 6 with seconds
-    first; it is read in ``tz`` (an IANA zone name or ZoneInfo; UTC when
-    None). Calling again with the same identifier, cron and zone updates
-    the payload and priority in place and returns None: safe on every
-    start-up. A new identifier, or another cron or zone, enqueues the next
-    occurrence at once (as a delayed job) and returns its id; occurrences the
-    old cron had enqueued ahead are cancelled in the same transaction.
-
-    Raises TypeError or ValueError (bad identifier, cron or zone, 7 fields,
-    a cron that never fires), NotRegistered or TypeError for the payload, as
-    enqueue() does. Nothing is written then.
+    first, read in ``tz`` (an IANA zone name or ZoneInfo; UTC when None).
+    The same identifier, cron and zone again updates the payload and
+    priority in place and returns None: safe on every start-up. Otherwise
+    the next occurrence is enqueued (delayed) and its id returned; those the
+    old cron had enqueued ahead are cancelled. Bad input raises as enqueue()
+    does, and writes nothing.
     """
     return _save(identifier, payload, cron, tz=tz, priority=priority, sequential=False)
 

@@ -1,11 +1,9 @@
 """Appending records: offsets reserved from a partition's counter and the
 records stored, in one transaction (the caller's, when one is open).
 
-Offsets are gapless: the counter row an append raises stays locked until its
-transaction ends, so a concurrent appender to the same partition waits and
-continues from the committed end, and a rolled-back append gives its offsets
-back. Per partition, records therefore also commit in offset order: a reader
-never sees an offset while an earlier one is still to come.
+The counter row an append raises stays locked until its transaction ends,
+so offsets are gapless (a rollback gives them back) and commit in order: a
+reader never sees an offset while an earlier one is still to come.
 """
 
 from __future__ import annotations

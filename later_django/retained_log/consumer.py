@@ -1,12 +1,9 @@
 """``consume()``: the common case of a consumer group member, as one loop.
 
-It takes the leases of the partitions it may, reads each from the group's
-committed offset, runs the handler on every record and commits after each
-batch. Every held lease is renewed once a third of its duration has passed,
-checked before each handler call, so no lease depends on how long a pass
-over the partitions takes. Delivery is at least once: a member that dies
-after handling records but before committing them leaves them to the next
-holder, which reads from the committed offset.
+It leases what partitions it may, reads each from the group's committed
+offset, runs the handler on every record and commits after each batch.
+Delivery is at least once: records handled but not committed are read again
+by the next holder.
 """
 
 from __future__ import annotations
@@ -143,11 +140,10 @@ def consume(
     read again by the next holder. Returns when ``stop`` is set, or with
     ``until_idle`` once a pass over the held partitions found nothing new.
 
-    Every held lease is renewed before each handler call once a third of
-    RETAINED_LOG_LEASE_DURATION has passed since its last renewal, so a batch
-    may take any time; one handler call must take less than two thirds of
-    it. Past that another member may take the partitions, and this one drops
-    each such partition at its next renewal or commit (``leases_lost``).
+    Leases are renewed before a handler call once a third of
+    RETAINED_LOG_LEASE_DURATION has passed, so a batch may take any time but
+    one handler call must take less than two thirds of it; past that another
+    member may take the partition, dropped here at the next renewal or commit.
     """
     count = partitions_of(topic)
     wanted = (

@@ -1,9 +1,9 @@
 """Retention: the maintenance step that deletes records older than their
 topic's retention, run by one server of the namespace at a time.
 
-It needs a running ``later_worker``: the step runs in its maintenance loop.
-Only a prefix of each partition goes, a small batch per statement, so what
-remains is a contiguous range of offsets and no statement holds locks long.
+It runs in a ``later_worker``'s maintenance loop. Only a prefix of each
+partition goes, a small batch per statement: what remains is a contiguous
+range of offsets, and no statement holds locks long.
 """
 
 from __future__ import annotations

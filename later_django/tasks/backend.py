@@ -2,11 +2,9 @@
 
     TASKS = {"default": {"BACKEND": "later_django.tasks.LaterBackend"}}
 
-A task enqueue is a job enqueue: it joins the caller's transaction, becomes
-due at ``run_after``, runs by ``priority`` (-100..100, one to one), and is run
-by ``later_worker`` with later's retries, leases and recovery, on the later
-queue its ``queue_name`` names (declared in ``LATER["QUEUES"]``). The job
-is named by the task's import path, so the dashboard and metrics show it so.
+A task enqueue is a job enqueue (the caller's transaction, ``run_after``,
+``priority``, the later queue ``queue_name`` names), run by ``later_worker``
+with later's retries and leases. The job is named by the task's import path.
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 and the handler of that name is made on first use (the backend's resolver,
 later_django.tasks.backend.resolve, asks this module for it).
 
-An attempt hands its end (its worker id, its error or return value) to the
-worker, which writes it with the job's outcome, in the same statement or
-transaction, as for any job: retries, leases and recovery are the same as for
-plain jobs, and a result exists exactly when its outcome was stored.
+An attempt's end (worker id, error or return value) is written with the
+job's outcome, so a result exists exactly when its outcome was stored.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """drain(): run every due job in the calling thread, on its own connection.
 
-For users' test suites. The claim, the completion, the retry and failure
-writes and the outcome of each run are the worker's own (db/hot.py,
-worker/executor.py, worker/completer.py, and worker/atomic.py for an atomic
-job's run and success); only where the handler runs differs: here, in the
-caller's thread and transaction, one job at a time.
-It must not be used as a worker: nothing renews a lease or rescues a job.
+For users' test suites. Claims, outcomes and their writes are the worker's
+own; only where the handler runs differs: in the caller's thread and
+transaction, one job at a time. Not a worker: nothing renews a lease.
 """
 
 from __future__ import annotations
@@ -53,12 +50,10 @@ _local = threading.local()
 class JobRun:
     """One attempt that drain() ran, and what became of it.
 
-    ``outcome`` is what was stored: ``succeeded``; ``retry`` (the job is
-    requeued for its policy's next attempt); ``failed`` (no retry left, or
-    a payload that no longer decodes); ``snoozed`` (the handler raised
-    Snooze: the job is delayed again, the attempt not counted); ``cancelled``
-    (cancel() asked it to stop, whatever its attempt did). ``error`` is the text stored as the
-    job's last error: ``Type: message``, then the traceback.
+    ``outcome``: ``succeeded``, ``retry`` (requeued for another attempt),
+    ``failed`` (no retry left, or a payload that no longer decodes),
+    ``snoozed`` (delayed again, the attempt not counted) or ``cancelled``.
+    ``error``: the job's stored last error, ``Type: message`` and traceback.
     """
 
     job_id: JobId
@@ -73,12 +68,10 @@ def drain(*, max_jobs: int = DEFAULT_MAX_JOBS) -> list[JobRun]:
     return the attempts that ran, in order.
 
     Runs in the calling thread on its connection of LATER["DATABASE"], so
-    inside a test's transaction the jobs see the test's rows and the test
-    sees theirs. Due means ready now: enqueued jobs, released
-    continuations, and delayed or requeued jobs whose time has come on the
-    database's clock. A delayed job or a retry due later is left as it is.
-    Raises RuntimeError when jobs are still due after ``max_jobs`` attempts
-    (a job that enqueues itself again, for example).
+    inside a test's transaction the jobs and the test see each other's rows.
+    A delayed job or a retry due later (on the database's clock) is left.
+    RuntimeError when jobs are still due after ``max_jobs`` attempts (a job
+    that enqueues itself again, for example).
     """
     if type(max_jobs) is not int or max_jobs < 1:
         raise ValueError(f"max_jobs must be an int >= 1, got {max_jobs!r}")

@@ -1,11 +1,9 @@
 """Atomic jobs (``@job(atomic=True)``): a sync handler and its job's success
 in one transaction of the LATER database.
 
-Runs in the handler's thread, on that thread's Django connection, so the
-handler's writes there (its own atomic blocks nest as savepoints) and the
-success, fenced by the claim, commit together or not at all. The worker's
-executor and later_django.testing's drain() both run atomic handlers here.
-Nothing else is stored here: a failure rolls back, and is stored afterwards
+Runs in the handler's thread, on its connection, so the handler's writes and
+the success, fenced by the claim, commit together or not at all (for the
+executor and drain() alike). A failure rolls back and is stored afterwards
 as any job's is.
 """
 
@@ -47,11 +45,8 @@ class _ClaimLost(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Committed:
-    """What an atomic run stored.
-
-    ``stored``: the success and the handler's writes committed together;
-    False: the claim's fence no longer held (another server had taken the
-    job over) and both were rolled back. ``released``: the continuations
+    """What an atomic run stored: ``stored`` False when the claim's fence no
+    longer held and everything rolled back; ``released``, the continuations
     the success released."""
 
     stored: bool
@@ -72,10 +67,8 @@ class AtomicRunner:
         """Call ``func(ctx, payload)`` and store the success of ``job`` in one
         transaction of the calling thread's connection; return what committed.
 
-        An exception of the handler rolls its writes back and propagates, to
-        be stored as the attempt's failure. An attempt the worker stopped
-        waiting for (``ctx.cancel_requested``) rolls back and raises
-        AttemptAbandoned, however the handler ended."""
+        A handler's exception rolls back and propagates; an attempt the
+        worker stopped waiting for rolls back and raises AttemptAbandoned."""
         dialect = dialect_for(self.alias)
         db = connections[self.alias]
         committed = Committed(stored=False)
@@ -141,11 +134,10 @@ def _transaction(db: BaseDatabaseWrapper, alias: str, *, write_lock_first: bool)
     single-writer database), a transaction it begins takes the write lock at
     once, whatever OPTIONS["transaction_mode"] says.
 
-    A SQLite transaction that read before its first write cannot take the
-    lock once another connection has committed since its read: the write
-    fails at once ("database is locked") instead of waiting. The worker
-    commits a claim or a renewal every few moments, and the success is
-    always written last, so an atomic job would often fail so."""
+    A SQLite transaction that read before its first write fails at once
+    ("database is locked") if another connection committed since its read;
+    the worker commits every few moments and the success is written last,
+    so an atomic job would often fail so."""
     if not write_lock_first or db.in_atomic_block:
         with transaction.atomic(using=alias):
             yield

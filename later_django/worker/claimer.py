@@ -7,9 +7,8 @@ it is not (or at shutdown). A shared claim the supervisor abandoned
 mid-statement may still have committed: the next claim first gives back
 what it took, so no job waits for the stuck-job recovery without having run.
 
-A queue with limits (docs/how-to/rate-limits.md, docs/how-to/concurrency-limits.md) is
-claimed by the limited claim instead; once its rate limit is spent for the
-window, its workers wait, without a claim, until the next window starts.
+A queue with limits claims with the limited claim; once its rate limit is
+spent, its workers wait without a claim for the next window.
 """
 
 from __future__ import annotations
@@ -201,12 +200,10 @@ class Claimer:
     async def _give_back_abandoned(self, sent: float) -> None:
         """Give back the jobs a claim sent at ``sent`` took, if it committed.
 
-        Its jobs are the plain ones of this queue this server claimed since
-        it was sent and holds no lease on: while it hung no other claim of
-        this queue on this server ran,
-        every earlier claim was answered (and held) before it was sent, and
-        every later one is held once answered. Raises when the database
-        cannot tell; the next claim tries again."""
+        Its jobs are this queue's plain jobs claimed by this server since
+        then that it holds no lease on: no other claim of the queue ran here
+        while it hung. Raises when the database cannot tell; the next claim
+        tries again."""
 
         def since_sent(dialect: Any, cursor: Any) -> list[Claim]:
             # Measured here, in the pool's thread as the statement runs: a

@@ -102,10 +102,8 @@ class Completer:
         # The ends of Django Tasks attempts whose success waits for a shared
         # completion: written by it, in its statement.
         self._attempt_ends: dict[Claim, TaskAttemptEnd] = {}
-        # Partition heads' successes, shared as plain ones are. Each may claim
-        # its partition's next head in the same statement (asked of
-        # ``lanes.wants_next`` when it is submitted), handed to
-        # ``lanes.next_head`` as soon as the statement returns.
+        # Partition heads' successes, shared as plain ones are; each may claim
+        # its partition's next head in the same statement (``lanes.wants_next``).
         self._head_successes: Coalescer[tuple[ClaimedJob, bool], bool] = Coalescer(
             self._complete_heads, max_batch=COMPLETE_BATCH
         )
@@ -269,11 +267,9 @@ class Completer:
 
     async def _stored_before(self, job: ClaimedJob, outcome: Outcome) -> OutcomeKind | None:
         """What an earlier, unconfirmed store of ``outcome`` committed, if it
-        did: its claim left the job in the stage that outcome stores, with its
-        error (the stuck-job rescue requeues or fails a claim too, with its
-        own), or cancelled, a cancel request having turned a failure into
-        that (the rescue acts only once the lease this store keeps to ran
-        out)."""
+        did: the job in the stage that outcome stores with its error (the
+        rescue writes its own error), or cancelled, a cancel request having
+        turned a failure into that."""
         claim = (job.id, job.attempts)
         try:
             left = await self.store.run(self.pool, lambda d, c: d.hot.stage_after(c, claim))

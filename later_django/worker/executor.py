@@ -1,9 +1,6 @@
-"""Runs exactly one claimed job and says what should happen to it.
-
-The executor resolves the handler, decodes the payload, calls the handler
-and classifies the result as an Outcome. It stores nothing, except the
-success of an atomic job, which commits in its handler's own transaction
-(worker/atomic.py).
+"""Runs one claimed job (handler, payload, call) and classifies the result
+as an Outcome. It stores nothing but an atomic job's success, which commits
+in its handler's own transaction (worker/atomic.py).
 """
 
 from __future__ import annotations
@@ -170,12 +167,10 @@ async def _run_async_within(
 async def _wait_sync_within(
     limit_ms: int, ran: asyncio.Future[Any], started: Future[Any], ctx: JobContext
 ) -> Any:
-    """Wait for a sync handler's thread and return its result; past
-    ``limit_ms`` stop waiting: its thread cannot be stopped, so it is told
-    (``ctx.cancel_requested``), reported and abandoned, its outcome never
-    stored (an atomic one rolls back), and JobTimeout raised. A handler
-    still waiting for a thread then (the process bound by its CPU) never
-    starts."""
+    """Wait for a sync handler's thread and return its result. Past
+    ``limit_ms`` raise JobTimeout: the thread cannot be stopped, so it is
+    told (``ctx.cancel_requested``) and abandoned, its outcome never stored;
+    a handler still waiting for a thread then never starts."""
     try:
         return await asyncio.wait_for(ran, limit_ms / 1000)
     except TimeoutError:
@@ -218,9 +213,8 @@ def _timed_out(limit_ms: int) -> JobTimeout:
     return JobTimeout(f"the attempt ran past the job's timeout of {limit_ms / 1000:g} s")
 
 
-# What a job's run that did not succeed means. The worker's executor and
-# later_django.testing's drain() both decide through these, so a job fails,
-# retries and resolves its policy the same way under both.
+# What a run that did not succeed means, for the executor and drain() alike,
+# so a job fails and retries the same way under both.
 
 
 def with_attempt_end(outcome: Outcome, ctx: JobContext) -> Outcome:

@@ -1,10 +1,8 @@
 """Parts that run along with a worker server without the server knowing them:
 the Prometheus feed, the dashboard's figures.
 
-A server offers them ``ServerFacts`` (who it is, a database call on its
-service pool, what its workers do) and runs what each ``Extension`` returns
-as one of its services. Extensions registered here are made for every
-server of the process; the server imports nothing of them.
+A server offers them ``ServerFacts`` and runs what each ``Extension``
+returns as one of its services; the server imports nothing of them.
 """
 
 from __future__ import annotations

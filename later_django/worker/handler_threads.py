@@ -1,57 +1,11 @@
 """The threads sync handlers run in: as few at once as keep the work moving.
 
-All the threads of a process take turns holding the one GIL, and every turn
-handed from one runnable thread to another costs a wake-up and a context
-switch. A handler doing short database round trips gives the GIL up at each
-of them, so eight such handlers in eight threads spend more on the turns
-than on the work: measured on 2 cores (peer harness, ``BENCH_WORK=db:4``,
-one ``later_worker --workers 8``), eight threads drained 1,383 jobs/s at
-0.61 ms of worker CPU a job, one thread 2,832 jobs/s at 0.29 ms. A handler
-waiting on a slow service, though, holds up every call behind it unless it
-has a thread of its own.
-
-So calls start on at most ``limit`` threads at once; the others wait in
-order, and a thread that finishes a call takes the next one without
-sleeping. While calls wait, a governor looks every ``WINDOW`` seconds at
-what the process did and moves the limit:
-
-- no call started in the window (calls longer than a window, or hung and
-  abandoned ones, hold every thread): one thread more, whatever else;
-- the calls that ended spent less than ``CALLS_WAITING`` of their time on
-  their thread's CPU, and the process used less than ``GROW_BELOW`` of a
-  core: the calls wait on something else than the GIL (a service, a lock,
-  a remote database), so one thread more (twice as many below
-  ``CLEARLY_WAITING`` of a core), never more than the calls there are;
-- above ``SHRINK_ABOVE`` of a core the GIL is the bound, more threads only
-  take turns, and the limit shrinks by one.
-
-Measured in the peer harness (one process, 8 workers): handlers doing four
-short database round trips spend 0.37-0.45 of their time on their thread's
-CPU at one thread, handlers sleeping 5 ms 0.01-0.02; the process used 0.81
-of a core at one thread on the first, 0.85 with eight threads in their
-convoy, 0.44-0.59 with eight threads on the second. The process's CPU
-alone moves with the worker's own work and its noise (0.6-0.9 a window
-at one fixed limit), so it is not enough to grow on.
-
-An idle thread sleeps on a lock of its own and a call wakes the one that
-ran last: woken first in, first out, two threads that both exist pass the
-work to each other each time the queue empties, and the drain fell back
-to the eight-thread figure with the limit at one.
-
-The event loop is the other thread that wants the GIL. A call's outcome
-for the loop (``run_on_loop``) is kept while a thread takes the next
-waiting call at once, and handed over with the others when no call
-waits, so the loop wakes once for a run of calls rather than once for
-each, and does the work of all of them in one turn, while the threads
-are idle, instead of taking the GIL from them between round trips.
-Measured (peer harness, ``db:4``, one process, 8 workers): 1,294 ->
-1,691 jobs/s, 0.70 -> 0.40 ms of worker CPU a job; the workers' claims
-and completions went from 1-3 jobs a statement to 8. Handing over after
-half of the calls instead, so the loop's claims overlap the other half,
-kept the threads busier and drained less (1,475-1,530): the loop's turn
-then falls in the middle of the threads' round trips. An outcome kept
-behind a call that runs long is handed over by the governor after a
-window.
+Threads take turns holding the GIL, so many threads doing short round trips
+spend more on the turns than on the work; a handler waiting on a service,
+though, needs a thread of its own. Calls start on at most ``limit`` threads
+and a governor moves the limit (``next_limit``); outcomes for the event loop
+are handed over together. Why and what was measured: docs/project/decisions.md
+("Sync handlers start on as few threads as keep the work moving").
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The leases one server holds: which claims, until when each is confirmed,
 their renewal, and the local deadline past which a claim is given up.
 
-A claim is ``(job id, attempt)``: what a lease fences. "Confirmed until" is
-on the loop's monotonic clock: the moment the statement that set or renewed
-the lease was sent, plus the lease, minus a margin. The database set the
-expiry from its own clock when the statement ran, which was no earlier than
-that moment, so the lease holds at least until then (docs/explanation/design.md,
-"Leases").
+A claim is ``(job id, attempt)``, what a lease fences. "Confirmed until" is
+on the loop's monotonic clock: when the statement that set the lease was
+sent, plus the lease, minus a margin; the database set the expiry no earlier
+(docs/explanation/design.md, "Leases").
 """
 
 from __future__ import annotations
@@ -124,9 +122,8 @@ class LeaseBook:
     def give_up_expired(self) -> list[Claim]:
         """Give up every claim whose lease is no longer confirmed; return them.
 
-        When no renewal confirmed a lease in time (the database unreachable,
-        this process frozen), its handler stops before the lease expires, so
-        it never runs beside a recovered run."""
+        Its handler stops before the lease expires, so it never runs beside
+        a recovered run."""
         now = asyncio.get_running_loop().time()
         expired = [claim for claim, until in self._until.items() if now >= until]
         for claim in expired:

@@ -20,7 +20,7 @@ from later_django import wakeup
 from later_django.db import dialect_for
 from later_django.db.base import Dialect
 from later_django.db.sessions import SqliteSession
-from later_django.queues import DEFAULT_QUEUE
+from later_django.queue_names import DEFAULT_QUEUE
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +32,11 @@ WATCH_INTERVAL = 0.004
 
 class Wakeup:
     """Idle workers wait here; ``wake(n)`` releases ``n`` of them (all when
-    ``n`` is None), in the order they began to wait.
-
-    A commit that made one job ready wakes one worker, not every idle one:
-    the others would only claim nothing, and on a small machine their
-    wake-ups delay the one that gets the job.
-
-    ``generation`` counts wake-ups, so a worker whose claim was in flight when
-    one happened does not sleep through it: it passes the generation it saw
-    before claiming as ``since`` and ``wait`` returns at once."""
+    None), first come first served: one ready job wakes one worker, since
+    the others would claim nothing and delay the one that gets it.
+    ``generation`` counts wake-ups, so a worker whose claim was in flight
+    during one passes the generation it saw as ``since`` and does not sleep
+    through it."""
 
     def __init__(self) -> None:
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -112,13 +108,9 @@ class PartitionNews(Protocol):
 
 
 class Notifier:
-    """Feeds a Wakeup from LISTEN (PostgreSQL), from watching commits (SQLite)
-    and from local commits.
-
-    The LISTEN connection is an asyncio one in the event loop itself: a
-    notification wakes the workers without passing through a thread. On
-    SQLite, another process's commit bumps the file's commit counter; if
-    jobs are then ready (a read, no write lock), the workers wake."""
+    """Feeds a Wakeup from LISTEN (PostgreSQL, an asyncio connection in the
+    loop itself: no thread in between), from the SQLite file's commit
+    counter (then a read for ready jobs, no write lock) and local commits."""
 
     def __init__(
         self,

@@ -25,11 +25,8 @@ def store_failure(
 ) -> OutcomeKind | None:
     """Store a retry, a snooze, a terminal failure or a cancel of ``owner``'s
     claim of ``job``, fenced by the claim; return the kind of outcome stored,
-    or None if the fence broke. A cancel requested meanwhile wins: the job is
-    not run again, and ends "cancelled" even if its attempt failed. Run in
-    one transaction. The worker's completer and later_django.testing's
-    drain() both store them through this. A task job's result is written
-    with it."""
+    or None if the fence broke, in one transaction (a task job's result
+    too). A cancel requested meanwhile wins: the job ends "cancelled"."""
     fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=owner)
     if outcome.kind == "snoozed":
         done = dialect.hot.snooze(cursor, fence, outcome.delay_ms or 0)
@@ -64,9 +61,8 @@ def store_partition_outcome(
 ) -> OutcomeKind | None:
     """Store the outcome of a partition head, fenced by its claim and by its
     partition's lease (owner and epoch); return the kind stored, None unless
-    both held (as store_failure's). Run in one
-    transaction: the fence's row lock holds off a takeover until it ends, so
-    only the current holder finishes a head and lets the next one run."""
+    both held. In one transaction: the fence's row lock holds off a takeover
+    until it ends, so only the current holder finishes a head."""
     assert job.lane is not None
     if outcome.kind == "succeeded":
         done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)

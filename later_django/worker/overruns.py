@@ -1,12 +1,10 @@
 """Keyed jobs whose sync handler ran past its timeout: the outcome of each is
 stored once the handler's thread has returned, not before.
 
-A concurrency key is kept by the claim, which counts the key's running rows
-(docs/how-to/concurrency-limits.md). A thread cannot be stopped, so a job
-whose outcome were stored at its timeout would free its key's slot while
-its handler still runs. Held here, its row stays running, its lease renewed
-as any claim held, and the worker that ran it takes other jobs meanwhile.
-Nothing is stored here: the completer stores each outcome when it is due.
+The claim keeps a concurrency key by counting the key's running rows, and a
+thread cannot be stopped: stored at its timeout, a job would free its key's
+slot while its handler still runs. Held here, its row stays running (its
+lease renewed) while its worker takes other jobs; the completer stores it.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """Partition pollers: the workers of a server that run partition heads.
 
-A server with LATER["TOPICS"] runs as many partition workers as plain ones
-(a WorkerPool of their own, the same executor, lease book and completer).
-They claim through a PartitionClaimer, which knows:
-
-- which partitions this server wins: rendezvous hashing of each partition
-  over the live servers that poll topics (their heartbeat says so), so a
-  server joining or leaving moves only the partitions whose winner changes;
-- which partitions have a ready head (one read over the namespace's
-  partitions, an index probe each, after a wake-up from outside or a
-  poll; a partition whose head finished here is queued again without one);
-- which partitions it holds the lease of, with their fencing epoch, and
-  which have a head running or being stored here: a partition runs one job
-  at a time, so a partition with a head in flight is never claimed again
-  until that head's outcome is stored.
-
-A head's success may claim its partition's next head in the same statement
-(``wants_next``): a partition running head after head then costs one
-statement a job. The head so claimed waits here for the next free worker.
-Not while another partition of this server waits for a worker, so that
-every partition gets its turn.
-
-A claim takes (or keeps) the partition's lease and claims its head in one
-transaction; the lease is kept across consecutive heads and renewed with the
-membership, and released once the partition is won by another server or at
-shutdown. A lease found lost at renewal stops the handler of its head.
-Outcomes are fenced by the lease's epoch (worker/completer.py).
+A server with LATER["TOPICS"] runs partition workers beside its plain ones
+(their own WorkerPool; the same executor, lease book and completer). They
+claim through a PartitionClaimer, which knows which partitions this server
+wins (rendezvous hashing over the live topic servers), which have a ready
+head, and which it holds the lease of with a head in flight: a partition
+runs one job at a time, so it is not claimed again until that head's outcome
+is stored. A head's success may claim the next head in the same statement
+(``wants_next``), but not while another partition waits for a worker, so
+every partition gets its turn. Leases and fencing: docs/explanation/design.md
+("Partitions").
 """
 
 from __future__ import annotations
@@ -56,13 +40,10 @@ RESERVED: Claim = ("", 0)
 class PartitionWakeup(Wakeup):
     """The partition workers' wake-ups, and whether one brought news.
 
-    A wake-up from outside (a commit announced, a poll, a change of
-    membership) may mean heads are ready that this server has not seen:
-    the next claim that finds nothing queued looks over the partitions. A
-    partition of this server's that is free again (its head's outcome
-    stored) is queued here and needs no look: ``requeued`` wakes a worker
-    for it without one. Without that difference every worker that found
-    nothing would look again after every job."""
+    Only a wake-up from outside (a commit, a poll, a membership change) makes
+    the next claim that finds nothing queued look over the partitions;
+    ``requeued`` (a partition of ours free again) wakes a worker without one.
+    Otherwise every worker that found nothing would look after every job."""
 
     def __init__(self) -> None:
         super().__init__()

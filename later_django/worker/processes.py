@@ -1,21 +1,13 @@
 """``later_worker --processes N``: N server processes under one parent.
 
-One Python process runs Python code on one core at a time; sync handlers
-doing CPU work need more processes to use the machine. The parent runs no
-server and touches no database after its start-up checks: it starts N
-children, each a whole ``later_worker`` (its own connections, server id and
-heartbeat; jobs are shared among them like among servers on many hosts),
-restarts a child that dies, passes SIGTERM/SIGINT on, and exits once every
-child has stopped (killing the ones still running past twice the shutdown
-timeout plus STOP_GRACE_SECONDS). Each child runs in its own process group,
-so a signal sent to the parent's group (Ctrl-C on a terminal) reaches a
-child only through the parent, once.
-
-Children are new interpreters (``python -m django later_worker ...``), not
-forks: a fork would copy the parent's database connections and threads.
-Each child dies with its parent (PR_SET_PDEATHSIG on Linux), so a parent
-killed with SIGKILL leaves no server running unsupervised; the leases of
-its children's jobs recover them, as for any server that died.
+One process runs Python on one core at a time; CPU-bound sync handlers need
+more. The parent runs no server and touches no database after its start-up
+checks: it starts N whole ``later_worker`` children, restarts one that dies,
+passes SIGTERM/SIGINT on, and kills the ones still running past twice the
+shutdown timeout plus STOP_GRACE_SECONDS. Children are new interpreters, not
+forks (a fork would copy the parent's connections and threads), each in its
+own process group (Ctrl-C reaches it once, through the parent), and die with
+their parent (PR_SET_PDEATHSIG): a killed parent leaves no server unsupervised.
 """
 
 from __future__ import annotations
@@ -42,12 +34,10 @@ START_GRACE_SECONDS = 10.0
 MAX_RESTART_DELAY = 30.0
 # A child that ran this long is healthy again: its next restart is immediate.
 HEALTHY_AFTER_SECONDS = 60.0
-# Once stopping, the children get twice the shutdown timeout plus this long
-# to exit (running jobs, then their outcomes' stores, then closing); the
-# ones still running then are killed.
+# Once stopping, children still running after twice the shutdown timeout
+# plus this long are killed.
 STOP_GRACE_SECONDS = 30.0
-# The environment variables that tell a child its index (for its logs) and
-# its parent's pid.
+# A child's index (for its logs) and its parent's pid.
 CHILD_INDEX_ENV = "LATER_WORKER_PROCESS"
 PARENT_PID_ENV = "LATER_WORKER_PARENT"
 

@@ -1,10 +1,8 @@
 """The workers of one queue on a server: its own claims, wake-ups and pool.
 
-A server serves each of its queues apart (``later_worker --queues
-emails=4,default=8``): a queue's workers claim only its jobs, in one shared
-statement per batch on a connection of their own, are woken only for its
-jobs, and are never more than its count. Autoscale reads and scales each
-queue on its own. A queue with limits claims with the limited claim.
+A server serves each of its queues apart (``--queues emails=4,default=8``):
+a queue's workers claim only its jobs, are woken only for them, are never
+more than its count, and autoscale on their own.
 """
 
 from __future__ import annotations
@@ -19,8 +17,8 @@ from later_django.worker.workers import WorkerPool
 
 @dataclass(eq=False)
 class QueueWorkers:
-    """One served queue: ``name`` as declared, ``stored`` as its jobs store
-    it (None for the default queue)."""
+    """One served queue, ``name`` as declared in LATER["QUEUES"], and the
+    parts its workers use."""
 
     name: str
     workers: int
@@ -45,11 +43,9 @@ class QueueWorkers:
         return self.pool.count
 
     async def ready_backlog(self) -> int:
-        """This queue's jobs ready now (0 while it is paused), from the counters.
-
-        A queue with limits counts none while one of its workers here waits
-        for work: its ready jobs are held back by a limit, and more workers
-        would only wait too."""
+        """This queue's jobs ready now (0 while it is paused), from the counters;
+        none for a queue with limits while a worker here waits for work (a
+        limit holds them back: more workers would only wait too)."""
         if self.claimer.limits is not None and any(slot.idle for slot in self.pool.slots):
             return 0
         namespace, name = self.claimer.namespace, self.name

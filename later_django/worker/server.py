@@ -28,7 +28,7 @@ from later_django.worker.plan import plan_server
 from later_django.worker.queue_workers import ready_backlog
 from later_django.worker.workers import MAX_WORKERS, WorkerSlot
 
-__all__ = ["MAX_WORKERS", "Server", "WorkerSlot"]
+__all__ = ["Server"]
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper

@@ -1,10 +1,9 @@
 """Supervision of a Server's workers: replace dead and hung ones, and autoscale.
 
-A worker updates its progress marker on every loop turn, in memory, right
-after each database call returns; a marker that stops moving while the
-worker is not inside a handler means it is stuck (for example on a starved
-connection). A handler that runs long is reported, never killed: it holds
-its worker slot, and its lease recovers the job if the process dies.
+A worker moves its progress marker after each database call; one that stops
+moving outside a handler means the worker is stuck (a starved connection,
+say). A long handler is reported, never killed: its lease recovers the job
+if the process dies.
 """
 
 from __future__ import annotations

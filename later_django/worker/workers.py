@@ -142,9 +142,7 @@ class WorkerPool:
     async def stop_all(self, timeout: float, hurry: asyncio.Event | None = None) -> int:
         """Let every worker finish its job, up to ``timeout`` or until
         ``hurry`` is set; cancel the rest (their jobs whose handler ended
-        are in ``stopped_jobs``).
-
-        Returns how many were still running at the deadline."""
+        are in ``stopped_jobs``). Return how many ran at the deadline."""
         self.stopping = True
         for slot in self.slots:
             slot.stopping = True
@@ -280,10 +278,8 @@ class WorkerPool:
 
     async def run_backstop(self) -> None:
         """Wake every idle worker once a poll interval in which nothing else
-        did: a commit no notification told of (another process on SQLite
-        between two looks, a lost LISTEN connection) is found within one
-        interval, at the cost of one shared claim per interval while quiet,
-        and none while commits keep waking workers."""
+        did, so a commit no notification told of (a lost LISTEN connection)
+        is found within one interval; one shared claim per quiet interval."""
         while True:
             seen = self.wake.generation
             await asyncio.sleep(self.poll_interval)

@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import later_django as later
-from later_django import events, metrics
+from later_django import events
+from later_django.metrics import gauges, job_events
 from tests.helpers import PROJECT_DIR, set_later, wait_until
 from tests.jobapp.jobs import Flaky, Noop, NoRetry, Ordered
 
@@ -85,7 +86,7 @@ def assert_no_leak(families: Iterable[Any]) -> None:
 
 def test_events_feed_every_family_with_bounded_labels():
     registry = CollectorRegistry()
-    fed = metrics.Metrics(registry)
+    fed = job_events.Metrics(registry)
     fed.workers.count = lambda: (4, 1)
     fed.queue.set(
         {("default", "enqueued"): 7, ("default", "delayed"): 2, ("emails", "enqueued"): 3}
@@ -165,7 +166,7 @@ def test_the_leak_check_catches_a_job_id_or_an_error_as_a_label():
 
 
 def test_a_web_process_reads_the_counters_on_scrape_at_most_once_per_interval():
-    collector = metrics.QueueCollector()
+    collector = gauges.QueueCollector()
     reads: list[int] = []
 
     def read() -> dict[tuple[str, str], int]:
@@ -197,7 +198,7 @@ def test_partition_gauges_have_a_sample_for_every_partition_of_a_registered_topi
         later.enqueue_to_partition(Ordered("k", n))
     later.enqueue_to_partition(Ordered(second, 0))
     registry = CollectorRegistry()
-    collector = metrics.PartitionCollector()
+    collector = gauges.PartitionCollector()
     registry.register(collector)
     collector.set(later.partition_stats())
     samples, _ = parse(generate_latest(registry).decode())

@@ -21,6 +21,7 @@ from later_django import LeaseLost, NotMigrated, metrics, partition_for_key
 from later_django import retained_log as log
 from later_django.db import dialect_for
 from later_django.leases import Leader
+from later_django.metrics import gauges
 from later_django.retained_log import retention
 from tests.helpers import set_later
 
@@ -558,7 +559,7 @@ def test_lag_metric_reports_the_configured_topics_and_groups(later_db, settings)
     set_later(settings, RETAINED_LOG_LAG={TOPIC: ["billing"], "audit": None})
     assert log.configured_lag() == {(TOPIC, "billing"): 10, ("audit", "archive"): 2}
 
-    collector = metrics.LagCollector()
+    collector = gauges.LagCollector()
     collector.read, collector.max_age = metrics.read_retained_log_lag, 0.0
     registry = CollectorRegistry()
     registry.register(collector)

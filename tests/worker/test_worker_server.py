@@ -25,7 +25,8 @@ from later_django.clock import now_ms
 from later_django.threaded_store import ThreadedStore
 from later_django.worker import handler_threads
 from later_django.worker import workers as workers_module
-from later_django.worker.server import MAX_WORKERS, Server
+from later_django.worker.server import Server
+from later_django.worker.workers import MAX_WORKERS
 from tests.helpers import (
     await_record,
     await_stage,

@@ -16,7 +16,8 @@ from typing import Any
 
 import later_django as later
 from later_django.worker import supervisor
-from later_django.worker.server import Server, WorkerSlot
+from later_django.worker.server import Server
+from later_django.worker.workers import WorkerSlot
 from tests.helpers import await_record, await_stage, await_until, in_thread, serve, set_later
 from tests.jobapp.jobs import Noop, Sleep
 

@@ -1,9 +1,6 @@
-"""The dashboard's overview page: counts, throughput, waits, servers and
-database size, computed at most once a second and served to every viewer
-from Django's cache; and its queue-length graph, from the per-minute samples.
-
-Everything here reads counters, small tables or one index range: nothing
-grows with the backlog (docs/how-to/dashboard.md has the plans).
+"""The dashboard's overview page, computed at most once a second and served
+to every viewer from Django's cache, and its queue-length graph from the
+per-minute samples. Nothing here grows with the backlog.
 """
 
 from __future__ import annotations

@@ -24,15 +24,10 @@ from later_django.types import PartitionStats
 
 # -- queues -------------------------------------------------------------------------------
 def queues() -> dict[str, Any]:
-    """Every queue: each declared in LATER["QUEUES"], then any other with
-    jobs counted or a row in later_queue (declared on another site, or no
-    longer). For each, its jobs per stage (from the counters), whether it
-    is paused, the live servers serving it, and ``stranded`` when it has
-    ready jobs and no live server serves it.
-
-    Not cached, unlike the overview: the page a pause redirects to shows
-    the pause. It reads the counters, later_queue and later_server, a few
-    rows each whatever the backlog."""
+    """Every queue (declared, then any other with jobs or a later_queue row):
+    its jobs per stage, whether it is paused, the live servers serving it,
+    and ``stranded`` when it has ready jobs and no live server. Not cached,
+    unlike the overview, so the page a pause redirects to shows the pause."""
     namespace = conf.namespace
     with dialect_cursor() as (dialect, cursor):
         lanes = dialect.reads.lane_counts(cursor, namespace=namespace)

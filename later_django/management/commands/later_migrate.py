@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections, transaction
 
 from later_django import objects
-from later_django.checks import stored_topic_conflicts, topic_conflict
+from later_django.checks.database import stored_topic_conflicts, topic_conflict
 from later_django.conf import conf
 from later_django.db import dialect_for
 from later_django.partitions.reserved import registered_topics

@@ -21,7 +21,8 @@ from later_django import queues, schema
 from later_django.conf import conf
 from later_django.worker.extensions import ExtensionFactory
 from later_django.worker.processes import Parent, child_env, die_with_parent, process_count
-from later_django.worker.server import MAX_WORKERS, Server
+from later_django.worker.server import Server
+from later_django.worker.workers import MAX_WORKERS
 
 logger = logging.getLogger("later_django.worker")
 
