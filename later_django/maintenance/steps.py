@@ -98,9 +98,9 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
             job_id=job.id, attempts=job.attempts, expired_for_ms=ctx.stuck_grace_ms
         )
         with transaction.atomic(using=ctx.alias):
-            done: str | None = None
-            if job.cancel_requested:  # cancel() asked it to stop: never run again
-                pass
+            done: str | None
+            if job.cancel_requested:
+                done = None  # cancel() asked it to stop: cancelled below
             elif delay is None:
                 failure = FailureWrite(error=LEASE_EXPIRED, retention_ms=ctx.retention_ms)
                 done = "failed" if dialect.hot.fail(cursor, fence, failure) else None
@@ -108,8 +108,8 @@ def rescue_stuck(dialect: Dialect, cursor: CursorWrapper, ctx: StepContext) -> i
                 delay_ms = int(delay.total_seconds() * 1000)
                 retry = RetryWrite(delay_ms=delay_ms, error=LEASE_EXPIRED)
                 done = "retrying" if dialect.hot.retry(cursor, fence, retry) else None
-            # A cancel requested since the look above refuses the retry or
-            # the failure: the job ends cancelled.
+            # So is a job whose cancel came after the look above: the retry
+            # and the failure refuse a job with a cancel request.
             if not done and dialect.hot.cancel_running(cursor, fence, ctx.retention_ms):
                 done = "cancelled"
         if done:
