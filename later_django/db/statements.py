@@ -3,11 +3,12 @@ parameters, and the base of every store that runs them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from later_django.db.sql import STAMP, Statement, compose, fill
+from later_django.db.sql import PARAMETER, STAMP, Statement, compose, fill
 
 
 class Cursor(Protocol):
@@ -63,6 +64,8 @@ class Statements:
             "for_update": vendor.for_update,
         }
         self._rendered: dict[str, str] = {}
+        # Each statement's text and slots, by its shape (bind).
+        self._plans: dict[tuple[Any, ...], tuple[str, tuple[tuple[str, bool], ...]]] = {}
         # The vendor's walks of a job's descendants (templates, rendered as
         # any other).
         self.walks = vendor.walks
@@ -75,31 +78,58 @@ class Statements:
             sql = self._rendered[template] = fill(fill(template, {"stamp": STAMP}), self._parts)
         return compose(sql, **per_call) if per_call else sql
 
-    def bind(self, statement: Statement, /, **params: Any) -> tuple[str, dict[str, Any]]:
-        """``statement``'s text for this vendor and the values of its
-        placeholders. The names passed must be exactly the statement's: a
-        missing or unknown name raises here, naming both lists."""
+    def bind(self, statement: Statement, /, **params: Any) -> tuple[str, list[Any]]:
+        """``statement``'s text for this vendor, with positional
+        placeholders, and the values in their order. The names passed must
+        be exactly the statement's: a missing or unknown name raises here,
+        naming both lists.
+
+        Positional, not named: sqlite3 finds a named value by a scan of the
+        statement's names, so a batch of a thousand rows would cost the
+        square of its size (15 times a positional insert of 1,000 log
+        records)."""
         if params.keys() != statement.params:
             raise TypeError(mismatch(statement, params))
-        sql = self(statement.text)
-        if not (statement.lists or statement.inline):
-            return sql, dict(params)
-        values = dict(params)
-        for name in statement.inline:
-            sql = sql.replace(f"%({name})s", str(int(values.pop(name))))
-        for name in statement.lists:
-            items: Sequence[Any] = values.pop(name)
-            marks = []
-            for i, item in enumerate(items):
+        key = (statement, *shape(statement, params))
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) > MAX_PLANS:
+                self._plans.clear()
+            plan = self._plans[key] = self._plan(statement, params)
+        text, slots = plan
+        values: list[Any] = []
+        for name, listed in slots:
+            if not listed:
+                values.append(params[name])
+                continue
+            for item in params[name]:
                 if isinstance(item, tuple):
-                    keys = [f"{name}_{i}_{j}" for j in range(len(item))]
-                    values.update(zip(keys, item, strict=True))
-                    marks.append("(" + ", ".join(f"%({key})s" for key in keys) + ")")
+                    values.extend(item)
                 else:
-                    values[f"{name}_{i}"] = item
-                    marks.append(f"%({name}_{i})s")
-            sql = sql.replace(f"%({name})s", ", ".join(marks))
-        return sql, values
+                    values.append(item)
+        return text, values
+
+    def _plan(
+        self, statement: Statement, params: Mapping[str, Any]
+    ) -> tuple[str, tuple[tuple[str, bool], ...]]:
+        """The text of ``statement`` at the shape of ``params`` and its
+        slots: each placeholder's name, and whether it is a list."""
+        slots: list[tuple[str, bool]] = []
+
+        def placeholder(match: re.Match[str]) -> str:
+            name = match[1]
+            if name in statement.inline:
+                return str(int(params[name]))
+            if name in statement.lists:
+                slots.append((name, True))
+                return ", ".join(
+                    "(" + ", ".join(["%s"] * len(item)) + ")" if isinstance(item, tuple) else "%s"
+                    for item in params[name]
+                )
+            slots.append((name, False))
+            return "%s"
+
+        return PARAMETER.sub(placeholder, self(statement.text)), tuple(slots)
 
     def many(
         self, statement: Statement, rows: Sequence[Mapping[str, Any]]
@@ -110,6 +140,24 @@ class Statements:
             if row.keys() != statement.params:
                 raise TypeError(mismatch(statement, row))
         return self(statement.text), rows
+
+
+# Bound texts kept per vendor before the cache starts again: a batch's
+# text has one form per size, and sizes are bounded by the callers' chunks.
+MAX_PLANS = 1024
+
+
+def shape(statement: Statement, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two bindings of ``statement`` share one text: the inline
+    numbers, and each list's length and row width."""
+    if not (statement.inline or statement.lists):
+        return ()
+    lists = []
+    for name in statement.lists:
+        items = params[name]
+        first = items[0] if items else None
+        lists.append((len(items), len(first) if isinstance(first, tuple) else 0))
+    return (*(params[name] for name in statement.inline), *lists)
 
 
 def run(cursor: Cursor, sql: Statements, statement: Statement, /, **params: Any) -> None:

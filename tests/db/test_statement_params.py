@@ -102,13 +102,32 @@ def test_bind_writes_lists_and_inline_numbers_and_names_a_mismatch() -> None:
     )
     text, values = sql.bind(statement, a=1, ids=["x", "y"], pairs=[("x", 1)], k=5)
     assert text == (
-        "SELECT %(a)s, NOW_MS WHERE id IN (%(ids_0)s, %(ids_1)s)"
-        " AND (id, n) IN (VALUES (%(pairs_0_0)s, %(pairs_0_1)s)) LIMIT 5"
+        "SELECT %s, NOW_MS WHERE id IN (%s, %s) AND (id, n) IN (VALUES (%s, %s)) LIMIT 5"
     )
-    assert values == {"a": 1, "ids_0": "x", "ids_1": "y", "pairs_0_0": "x", "pairs_0_1": 1}
+    assert values == [1, "x", "y", "x", 1]
+    # Another size is another text; the same size reuses it with new values.
+    assert sql.bind(statement, a=2, ids=["z"], pairs=[("z", 2)], k=5) == (
+        "SELECT %s, NOW_MS WHERE id IN (%s) AND (id, n) IN (VALUES (%s, %s)) LIMIT 5",
+        [2, "z", "z", 2],
+    )
+    assert sql.bind(statement, a=3, ids=["p", "q"], pairs=[("p", 3)], k=5) == (
+        text,
+        [3, "p", "q", "p", 3],
+    )
     try:
         sql.bind(statement, a=1, ids=[], pairs=[], kk=5)
     except TypeError as error:
         assert "missing ['k'], unknown ['kk']" in str(error)
     else:
         raise AssertionError("a misspelt parameter was bound")
+
+
+def test_bind_repeats_the_value_of_a_name_written_twice() -> None:
+    from later_django.db.statements import Statements, VendorSql, Walks
+
+    sql = Statements(VendorSql(now="NOW_MS", walks=Walks(fail="", revive="", revive_keyless="")))
+    statement = Statement("SELECT 1 WHERE a = %(ns)s AND b = %(x)s AND c = %(ns)s")
+    assert sql.bind(statement, ns="n", x=7) == (
+        "SELECT 1 WHERE a = %s AND b = %s AND c = %s",
+        ["n", 7, "n"],
+    )
