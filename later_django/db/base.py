@@ -101,8 +101,9 @@ class Dialect(abc.ABC):
     enqueue_store: ClassVar[type[EnqueueStore]]
     hot_store: ClassVar[type[HotStore]]
     upkeep_store: ClassVar[type[UpkeepStore]]
-    # Its partition and log stores where it has ones of its own.
-    partition_store: ClassVar[type[PartitionStore]] = PartitionStore
+    # Its partition store (the claims and successes of heads differ), and
+    # its log store where it has one of its own.
+    partition_store: ClassVar[type[PartitionStore]]
     log_store: ClassVar[type[LogStore]] = LogStore
     # Its store of limited claims (db/limits.py).
     limit_store: ClassVar[type[LimitStore]]

@@ -6,6 +6,7 @@ hot stores' writes (given to this one), behind the partition's fence."""
 
 from __future__ import annotations
 
+import abc
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
@@ -24,8 +25,6 @@ from later_django.db.rows import (
     PartitionCompletion,
     PartitionHead,
     PartitionSlot,
-    SuccessBatch,
-    claimed_jobs,
 )
 from later_django.db.sql import jobs as jobs_sql
 from later_django.db.sql import partitions as partitions_sql
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
 
-class PartitionStore(Operations):
+class PartitionStore(Operations, abc.ABC):
     """Topics, sequences, partition leases and partition heads."""
 
     # Do partition_claim and partition_complete take one statement? Then
@@ -52,27 +51,32 @@ class PartitionStore(Operations):
     # -- topics ---------------------------------------------------------------------
     def topic_partitions(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:
         """Every topic registered in ``namespace`` and its partition count."""
-        cursor.execute(self._sql(topics_sql.TOPIC_PARTITIONS_SQL), [namespace])
+        self._run(cursor, topics_sql.TOPIC_PARTITIONS, namespace=namespace)
         return {str(name): int(count) for name, count in cursor.fetchall()}
 
     def topic_register(
         self, cursor: CursorWrapper, *, namespace: str, name: str, partitions: int
     ) -> bool:
         """Register a topic unless it exists; return whether it was new."""
-        cursor.execute(self._sql(topics_sql.TOPIC_REGISTER_SQL), [namespace, name, partitions])
+        self._run(
+            cursor, topics_sql.TOPIC_REGISTER, namespace=namespace, name=name, partitions=partitions
+        )
         return bool(cursor.rowcount == 1)
 
     # -- enqueue --------------------------------------------------------------------
     def partition_next_sequence(self, cursor: CursorWrapper, lane: PartitionLane) -> int:
         """Take the next sequence of ``lane``'s partition; its counter stays
         locked until the caller's transaction ends."""
-        cursor.execute(
-            self._sql(partitions_sql.SEQUENCE_NEXT_SQL),
-            [lane.namespace, lane.topic, lane.partition],
+        self._run(
+            cursor,
+            partitions_sql.SEQUENCE_NEXT,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
         )
         return int(cursor.fetchone()[0])
 
-    def job_insert_partitioned(
+    def insert_partitioned(
         self,
         cursor: CursorWrapper,
         job: NewJob,
@@ -102,17 +106,17 @@ class PartitionStore(Operations):
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
-    def job_place(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobPlace | None:
+    def place_of(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobPlace | None:
         """The topic and partition of ``job_id`` (None: no such job in
         ``namespace``)."""
-        cursor.execute(self._sql(partitions_sql.JOB_PLACE_SQL), [job_id, namespace])
+        self._run(cursor, partitions_sql.PLACE, job_id=job_id, namespace=namespace)
         row = cursor.fetchone()
         return None if row is None else JobPlace(row[0], None if row[1] is None else int(row[1]))
 
     # -- pollers --------------------------------------------------------------------
     def partition_heads(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionHead]:
         """Every partition of ``namespace`` that has had a job, with its head."""
-        cursor.execute(self._sql(partitions_sql.PARTITION_HEADS_SQL), [namespace])
+        self._run(cursor, partitions_sql.PARTITION_HEADS, namespace=namespace)
         return partition_heads(cursor.fetchall())
 
     async def apartition_heads(
@@ -139,35 +143,13 @@ class PartitionStore(Operations):
         apartition_heads'."""
         raise NotImplementedError(f"{type(self).__name__} has no asyncio connection")
 
+    @abc.abstractmethod
     def partition_claim(
         self, cursor: CursorWrapper, request: PartitionClaimRequest
     ) -> PartitionClaim | None:
         """Take or keep the partition lease ``request`` asks for and claim the
         partition's head if it is ready. None: another live server holds the
-        lease. Run in one transaction."""
-        lane, owner = request.lane, request.owner
-        cursor.execute(
-            self._sql(partitions_sql.PARTITION_ACQUIRE_SQL),
-            [
-                lane.namespace,
-                lane.topic,
-                lane.partition,
-                owner,
-                request.partition_lease_ms,
-                request.server_ttl_ms,
-            ],
-        )
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        epoch = int(row[0])
-        cursor.execute(
-            self._sql(partitions_sql.PARTITION_CLAIM_HEAD_SQL),
-            [owner, request.job_lease_ms, lane.namespace, lane.topic, lane.partition],
-        )
-        jobs = claimed_jobs(cursor.fetchall())
-        job = jobs[0]._replace(lane=lane._replace(epoch=epoch)) if jobs else None
-        return PartitionClaim(epoch, job)
+        lease. Run in one transaction unless writes_one_statement."""
 
     def partition_complete(self, cursor: CursorWrapper, done: PartitionCompletion) -> bool:
         """Store the success of ``done.job``, a partition head, if its claim
@@ -179,39 +161,13 @@ class PartitionStore(Operations):
         )
         return bool(self.partition_complete_many(cursor, batch).done_ids)
 
+    @abc.abstractmethod
     def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
         """Store the successes of ``batch.heads`` whose claim and partition
         lease both still hold, release their waiting continuations, and
         claim the next head of each partition ``batch.chain`` asks for if it
         is ready. Run in one transaction unless writes_one_statement: the
         fences' row locks hold off a takeover until it ends."""
-        owner = batch.owner
-        held = [job for job in batch.heads if self.partition_fence(cursor, job.lane, owner=owner)]
-        if not held:
-            return HeadsStored([], 0, [])
-        completion = self._hot.complete_many(
-            cursor,
-            SuccessBatch(
-                owner=batch.owner,
-                jobs=[(job.id, job.attempts) for job in held],
-                retention_ms=batch.retention_ms,
-            ),
-        )
-        done = set(completion.done_ids)
-        next_heads = []
-        for job, chain in zip(batch.heads, batch.chain, strict=True):
-            if not chain or job.id not in done:
-                continue
-            lane = job.lane
-            assert lane is not None
-            # The stored head is finished in this transaction: the head
-            # is now the next job.
-            cursor.execute(
-                self._sql(partitions_sql.PARTITION_CLAIM_HEAD_SQL),
-                [batch.owner, batch.job_lease_ms, lane.namespace, lane.topic, lane.partition],
-            )
-            next_heads += [head._replace(lane=lane) for head in claimed_jobs(cursor.fetchall())]
-        return HeadsStored(completion.done_ids, completion.released, next_heads)
 
     def partition_fence(
         self, cursor: CursorWrapper, lane: PartitionLane | None, *, owner: str
@@ -220,9 +176,14 @@ class PartitionStore(Operations):
         Holds the row until the transaction ends, so an outcome stored in it
         is the current holder's."""
         assert lane is not None
-        cursor.execute(
-            self._sql(partitions_sql.PARTITION_FENCE_SQL),
-            [lane.namespace, lane.topic, lane.partition, owner, lane.epoch],
+        self._run(
+            cursor,
+            partitions_sql.PARTITION_FENCE,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+            owner=owner,
+            epoch=lane.epoch,
         )
         return cursor.fetchone() is not None
 
@@ -231,7 +192,13 @@ class PartitionStore(Operations):
     ) -> list[PartitionLane]:
         """Extend every partition lease ``owner`` holds; return them, with
         their epoch."""
-        cursor.execute(self._sql(partitions_sql.PARTITION_RENEW_SQL), [lease_ms, namespace, owner])
+        self._run(
+            cursor,
+            partitions_sql.PARTITION_RENEW,
+            lease_ms=lease_ms,
+            namespace=namespace,
+            owner=owner,
+        )
         return [PartitionLane(namespace, str(t), int(p), int(e)) for t, p, e in cursor.fetchall()]
 
     def partition_release(
@@ -244,15 +211,23 @@ class PartitionStore(Operations):
     ) -> None:
         """Let go of one partition lease of ``owner``, or of all of them."""
         if partition is None:
-            cursor.execute(self._sql(partitions_sql.PARTITION_RELEASE_ALL_SQL), [namespace, owner])
+            self._run(
+                cursor, partitions_sql.PARTITION_RELEASE_ALL, namespace=namespace, owner=owner
+            )
         else:
-            cursor.execute(
-                self._sql(partitions_sql.PARTITION_RELEASE_SQL), [namespace, owner, *partition]
+            topic, number = partition
+            self._run(
+                cursor,
+                partitions_sql.PARTITION_RELEASE,
+                namespace=namespace,
+                owner=owner,
+                topic=topic,
+                partition=number,
             )
 
     def topic_servers(self, cursor: CursorWrapper, *, namespace: str, ttl_ms: int) -> list[str]:
         """Ids of the live servers of ``namespace`` that poll topics."""
-        cursor.execute(self._sql(partitions_sql.TOPIC_SERVERS_SQL), [namespace, ttl_ms])
+        self._run(cursor, partitions_sql.TOPIC_SERVERS, namespace=namespace, ttl_ms=ttl_ms)
         return [str(row[0]) for row in cursor.fetchall()]
 
     # -- operators ------------------------------------------------------------------
@@ -268,20 +243,37 @@ class PartitionStore(Operations):
         before this transaction ends; the lease and the epoch change only
         once a head is failed, so a call that returns None changed nothing
         (an operator's stale page never disturbs the job running now)."""
-        lane = fail.lane
-        key: list[Any] = [lane.namespace, lane.topic, lane.partition]
-        cursor.execute(self._sql(partitions_sql.PARTITION_LOCK_SQL), key)
-        cursor.execute(self._sql(partitions_sql.HEAD_ID), key)
+        namespace, topic, partition = fail.lane.namespace, fail.lane.topic, fail.lane.partition
+        self._run(
+            cursor,
+            partitions_sql.PARTITION_LOCK,
+            namespace=namespace,
+            topic=topic,
+            partition=partition,
+        )
+        self._run(
+            cursor, partitions_sql.HEAD, namespace=namespace, topic=topic, partition=partition
+        )
         row = cursor.fetchone()
         if row is None or (fail.job_id is not None and row[0] != fail.job_id):
             return None
         job_id = str(row[0])
-        cursor.execute(
-            self._sql(partitions_sql.JOB_FORCE_FAIL_SQL), [fail.retention_ms, fail.error, job_id]
+        self._run(
+            cursor,
+            partitions_sql.FORCE_FAIL,
+            retention_ms=fail.retention_ms,
+            error=fail.error,
+            job_id=job_id,
         )
         if cursor.rowcount != 1:
             return None
-        cursor.execute(self._sql(partitions_sql.PARTITION_BUMP_EPOCH_SQL), key)
+        self._run(
+            cursor,
+            partitions_sql.PARTITION_BUMP_EPOCH,
+            namespace=namespace,
+            topic=topic,
+            partition=partition,
+        )
         fail_descendants(self._sql, cursor, job_id=job_id, retention_ms=fail.retention_ms)
         return job_id
 
@@ -291,16 +283,29 @@ class PartitionStore(Operations):
         """Delete the finished jobs of ``lane``'s partition but the newest
         ``keep``, and the parent lists of those that were fan-in jobs; return
         how many jobs were deleted. Run in one transaction."""
-        key: list[Any] = [lane.namespace, lane.topic, lane.partition]
-        cursor.execute(self._sql(partitions_sql.FAN_IN_TRUNCATE_HISTORY_SQL), [*key, *key, keep])
-        cursor.execute(self._sql(partitions_sql.JOB_TRUNCATE_HISTORY_SQL), [*key, *key, keep])
+        self._run(
+            cursor,
+            partitions_sql.FAN_IN_TRUNCATE_HISTORY,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+            keep=keep,
+        )
+        self._run(
+            cursor,
+            partitions_sql.TRUNCATE_HISTORY,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+            keep=keep,
+        )
         return int(cursor.rowcount)
 
     def partition_stats(self, cursor: CursorWrapper, *, namespace: str) -> list[PartitionStats]:
         """Depth, head and lease of every partition of the topics registered
         in ``namespace`` (``later_topic``), and of every other partition that
         has had a job: one index probe each, no count over jobs."""
-        cursor.execute(self._sql(partitions_sql.PARTITION_STATS_SQL), [namespace, namespace])
+        self._run(cursor, partitions_sql.PARTITION_STATS, namespace=namespace)
         rows = cursor.fetchall()
         return [
             PartitionStats(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 import psycopg
@@ -30,6 +30,7 @@ from later_django.db.postgresql_hot import PostgresHot, PostgresLimitStore, Post
 from later_django.db.retained_log import LogStore
 from later_django.db.rows import LogAppend
 from later_django.db.sql import postgresql as pg_sql
+from later_django.db.sql import retained_log as log_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.db.statements import VendorSql, Walks
@@ -113,19 +114,20 @@ class PostgresLogStore(LogStore):
     ) -> dict[int, int] | None:
         if not self.log_append_is_one_statement(append.count):
             return super().log_append(cursor, append, prepare=prepare)
-        wanted: list[Any] = []
-        given: list[Any] = []
-        for partition, records in append.groups:
-            wanted += [partition, len(records)]
-            for index, (key, value) in enumerate(records):
-                given += [partition, index, key, value]
-        sql = self._sql(
-            pg_sql.LOG_APPEND_SQL,
-            wanted=", ".join([pg_sql.LOG_APPEND_WANTED] * len(append.groups)),
-            records=", ".join([pg_sql.LOG_APPEND_RECORD] * append.count),
+        wanted = [(partition, len(records)) for partition, records in append.groups]
+        given = [
+            (partition, index, key, value)
+            for partition, records in append.groups
+            for index, (key, value) in enumerate(records)
+        ]
+        sql, params = self._sql.bind(
+            log_sql.APPEND_PG,
+            wanted=wanted,
+            namespace=append.namespace,
+            topic=append.topic,
+            partitions=append.partitions,
+            records=given,
         )
-        topic = [append.namespace, append.topic]
-        params = [*wanted, *topic, append.partitions, *given, *topic]
         # Bound on the server and prepared, like an enqueue's insert: a
         # single append's text never changes, so it is planned once.
         db = cursor.db
@@ -244,7 +246,7 @@ def _execute_prepared(
 def _fetch_prepared(
     raw: psycopg.Connection[Any],
     sql: str,
-    params: Sequence[Any],
+    params: Sequence[Any] | Mapping[str, Any],
     *,
     prepare: bool,
     first_only: bool = False,

@@ -155,56 +155,67 @@ class PostgresPartitionStore(PartitionStore):
     def partition_claim(
         self, cursor: CursorWrapper, request: PartitionClaimRequest
     ) -> PartitionClaim | None:
-        cursor.execute(self._sql(pg_sql.PARTITION_CLAIM_SQL), _partition_claim_params(request))
+        cursor.execute(*self._claim(request))
         return _partition_claim(request, cursor.fetchone())
 
     async def apartition_claim(
         self, conn: AsyncConnection[Any], request: PartitionClaimRequest, *, prepare: bool
     ) -> PartitionClaim | None:
+        sql, params = self._claim(request)
         async with conn.cursor() as cursor:
-            await cursor.execute(
-                self._sql(pg_sql.PARTITION_CLAIM_SQL),
-                _partition_claim_params(request),
-                prepare=prepare,
-            )
+            await cursor.execute(sql, params, prepare=prepare)
             return _partition_claim(request, await cursor.fetchone())
 
     def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
-        cursor.execute(self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL), _heads_complete_params(batch))
+        cursor.execute(*self._complete_many(batch))
         return _heads_stored(batch, cursor.fetchall())
 
     async def apartition_complete_many(
         self, conn: AsyncConnection[Any], batch: HeadSuccesses, *, prepare: bool
     ) -> HeadsStored:
+        sql, params = self._complete_many(batch)
         async with conn.cursor() as cursor:
-            await cursor.execute(
-                self._sql(pg_sql.PARTITION_COMPLETE_MANY_SQL),
-                _heads_complete_params(batch),
-                prepare=prepare,
-            )
+            await cursor.execute(sql, params, prepare=prepare)
             return _heads_stored(batch, await cursor.fetchall())
 
     async def apartition_heads(
         self, conn: AsyncConnection[Any], *, namespace: str, prepare: bool
     ) -> list[PartitionHead]:
+        sql, params = self._sql.bind(partitions_sql.PARTITION_HEADS, namespace=namespace)
         async with conn.cursor() as cursor:
-            sql = self._sql(partitions_sql.PARTITION_HEADS_SQL)
-            await cursor.execute(sql, [namespace], prepare=prepare)
+            await cursor.execute(sql, params, prepare=prepare)
             return partition_heads(await cursor.fetchall())
 
+    def _claim(self, request: PartitionClaimRequest) -> tuple[str, dict[str, Any]]:
+        lane = request.lane
+        return self._sql.bind(
+            partitions_sql.PARTITION_CLAIM_PG,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+            owner=request.owner,
+            partition_lease_ms=request.partition_lease_ms,
+            server_ttl_ms=request.server_ttl_ms,
+            job_lease_ms=request.job_lease_ms,
+        )
 
-def _partition_claim_params(request: PartitionClaimRequest) -> list[Any]:
-    lane = request.lane
-    key: list[Any] = [lane.namespace, lane.topic, lane.partition]
-    return [
-        *key,
-        request.owner,
-        request.partition_lease_ms,
-        request.server_ttl_ms,
-        request.owner,
-        request.job_lease_ms,
-        *key,
-    ]
+    def _complete_many(self, batch: HeadSuccesses) -> tuple[str, dict[str, Any]]:
+        """The batch travels as arrays, one element per head, so the
+        statement's text never changes."""
+        lanes = [_lane_of(job) for job in batch.heads]
+        return self._sql.bind(
+            partitions_sql.PARTITION_COMPLETE_MANY_PG,
+            topics=[lane.topic for lane in lanes],
+            partitions=[lane.partition for lane in lanes],
+            epochs=[lane.epoch for lane in lanes],
+            ids=[job.id for job in batch.heads],
+            attempts=[job.attempts for job in batch.heads],
+            chain=list(batch.chain),
+            namespace=lanes[0].namespace,
+            owner=batch.owner,
+            retention_ms=batch.retention_ms,
+            job_lease_ms=batch.job_lease_ms,
+        )
 
 
 def _partition_claim(request: PartitionClaimRequest, row: Any) -> PartitionClaim | None:
@@ -215,24 +226,6 @@ def _partition_claim(request: PartitionClaimRequest, row: Any) -> PartitionClaim
         return PartitionClaim(epoch, None)
     (job,) = claimed_jobs([row[1:]])
     return PartitionClaim(epoch, job._replace(lane=lane._replace(epoch=epoch)))
-
-
-def _heads_complete_params(batch: HeadSuccesses) -> list[Any]:
-    lanes = [_lane_of(job) for job in batch.heads]
-    return [
-        [lane.topic for lane in lanes],
-        [lane.partition for lane in lanes],
-        [lane.epoch for lane in lanes],
-        [job.id for job in batch.heads],
-        [job.attempts for job in batch.heads],
-        list(batch.chain),
-        lanes[0].namespace,
-        batch.owner,
-        batch.owner,
-        batch.retention_ms,
-        batch.owner,
-        batch.job_lease_ms,
-    ]
 
 
 def _heads_stored(batch: HeadSuccesses, rows: list[Any]) -> HeadsStored:

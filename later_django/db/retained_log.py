@@ -31,13 +31,9 @@ from later_django.db.rows import (
 from later_django.db.sql import retained_log as log_sql
 from later_django.db.statements import Operations
 
-# Records per INSERT statement: 6 parameters each stays far below SQLite's
+# Records per INSERT statement: 4 parameters each stays far below SQLite's
 # limit of 32,766 bound parameters.
 INSERT_CHUNK = 1000
-
-
-def _consumer_params(key: LogConsumerKey) -> list[str | int]:
-    return [key.namespace, key.topic, key.group, key.partition]
 
 
 class LogStore(Operations):
@@ -86,22 +82,26 @@ class LogStore(Operations):
         """Store ``topic``, or update the retention of the stored one with the
         same partition count; return False, changing nothing, when it is
         stored with another count."""
-        cursor.execute(
-            self._sql(log_sql.LOG_TOPIC_REGISTER_SQL),
-            [namespace, topic.name, topic.partitions, topic.retention_ms],
+        self._run(
+            cursor,
+            log_sql.TOPIC_REGISTER,
+            namespace=namespace,
+            name=topic.name,
+            partitions=topic.partitions,
+            retention_ms=topic.retention_ms,
         )
         return cursor.fetchone() is not None
 
     def log_topic_get(
         self, cursor: CursorWrapper, *, namespace: str, name: str
     ) -> LogTopicRow | None:
-        cursor.execute(self._sql(log_sql.LOG_TOPIC_GET_SQL), [namespace, name])
+        self._run(cursor, log_sql.TOPIC_GET, namespace=namespace, name=name)
         row = cursor.fetchone()
         return None if row is None else _topic(row)
 
     def log_topic_retained(self, cursor: CursorWrapper, *, namespace: str) -> list[LogTopicRow]:
         """The topics of ``namespace`` that have a retention, by name."""
-        cursor.execute(self._sql(log_sql.LOG_TOPIC_RETAINED_SQL), [namespace])
+        self._run(cursor, log_sql.TOPIC_RETAINED, namespace=namespace)
         return [_topic(row) for row in cursor.fetchall()]
 
     def _partition_advance(self, cursor: CursorWrapper, advance: LogAdvance) -> int | None:
@@ -111,9 +111,14 @@ class LogStore(Operations):
 
         Locks the partition's counter until the transaction ends: needs one."""
         key = advance.key
-        cursor.execute(
-            self._sql(log_sql.LOG_PARTITION_ADVANCE_SQL),
-            [key.partition, advance.count, key.namespace, key.topic, advance.partitions],
+        self._run(
+            cursor,
+            log_sql.PARTITION_ADVANCE,
+            partition=key.partition,
+            count=advance.count,
+            namespace=key.namespace,
+            topic=key.topic,
+            partitions=advance.partitions,
         )
         row = cursor.fetchone()
         return None if row is None else int(row[0])
@@ -123,28 +128,24 @@ class LogStore(Operations):
     ) -> None:
         """Store ``records``, stamped with the database's now. Their offsets
         must have been reserved by _partition_advance in this transaction."""
-        values = self._sql(log_sql.LOG_RECORD_VALUES)
         for start in range(0, len(records), INSERT_CHUNK):
+            # A NewLogRecord is the row (partition, offset, key, value).
             chunk = records[start : start + INSERT_CHUNK]
-            params: list[str | int | bytes] = []
-            for record in chunk:
-                params += [
-                    namespace,
-                    topic,
-                    record.partition,
-                    record.offset,
-                    record.key,
-                    record.value,
-                ]
-            sql = self._sql(log_sql.LOG_RECORD_INSERT_SQL, values=", ".join([values] * len(chunk)))
-            cursor.execute(sql, params)
+            self._run(
+                cursor, log_sql.RECORD_INSERT, namespace=namespace, topic=topic, records=chunk
+            )
 
     def log_record_read(self, cursor: CursorWrapper, read: LogRead) -> list[StoredRecord]:
         """Up to ``read.limit`` records from ``read.from_offset`` on, by offset."""
         key = read.key
-        cursor.execute(
-            self._sql(log_sql.LOG_RECORD_READ_SQL),
-            [key.namespace, key.topic, key.partition, read.from_offset, read.limit],
+        self._run(
+            cursor,
+            log_sql.RECORD_READ,
+            namespace=key.namespace,
+            topic=key.topic,
+            partition=key.partition,
+            from_offset=read.from_offset,
+            limit=read.limit,
         )
         return [
             StoredRecord(int(r[0]), bytes(r[1]), bytes(r[2]), int(r[3])) for r in cursor.fetchall()
@@ -154,10 +155,14 @@ class LogStore(Operations):
         """Delete the oldest records of a partition older than the cutoff
         (a prefix, looking at ``prune.limit`` records); return how many."""
         key = prune.key
-        where: list[str | int] = [key.namespace, key.topic, key.partition]
-        cursor.execute(
-            self._sql(log_sql.LOG_RECORD_PRUNE_SQL),
-            [*where, prune.older_than_ms, *where, prune.limit],
+        self._run(
+            cursor,
+            log_sql.RECORD_PRUNE,
+            namespace=key.namespace,
+            topic=key.topic,
+            partition=key.partition,
+            older_than_ms=prune.older_than_ms,
+            limit=prune.limit,
         )
         return int(cursor.rowcount)
 
@@ -168,17 +173,15 @@ class LogStore(Operations):
         None while another member holds it, or when the topic has no such
         partition."""
         key = request.key
-        cursor.execute(
-            self._sql(log_sql.LOG_CONSUMER_ACQUIRE_SQL),
-            [
-                key.group,
-                key.partition,
-                request.member,
-                request.ttl_ms,
-                key.namespace,
-                key.topic,
-                key.partition,
-            ],
+        self._run(
+            cursor,
+            log_sql.CONSUMER_ACQUIRE,
+            group=key.group,
+            partition=key.partition,
+            member=request.member,
+            ttl_ms=request.ttl_ms,
+            namespace=key.namespace,
+            topic=key.topic,
         )
         row = cursor.fetchone()
         return None if row is None else LogAcquired(epoch=int(row[0]), committed_offset=int(row[1]))
@@ -186,9 +189,16 @@ class LogStore(Operations):
     def log_consumer_renew(self, cursor: CursorWrapper, fence: LogFence, ttl_ms: int) -> bool:
         """Extend the lease to the database's now plus ``ttl_ms``; False when
         a newer holder took it."""
-        cursor.execute(
-            self._sql(log_sql.LOG_CONSUMER_RENEW_SQL),
-            [ttl_ms, *_consumer_params(fence.key), fence.epoch],
+        key = fence.key
+        self._run(
+            cursor,
+            log_sql.CONSUMER_RENEW,
+            ttl_ms=ttl_ms,
+            namespace=key.namespace,
+            topic=key.topic,
+            group=key.group,
+            partition=key.partition,
+            epoch=fence.epoch,
         )
         return bool(cursor.rowcount == 1)
 
@@ -196,25 +206,45 @@ class LogStore(Operations):
         """Store the group's next offset and renew the lease; False, changing
         nothing, when the fence fails or the offset is behind the committed
         one or past the partition's end (log_consumer_state tells which)."""
-        offset = commit.next_offset
-        cursor.execute(
-            self._sql(log_sql.LOG_CONSUMER_COMMIT_SQL),
-            [offset, commit.ttl_ms, *_consumer_params(commit.fence.key), commit.fence.epoch]
-            + [offset, offset],
+        key = commit.fence.key
+        self._run(
+            cursor,
+            log_sql.CONSUMER_COMMIT,
+            next_offset=commit.next_offset,
+            ttl_ms=commit.ttl_ms,
+            namespace=key.namespace,
+            topic=key.topic,
+            group=key.group,
+            partition=key.partition,
+            epoch=commit.fence.epoch,
         )
         return bool(cursor.rowcount == 1)
 
     def log_consumer_release(self, cursor: CursorWrapper, fence: LogFence) -> bool:
         """Let the lease go now, if it is still at ``fence.epoch``."""
-        cursor.execute(
-            self._sql(log_sql.LOG_CONSUMER_RELEASE_SQL), [*_consumer_params(fence.key), fence.epoch]
+        key = fence.key
+        self._run(
+            cursor,
+            log_sql.CONSUMER_RELEASE,
+            namespace=key.namespace,
+            topic=key.topic,
+            group=key.group,
+            partition=key.partition,
+            epoch=fence.epoch,
         )
         return bool(cursor.rowcount == 1)
 
     def log_consumer_state(
         self, cursor: CursorWrapper, key: LogConsumerKey
     ) -> LogConsumerState | None:
-        cursor.execute(self._sql(log_sql.LOG_CONSUMER_STATE_SQL), _consumer_params(key))
+        self._run(
+            cursor,
+            log_sql.CONSUMER_STATE,
+            namespace=key.namespace,
+            topic=key.topic,
+            group=key.group,
+            partition=key.partition,
+        )
         row = cursor.fetchone()
         if row is None:
             return None
@@ -224,7 +254,7 @@ class LogStore(Operations):
 
     def log_lag(self, cursor: CursorWrapper, *, namespace: str, topic: str) -> list[LogLag]:
         """Per group and partition of ``topic``: appended minus committed."""
-        cursor.execute(self._sql(log_sql.LOG_LAG_SQL), [namespace, topic])
+        self._run(cursor, log_sql.LAG, namespace=namespace, topic=topic)
         return [
             LogLag(group=str(r[0]), partition=int(r[1]), lag=int(r[2])) for r in cursor.fetchall()
         ]

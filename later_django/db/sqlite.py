@@ -23,14 +23,25 @@ from later_django.db.enqueue import EnqueueStore, insert_statement, ready_now
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
 from later_django.db.hot import HotStore, claims_params, queue_filter_params
 from later_django.db.limits import LimitStore
+from later_django.db.partitions import PartitionStore
 from later_django.db.past_django import log_query, qmark, ready
-from later_django.db.rows import ClaimRequest, Completion, SuccessBatch, claimed_jobs
+from later_django.db.rows import (
+    ClaimRequest,
+    Completion,
+    HeadsStored,
+    HeadSuccesses,
+    PartitionClaim,
+    PartitionClaimRequest,
+    SuccessBatch,
+    claimed_jobs,
+)
+from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.statements import VendorSql, Walks, ids, pairs
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
 from later_django.states import Stage
-from later_django.types import ClaimedJob, NewJob
+from later_django.types import ClaimedJob, NewJob, PartitionLane
 
 # 6 parameters a row; SQLite allows 32,766 parameters a statement.
 INSERT_BATCH_SIZE: Final = 1000
@@ -147,6 +158,73 @@ class SqliteLimitStore(LimitStore):
         return sql, [*owner, request.namespace, *queue_filter_params(request)]
 
 
+class SqlitePartitionStore(PartitionStore):
+    # A claim and a success take several statements, in one transaction:
+    # its write lock keeps every other writer out until it ends.
+    def partition_claim(
+        self, cursor: CursorWrapper, request: PartitionClaimRequest
+    ) -> PartitionClaim | None:
+        lane = request.lane
+        self._run(
+            cursor,
+            partitions_sql.PARTITION_ACQUIRE_SQLITE,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+            owner=request.owner,
+            partition_lease_ms=request.partition_lease_ms,
+            server_ttl_ms=request.server_ttl_ms,
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        epoch = int(row[0])
+        lane = lane._replace(epoch=epoch)
+        jobs = self._claim_head(cursor, lane, owner=request.owner, lease_ms=request.job_lease_ms)
+        return PartitionClaim(epoch, jobs[0] if jobs else None)
+
+    def partition_complete_many(self, cursor: CursorWrapper, batch: HeadSuccesses) -> HeadsStored:
+        owner = batch.owner
+        held = [job for job in batch.heads if self.partition_fence(cursor, job.lane, owner=owner)]
+        if not held:
+            return HeadsStored([], 0, [])
+        completion = self._hot.complete_many(
+            cursor,
+            SuccessBatch(
+                owner=owner,
+                jobs=[(job.id, job.attempts) for job in held],
+                retention_ms=batch.retention_ms,
+            ),
+        )
+        done = set(completion.done_ids)
+        next_heads = []
+        for job, chain in zip(batch.heads, batch.chain, strict=True):
+            if chain and job.id in done:
+                # The stored head is finished in this transaction: the head
+                # is now the next job.
+                assert job.lane is not None
+                next_heads += self._claim_head(
+                    cursor, job.lane, owner=owner, lease_ms=batch.job_lease_ms
+                )
+        return HeadsStored(completion.done_ids, completion.released, next_heads)
+
+    def _claim_head(
+        self, cursor: CursorWrapper, lane: PartitionLane, *, owner: str, lease_ms: int
+    ) -> list[ClaimedJob]:
+        """Claim the head of ``lane``'s partition, whose lease ``owner``
+        holds at ``lane.epoch``, if it is ready: the job, on ``lane``."""
+        self._run(
+            cursor,
+            partitions_sql.HEAD_CLAIM_SQLITE,
+            owner=owner,
+            job_lease_ms=lease_ms,
+            namespace=lane.namespace,
+            topic=lane.topic,
+            partition=lane.partition,
+        )
+        return [job._replace(lane=lane) for job in claimed_jobs(cursor.fetchall())]
+
+
 class SqliteDialect(Dialect):
     vendor: ClassVar[str] = "sqlite"
     single_writer: ClassVar[bool] = True
@@ -165,6 +243,7 @@ class SqliteDialect(Dialect):
     hot_store: ClassVar[type[HotStore]] = SqliteHot
     upkeep_store: ClassVar[type[UpkeepStore]] = SqliteUpkeep
     limit_store: ClassVar[type[LimitStore]] = SqliteLimitStore
+    partition_store: ClassVar[type[PartitionStore]] = SqlitePartitionStore
 
     # -- schema ----------------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:

@@ -134,7 +134,7 @@ def enqueue_recurring_continue(
     alias = conf.database
     assert options.parent_id is not None
     with connections[alias].cursor() as c:
-        place = dialect_for(alias).partitions.job_place(
+        place = dialect_for(alias).partitions.place_of(
             c, namespace=conf.namespace, job_id=options.parent_id
         )
     if place is None:
@@ -166,7 +166,7 @@ def insert_into(lane: PartitionLane, job: NewJob) -> JobId:
     try:
         with transaction.atomic(using=alias, savepoint=savepoint), db.cursor() as c:
             slot = PartitionSlot(lane, dialect.partitions.partition_next_sequence(c, lane))
-            stage = dialect.partitions.job_insert_partitioned(c, job, slot, retention)
+            stage = dialect.partitions.insert_partitioned(c, job, slot, retention)
             if stage is None and job.parents is not None:
                 raise JobNotFound(
                     f"one of the parent jobs {', '.join(job.parents)} does not exist in "

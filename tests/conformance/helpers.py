@@ -267,9 +267,7 @@ def insert_partitioned(later_db, lane: PartitionLane = ORDERS, **fields: Any) ->
     with cursor_of(later_db, atomic=True) as c:
         dialect = dialect_for(later_db.alias)
         sequence = dialect.partitions.partition_next_sequence(c, lane)
-        stage = dialect.partitions.job_insert_partitioned(
-            c, job, PartitionSlot(lane, sequence), DAY_MS
-        )
+        stage = dialect.partitions.insert_partitioned(c, job, PartitionSlot(lane, sequence), DAY_MS)
     assert stage is not None
     return job.id, sequence
 

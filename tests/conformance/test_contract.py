@@ -145,7 +145,7 @@ COVERED: dict[str, frozenset[str]] = {
             "topic_partitions",
             "topic_register",
             "partition_next_sequence",
-            "job_insert_partitioned",
+            "insert_partitioned",
             "partition_heads",
             "partition_claim",
             "partition_fence",
@@ -158,7 +158,7 @@ COVERED: dict[str, frozenset[str]] = {
             "partition_release",
             "topic_servers",
             "partition_force_fail_head",
-            "job_place",
+            "place_of",
             "partition_truncate_history",
             "partition_stats",
         }
@@ -238,6 +238,7 @@ VENDOR_OPERATIONS = {
     "upkeep": frozenset({"counter_compact"}),
     # The claim statement a limited claim runs: the vendor's own claims.
     "limits": frozenset({"_claim_statement"}),
+    "partitions": frozenset({"partition_claim", "partition_complete_many"}),
 }
 
 

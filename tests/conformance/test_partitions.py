@@ -99,12 +99,10 @@ def test_partition_jobs_get_gapless_sequences_and_stay_out_of_plain_reach(later_
     with cursor_of(later_db, atomic=True) as c:
         sequence = dialect.partitions.partition_next_sequence(c, ORDERS)
         slot = PartitionSlot(ORDERS, sequence)
-        assert dialect.partitions.job_insert_partitioned(c, child, slot, DAY_MS) == "waiting"
+        assert dialect.partitions.insert_partitioned(c, child, slot, DAY_MS) == "waiting"
         missing = new_job(parent_id=new_job_id())
         assert (
-            dialect.partitions.job_insert_partitioned(
-                c, missing, slot._replace(sequence=99), DAY_MS
-            )
+            dialect.partitions.insert_partitioned(c, missing, slot._replace(sequence=99), DAY_MS)
             is None
         )
     with cursor_of(later_db) as c:
@@ -301,14 +299,14 @@ def test_topic_servers_are_the_live_servers_that_poll_topics(later_db, dialect):
         assert dialect.partitions.topic_servers(c, namespace=NS, ttl_ms=LEASE_MS) == ["s1", "s3"]
 
 
-def test_job_place_tells_a_jobs_topic_and_partition(later_db, dialect):
+def test_place_of_tells_a_jobs_topic_and_partition(later_db, dialect):
     partitioned, _ = insert_partitioned(later_db)
     plain = insert(later_db)
     with cursor_of(later_db) as c:
-        assert dialect.partitions.job_place(c, namespace=NS, job_id=partitioned) == ("orders", 3)
-        assert dialect.partitions.job_place(c, namespace=NS, job_id=plain) == (None, None)
-        assert dialect.partitions.job_place(c, namespace="other", job_id=plain) is None
-        assert dialect.partitions.job_place(c, namespace=NS, job_id="0" * 26) is None
+        assert dialect.partitions.place_of(c, namespace=NS, job_id=partitioned) == ("orders", 3)
+        assert dialect.partitions.place_of(c, namespace=NS, job_id=plain) == (None, None)
+        assert dialect.partitions.place_of(c, namespace="other", job_id=plain) is None
+        assert dialect.partitions.place_of(c, namespace=NS, job_id="0" * 26) is None
 
 
 # -- an operator's actions on a partition -----------------------------------------------

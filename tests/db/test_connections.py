@@ -7,7 +7,7 @@ import pytest
 
 import later_django as later
 from later_django.db import dialect_for
-from later_django.db.sql.topics import TOPIC_PARTITIONS_SQL
+from later_django.db.sql.topics import TOPIC_PARTITIONS
 from tests.helpers import wait_until
 from tests.jobapp.jobs import Flaky, Noop, NoRetry
 
@@ -45,7 +45,7 @@ def test_a_worker_process_stays_within_its_documented_connections(later_db, work
 
 # The last statement the start-up checks run (the stored topics, later.E015),
 # as pg_stat_activity shows it.
-LAST_CHECK_SQL = TOPIC_PARTITIONS_SQL.replace("%s", "'default'")
+LAST_CHECK_SQL = TOPIC_PARTITIONS.text.replace("%(namespace)s", "'default'")
 IDLE_ON_CHECKS = """
 SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND backend_type = 'client backend'

@@ -15,10 +15,8 @@ from later_django.db.sql.jobs import (
     PROMOTE,
     QUEUE_RUNS,
     TO_FAILED,
-    TO_RUNNING,
 )
 from later_django.db.sql.limits import KEYED_PICK
-from later_django.db.sql.partitions import ACQUIRE, CLAIM_HEAD, UNFINISHED_OF
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
@@ -224,122 +222,5 @@ JOB_REVIVE_KEYLESS_DESCENDANTS_SQL: Final = compose(
 )
 
 
-# -- partitions -------------------------------------------------------------------
-# The claim of a partition's head in one statement (SQLite takes two in a
-# transaction, db/sql/partitions.py): the lease's upsert locks the
-# partition's row for the whole statement, and the head is claimed only if
-# the upsert returned the lease. The head is read in the statement's
-# snapshot, which may predate the lock: an older head found so has finished
-# since, and its "stage = 'enqueued'", checked again on the row's newest
-# version, claims nothing; a sequence never comes back, so no later job can
-# be claimed before its turn.
-PARTITION_CLAIM_SQL: Final = compose(
-    """
-WITH lease AS ({acquire}),
-head AS (
-    {claim_head} AND EXISTS (SELECT 1 FROM lease)
-    RETURNING {returning}
-)
-SELECT lease.epoch, head.* FROM lease LEFT JOIN head ON true
-""",
-    acquire=ACQUIRE,
-    claim_head=CLAIM_HEAD,
-    returning=CLAIM_RETURNING,
-)
-
-# The successes of partition heads in one statement, each behind its
-# partition's fence, and the next head of each partition asked for
-# (``chain``) claimed by the same statement. The fence locks the rows the
-# server still holds at the heads' epochs, in the order of their key, as
-# every statement that locks several partitions does (PARTITION_RENEW_SQL,
-# PARTITION_RELEASE_ALL_SQL), so two never deadlock; the locks are held to
-# the end of the statement. The heads behind a fence that held are stored
-# by later_complete_many (each also fenced by its claim).
-#
-# A next head is the partition's lowest unfinished job but the head just
-# stored: the statement's snapshot predates the store, so the stored head
-# still looks unfinished in it. The next head must be ready in that
-# snapshot and still on its newest version; a continuation the store itself
-# released is not seen, and its partition is claimed the usual way. No job
-# of a lower sequence can be missing from the snapshot: sequences commit in
-# order (sql/partitions.py's SEQUENCE_NEXT_SQL). One row per next head
-# claimed (done_ids and released repeated), or one row without one.
-PARTITION_COMPLETE_MANY_SQL: Final = compose(
-    """
-WITH given(topic, partition, epoch, id, attempts, chain) AS (
-    SELECT * FROM unnest(
-        %s::text[], %s::integer[], %s::bigint[], %s::text[], %s::integer[], %s::boolean[])
-),
-fence AS MATERIALIZED (
-    SELECT p.namespace, p.topic, p.partition FROM later_partition p
-    WHERE p.namespace = %s AND p.owner = %s
-      AND (p.topic, p.partition, p.epoch) IN (SELECT topic, partition, epoch FROM given)
-    ORDER BY p.topic, p.partition
-    FOR UPDATE
-),
-held AS MATERIALIZED (
-    SELECT f.namespace, g.topic, g.partition, g.id, g.attempts, g.chain
-    FROM given g JOIN fence f ON f.topic = g.topic AND f.partition = g.partition
-),
-c AS MATERIALIZED (
-    SELECT c.done_ids, c.released FROM (
-        SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids,
-               coalesce(array_agg(attempts ORDER BY id), '{}') AS attempts
-        FROM held
-    ) h CROSS JOIN LATERAL later_complete_many(h.ids, h.attempts, %s, %s) c
-),
-next AS (
-    UPDATE later_job SET {to_running}
-    WHERE id IN (
-        SELECT (
-            SELECT n.id FROM later_job n
-            WHERE n.namespace = h.namespace AND n.topic = h.topic
-              AND n.partition = h.partition AND {unfinished} AND n.id <> h.id
-            ORDER BY n.sequence LIMIT 1)
-        FROM held h, c WHERE h.chain AND h.id = ANY (c.done_ids)
-    ) AND stage = 'enqueued'
-    RETURNING topic, partition, {returning}
-)
-SELECT c.done_ids, c.released, next.* FROM c LEFT JOIN next ON true
-""",
-    to_running=TO_RUNNING,
-    unfinished=compose(UNFINISHED_OF, stage="n.stage"),
-    returning=CLAIM_RETURNING,
-)
-
 # The whole database's size on disk.
 DATABASE_SIZE_SQL: Final = "SELECT pg_database_size(current_database())"
-
-
-# -- retained log -------------------------------------------------------------------
-# An append in one statement, one round trip, atomic by itself: the offset
-# counters of its partitions raised in ascending order (the order every
-# append locks them in, so two appends never deadlock), and its records
-# stored at the offsets reserved; the rows stay locked until the
-# transaction ends, as in the form of one statement per step. {wanted} is
-# a row (partition, count) per partition, {records} a row (partition,
-# index in its partition's records, key, value) per record. Returns each
-# partition's first offset; no row when the topic is not stored with the
-# partition count given (nothing is written then).
-LOG_APPEND_WANTED: Final = "(%s::integer, %s::bigint)"
-LOG_APPEND_RECORD: Final = "(%s::integer, %s::bigint, %s::bytea, %s::bytea)"
-LOG_APPEND_SQL: Final = """
-WITH wanted(part, n) AS (VALUES {wanted}),
-advanced AS (
-    INSERT INTO later_log_partition (namespace, topic, part, next_offset)
-    SELECT t.namespace, t.name, w.part, w.n FROM later_log_topic t CROSS JOIN wanted w
-    WHERE t.namespace = %s AND t.name = %s AND t.partitions = %s
-    ORDER BY w.part
-    ON CONFLICT (namespace, topic, part) DO UPDATE
-    SET next_offset = later_log_partition.next_offset + excluded.next_offset
-    RETURNING part, next_offset
-),
-given(part, idx, record_key, record_value) AS (VALUES {records}),
-stored AS (
-    INSERT INTO later_log_record
-        (namespace, topic, part, log_offset, record_key, record_value, appended_ms)
-    SELECT %s, %s, g.part, a.next_offset - w.n + g.idx, g.record_key, g.record_value, {now}
-    FROM given g JOIN advanced a ON a.part = g.part JOIN wanted w ON w.part = g.part
-)
-SELECT a.part, a.next_offset - w.n FROM advanced a JOIN wanted w ON w.part = a.part
-"""

@@ -61,9 +61,9 @@ RETURNING 1
 """)
 
 # -- named leases (later_lease), by the lease rule of leases.py ----------------------
-# Take or keep a named lease: the live holder's take is its renewal and
-# keeps its epoch; a new holder gets the next one. The epoch, or no row
-# while another owner holds it.
+# Take or keep a named lease (the lease rule's take): the live holder's take
+# is its renewal and keeps its epoch; a new holder gets the next one. The
+# epoch, or no row while another owner holds it.
 LEASE_ACQUIRE: Final = Statement("""
 INSERT INTO later_lease (namespace, name, owner, epoch, expires_ms)
 VALUES (%(namespace)s, %(name)s, %(owner)s, 1, {now} + %(ttl_ms)s)
@@ -77,8 +77,8 @@ WHERE later_lease.owner IS NULL OR later_lease.owner = excluded.owner
 RETURNING epoch
 """)
 
-# Let a lease go now if it is still at the epoch its holder took: expired
-# at once, the row (and its epoch) kept.
+# Let a lease go now if it is still at the epoch its holder took (the lease
+# rule's release): expired at once, the row (and its epoch) kept.
 LEASE_RELEASE: Final = Statement("""
 UPDATE later_lease SET expires_ms = 0
 WHERE namespace = %(namespace)s AND name = %(name)s AND epoch = %(epoch)s
