@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, ClassVar, Final
 
 import psycopg
@@ -246,7 +246,7 @@ def _execute_prepared(
 def _fetch_prepared(
     raw: psycopg.Connection[Any],
     sql: str,
-    params: Sequence[Any] | Mapping[str, Any],
+    params: Sequence[Any],
     *,
     prepare: bool,
     first_only: bool = False,

@@ -186,7 +186,7 @@ class PostgresPartitionStore(PartitionStore):
             await cursor.execute(sql, params, prepare=prepare)
             return partition_heads(await cursor.fetchall())
 
-    def _claim(self, request: PartitionClaimRequest) -> tuple[str, dict[str, Any]]:
+    def _claim(self, request: PartitionClaimRequest) -> tuple[str, list[Any]]:
         lane = request.lane
         return self._sql.bind(
             partitions_sql.PARTITION_CLAIM_PG,
@@ -199,7 +199,7 @@ class PostgresPartitionStore(PartitionStore):
             job_lease_ms=request.job_lease_ms,
         )
 
-    def _complete_many(self, batch: HeadSuccesses) -> tuple[str, dict[str, Any]]:
+    def _complete_many(self, batch: HeadSuccesses) -> tuple[str, list[Any]]:
         """The batch travels as arrays, one element per head, so the
         statement's text never changes."""
         lanes = [_lane_of(job) for job in batch.heads]
