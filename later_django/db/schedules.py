@@ -3,8 +3,6 @@ its schedules enqueue into ``later_job``."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.descendants import fail_descendants
@@ -32,33 +30,30 @@ class ScheduleStore(Operations):
         """Register or update a schedule; return True when it is new or its
         cron or zone changed (it then starts at ``write.first_job_id``), False
         when only its payload and options were updated in place."""
-        cursor.execute(
-            self._sql(schedules_sql.SCHEDULE_SAVE_SQL),
-            [
-                write.key.namespace,
-                write.key.identifier,
-                write.cron,
-                write.zone,
-                write.type_name,
-                write.payload,
-                write.priority,
-                write.retry_policy,
-                write.next_run_ms,
-                write.first_job_id,
-                write.first_run_ms,
-                write.sequential,
-            ],
+        self._run(
+            cursor,
+            schedules_sql.SAVE,
+            namespace=write.key.namespace,
+            identifier=write.key.identifier,
+            cron=write.cron,
+            zone=write.zone,
+            type_name=write.type_name,
+            payload=write.payload,
+            priority=write.priority,
+            retry_policy=write.retry_policy,
+            next_run_ms=write.next_run_ms,
+            first_job_id=write.first_job_id,
+            first_run_ms=write.first_run_ms,
+            sequential=write.sequential,
         )
         return bool(cursor.fetchone()[0] == write.first_job_id)
 
     def schedule_remove(self, cursor: CursorWrapper, key: ScheduleKey) -> bool:
-        cursor.execute(
-            self._sql(schedules_sql.SCHEDULE_REMOVE_SQL), [key.namespace, key.identifier]
-        )
+        self._run(cursor, schedules_sql.REMOVE, namespace=key.namespace, identifier=key.identifier)
         return bool(cursor.rowcount == 1)
 
     def schedule_list(self, cursor: CursorWrapper, *, namespace: str) -> list[ScheduleInfo]:
-        cursor.execute(self._sql(schedules_sql.SCHEDULE_LIST_SQL), [namespace])
+        self._run(cursor, schedules_sql.LIST, namespace=namespace)
         return [
             ScheduleInfo(
                 identifier=r[0],
@@ -79,8 +74,13 @@ class ScheduleStore(Operations):
         """Schedules of ``namespace`` owing an occurrence within ``ahead_ms``
         of the database's now, the most overdue first, at most DUE_BATCH;
         sequential ones only when ``sequential``."""
-        cursor.execute(
-            self._sql(schedules_sql.SCHEDULE_DUE_SQL), [namespace, ahead_ms, sequential, DUE_BATCH]
+        self._run(
+            cursor,
+            schedules_sql.DUE,
+            namespace=namespace,
+            ahead_ms=ahead_ms,
+            with_sequential=sequential,
+            limit=DUE_BATCH,
         )
         return [
             DueSchedule(
@@ -104,8 +104,12 @@ class ScheduleStore(Operations):
     ) -> list[ScheduleKey]:
         """The sequential schedules of ``namespace`` owing an occurrence
         within ``ahead_ms``, the most overdue first, at most DUE_BATCH."""
-        cursor.execute(
-            self._sql(schedules_sql.SCHEDULE_SEQUENTIAL_DUE_SQL), [namespace, ahead_ms, DUE_BATCH]
+        self._run(
+            cursor,
+            schedules_sql.SEQUENTIAL_DUE,
+            namespace=namespace,
+            ahead_ms=ahead_ms,
+            limit=DUE_BATCH,
         )
         return [ScheduleKey(namespace=namespace, identifier=row[0]) for row in cursor.fetchall()]
 
@@ -113,20 +117,19 @@ class ScheduleStore(Operations):
         """Move a schedule on, only if it is still at ``advance.version``;
         return whether it moved (the caller then enqueues its occurrences in
         the same transaction)."""
-        cursor.execute(
-            self._sql(schedules_sql.SCHEDULE_ADVANCE_SQL),
-            [
-                advance.next_run_ms,
-                advance.last_job_id,
-                advance.last_run_ms,
-                advance.key.namespace,
-                advance.key.identifier,
-                advance.version,
-            ],
+        self._run(
+            cursor,
+            schedules_sql.ADVANCE,
+            next_run_ms=advance.next_run_ms,
+            last_job_id=advance.last_job_id,
+            last_run_ms=advance.last_run_ms,
+            namespace=advance.key.namespace,
+            identifier=advance.key.identifier,
+            version=advance.version,
         )
         return bool(cursor.rowcount == 1)
 
-    def job_insert_occurrence(
+    def insert_occurrence(
         self,
         cursor: CursorWrapper,
         job: NewJob,
@@ -135,32 +138,38 @@ class ScheduleStore(Operations):
     ) -> str:
         """Insert an occurrence of schedule ``recurring``, due at exactly
         ``job.run_at_ms`` (at ``slot`` of the reserved topic for a sequential
-        schedule); return its stage (enqueued when already due)."""
-        params: list[Any] = [*job[:6], recurring]
-        if slot is None and job.concurrency_key is not None:
-            sql = schedules_sql.JOB_INSERT_KEYED_OCCURRENCE_SQL
-            queue = column_value(name_of(job.queue))
-            params += [queue, job.concurrency_key, job.concurrency_limit]
-        elif slot is None and job.queue is not None:
-            sql = schedules_sql.JOB_INSERT_QUEUED_OCCURRENCE_SQL
-            params.append(job.queue)
-        elif slot is None:
-            sql = schedules_sql.JOB_INSERT_OCCURRENCE_SQL
-        else:
-            sql = schedules_sql.JOB_INSERT_SEQUENTIAL_OCCURRENCE_SQL
-            params += [slot.lane.topic, slot.lane.partition, slot.sequence]
-        cursor.execute(self._sql(sql), [*params, job.run_at_ms])
+        schedule: its own lane, no queue or concurrency key); return its
+        stage (enqueued when already due)."""
+        self._run(
+            cursor,
+            schedules_sql.INSERT_OCCURRENCE,
+            job_id=job.id,
+            namespace=job.namespace,
+            type_name=job.type_name,
+            payload=job.payload,
+            priority=job.priority,
+            retry_policy=job.retry_policy,
+            run_at_ms=job.run_at_ms,
+            recurring=recurring,
+            queue="" if slot else column_value(name_of(job.queue)),
+            concurrency_key=None if slot else job.concurrency_key,
+            concurrency_limit=None if slot else job.concurrency_limit,
+            topic=slot.lane.topic if slot else None,
+            partition=slot.lane.partition if slot else None,
+            sequence=slot.sequence if slot else None,
+        )
         return str(cursor.fetchone()[0])
 
-    def job_cancel_occurrences(
-        self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int
-    ) -> int:
+    def cancel_occurrences(self, cursor: CursorWrapper, key: ScheduleKey, retention_ms: int) -> int:
         """Cancel the occurrences of schedule ``key`` enqueued ahead and not
         due yet, and fail their waiting descendants, as control.cancel does; return
         how many were cancelled. Run in one transaction."""
-        cursor.execute(
-            self._sql(schedules_sql.JOB_CANCEL_OCCURRENCES_SQL),
-            [retention_ms, key.namespace, key.identifier],
+        self._run(
+            cursor,
+            schedules_sql.CANCEL_OCCURRENCES,
+            retention_ms=retention_ms,
+            namespace=key.namespace,
+            recurring=key.identifier,
         )
         cancelled = [row[0] for row in cursor.fetchall()]
         for job_id in cancelled:

@@ -85,7 +85,7 @@ def _save(
         )
         if not dialect.schedules.schedule_save(cursor, write):
             return None
-        dialect.schedules.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        dialect.schedules.cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         job = job._replace(run_at_ms=first)
         stage = insert_occurrence(dialect, cursor, job, key.identifier, lane)
     if events.JobEnqueued in events.listening:
@@ -103,7 +103,7 @@ def remove_recurring(identifier: str) -> bool:
     with _transaction() as (dialect, cursor):
         if not dialect.schedules.schedule_remove(cursor, key):
             return False
-        dialect.schedules.job_cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
+        dialect.schedules.cancel_occurrences(cursor, key, conf.millis("DASHBOARD_RETENTION"))
         return True
 
 

@@ -203,9 +203,9 @@ def insert_occurrence(
     """Insert an occurrence of schedule ``identifier``; a sequential one at
     the next sequence of ``lane``'s partition."""
     if lane is None:
-        return dialect.schedules.job_insert_occurrence(cursor, job, identifier)
+        return dialect.schedules.insert_occurrence(cursor, job, identifier)
     slot = PartitionSlot(lane, dialect.partitions.partition_next_sequence(cursor, lane))
-    return dialect.schedules.job_insert_occurrence(cursor, job, identifier, slot)
+    return dialect.schedules.insert_occurrence(cursor, job, identifier, slot)
 
 
 def _tell(jobs: list[NewJob], stages: list[str]) -> None:

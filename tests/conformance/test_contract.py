@@ -136,8 +136,8 @@ COVERED: dict[str, frozenset[str]] = {
             "schedule_due",
             "schedule_sequential_due",
             "schedule_advance",
-            "job_insert_occurrence",
-            "job_cancel_occurrences",
+            "insert_occurrence",
+            "cancel_occurrences",
         }
     ),
     "partitions": frozenset(

@@ -107,7 +107,7 @@ def due_schedules(
 def insert_occurrence(later_db, recurring: str, run_at_ms: int, **fields: Any) -> str:
     job = new_job(run_at_ms=run_at_ms, **fields)
     with cursor_of(later_db, atomic=True) as c:
-        dialect_for(later_db.alias).schedules.job_insert_occurrence(c, job, recurring)
+        dialect_for(later_db.alias).schedules.insert_occurrence(c, job, recurring)
     return job.id
 
 
@@ -395,7 +395,7 @@ def test_schedule_advance_is_a_compare_and_swap_on_the_version(later_db, dialect
 # -- their occurrences ------------------------------------------------------------------
 
 
-def test_job_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
+def test_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
     """An occurrence keeps its fire time even when that is past (then it is
     ready at once), is delayed when it is still to come, and names its
     schedule; its times are the database's."""
@@ -406,9 +406,9 @@ def test_job_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
     before = db_now(later_db)
     with cursor_of(later_db, atomic=True) as c:
         written = [
-            dialect.schedules.job_insert_occurrence(c, past, "nightly"),
-            dialect.schedules.job_insert_occurrence(c, future, "nightly"),
-            dialect.schedules.job_insert_occurrence(c, elsewhere, "hourly"),
+            dialect.schedules.insert_occurrence(c, past, "nightly"),
+            dialect.schedules.insert_occurrence(c, future, "nightly"),
+            dialect.schedules.insert_occurrence(c, elsewhere, "hourly"),
         ]
     after = db_now(later_db)
     assert written == ["enqueued", "delayed", "enqueued"]
@@ -436,7 +436,7 @@ def test_job_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
     assert_counts(later_db)
 
 
-def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db, dialect):
+def test_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db, dialect):
     """Occurrences of the key enqueued ahead (delayed) are cancelled, kept
     for the retention; ready or running ones, other schedules', other
     namespaces' and plain delayed jobs are not."""
@@ -468,7 +468,7 @@ def test_job_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db
     def cancel(namespace: str = NS, identifier: str = "nightly") -> int:
         key = ScheduleKey(namespace=namespace, identifier=identifier)
         with cursor_of(later_db, atomic=True) as c:
-            return dialect.schedules.job_cancel_occurrences(c, key, HOUR_MS)
+            return dialect.schedules.cancel_occurrences(c, key, HOUR_MS)
 
     before = db_now(later_db)
     assert cancel() == 2
