@@ -436,6 +436,31 @@ def test_insert_occurrence_is_due_at_its_exact_fire_time(later_db, dialect):
     assert_counts(later_db)
 
 
+def test_insert_occurrence_writes_its_queue_and_concurrency_key(later_db, dialect):
+    """An occurrence of a type with a queue runs on that queue, one of a
+    type with a concurrency key carries the key and its limit, a plain one
+    the default queue ('') and neither."""
+    now = db_now(later_db)
+    plain = new_job(run_at_ms=now)
+    queued = new_job(run_at_ms=now)._replace(queue="emails")
+    keyed = new_job(run_at_ms=now)._replace(
+        queue="emails", concurrency_key="tenant-1", concurrency_limit=2
+    )
+    with cursor_of(later_db, atomic=True) as c:
+        for job in (plain, queued, keyed):
+            dialect.schedules.insert_occurrence(c, job, "nightly")
+    columns = "queue, concurrency_key, concurrency_limit, topic"
+    stored = {
+        str(r[0]): tuple(r[1:]) for r in later_db.rows(f"SELECT id, {columns} FROM later_job")
+    }
+    assert stored == {
+        plain.id: ("", None, None, None),
+        queued.id: ("emails", None, None, None),
+        keyed.id: ("emails", "tenant-1", 2, None),
+    }
+    assert_counts(later_db)
+
+
 def test_cancel_occurrences_cancels_only_its_schedules_delayed_ones(later_db, dialect):
     """Occurrences of the key enqueued ahead (delayed) are cancelled, kept
     for the retention; ready or running ones, other schedules', other
