@@ -174,8 +174,9 @@ class LimitStore(Operations, abc.ABC):
         return held
 
     def _ready(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> int:
-        params = [namespace, lane_of(queue), namespace, queue]
-        cursor.execute(self._sql(counters_sql.QUEUE_READY_SQL), params)
+        self._run(
+            cursor, counters_sql.QUEUE_READY, namespace=namespace, lane=lane_of(queue), queue=queue
+        )
         return int(cursor.fetchone()[0])
 
     def _rate_windows(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, tuple[int, int]]:

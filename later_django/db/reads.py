@@ -53,7 +53,7 @@ class ReadModels(Operations):
     # -- counts -------------------------------------------------------------------------
     def stage_counts(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, int]:
         """The number of jobs of ``namespace`` per stage, every stage present."""
-        cursor.execute(self._sql(counters_sql.STAGE_COUNTS_SQL), [namespace])
+        self._run(cursor, counters_sql.STAGE_COUNTS, namespace=namespace)
         counts = {stage.value: 0 for stage in Stage}
         for stage, n in cursor.fetchall():
             counts[stage] = int(n)
@@ -63,7 +63,7 @@ class ReadModels(Operations):
         """Plain jobs of ``namespace`` in queue ``queue`` ready to run now (0
         while it is paused)."""
         lane = queue_names.lane_of(queue)
-        cursor.execute(self._sql(counters_sql.QUEUE_READY_SQL), [namespace, lane, namespace, queue])
+        self._run(cursor, counters_sql.QUEUE_READY, namespace=namespace, lane=lane, queue=queue)
         return int(cursor.fetchone()[0])
 
     # -- figures ------------------------------------------------------------------------
@@ -243,7 +243,7 @@ class ReadModels(Operations):
     # -- health (later_health) ----------------------------------------------------------
     def server_beats(self, cursor: CursorWrapper, *, namespace: str) -> ServerBeats:
         """Every server of ``namespace``, fresh or not, and the database's clock."""
-        cursor.execute(self._sql(health_sql.SERVER_BEATS_SQL), [namespace])
+        self._run(cursor, health_sql.SERVER_BEATS, namespace=namespace)
         rows = cursor.fetchall()
         return ServerBeats(
             int(rows[0][0]),
@@ -258,7 +258,7 @@ class ReadModels(Operations):
         """Each (stage, lane) of ``namespace`` whose counter differs from its
         rows, but 'success' (reading those would read the table: see
         sql/health.py); empty when they agree."""
-        cursor.execute(self._sql(health_sql.COUNTER_DRIFT_SQL), [namespace] * 6)
+        self._run(cursor, health_sql.COUNTER_DRIFT, namespace=namespace)
         return [
             CounterDrift(stage, lane, int(counted), int(found))
             for stage, lane, counted, found in cursor.fetchall()
@@ -269,12 +269,18 @@ class ReadModels(Operations):
     ) -> UnleasedRunning:
         """Running jobs of ``namespace`` without a lease, or whose lease
         expired more than ``overdue_ms`` ago."""
-        params: list[str | int] = [namespace, overdue_ms]
-        cursor.execute(self._sql(health_sql.RUNNING_UNLEASED_COUNT_SQL), params)
+        self._run(
+            cursor,
+            health_sql.RUNNING_UNLEASED_COUNT,
+            namespace=namespace,
+            expired_for_ms=overdue_ms,
+        )
         count = int(cursor.fetchone()[0])
         if not count:
             return UnleasedRunning(0, ())
-        cursor.execute(self._sql(health_sql.RUNNING_UNLEASED_SQL), params)
+        self._run(
+            cursor, health_sql.RUNNING_UNLEASED, namespace=namespace, expired_for_ms=overdue_ms
+        )
         return UnleasedRunning(
             count,
             tuple(
