@@ -70,34 +70,33 @@ class ReadModels(Operations):
     def stat_insert(
         self, cursor: CursorWrapper, *, namespace: str, server_id: str, row: StatRow
     ) -> None:
-        cursor.execute(
-            self._sql(dashboard_sql.STAT_INSERT_SQL),
-            [
-                namespace,
-                server_id,
-                row.started,
-                row.succeeded,
-                row.retried,
-                row.failed,
-                row.regular_waits,
-                row.regular_sum_ms,
-                row.regular_max_ms,
-                row.partition_waits,
-                row.partition_sum_ms,
-                row.partition_max_ms,
-            ],
+        self._run(
+            cursor,
+            dashboard_sql.STAT_INSERT,
+            namespace=namespace,
+            server_id=server_id,
+            started=row.started,
+            succeeded=row.succeeded,
+            retried=row.retried,
+            failed=row.failed,
+            regular_waits=row.regular_waits,
+            regular_sum_ms=row.regular_sum_ms,
+            regular_max_ms=row.regular_max_ms,
+            partition_waits=row.partition_waits,
+            partition_sum_ms=row.partition_sum_ms,
+            partition_max_ms=row.partition_max_ms,
         )
 
     def stats_since(
         self, cursor: CursorWrapper, *, namespace: str, window_ms: int
     ) -> list[StatReading]:
         """The stat rows written in the last ``window_ms``."""
-        cursor.execute(self._sql(dashboard_sql.STATS_SINCE_SQL), [namespace, window_ms])
+        self._run(cursor, dashboard_sql.STATS_SINCE, namespace=namespace, window_ms=window_ms)
         return [StatReading(int(row[0]), StatRow(*row[1:])) for row in cursor.fetchall()]
 
     def sample_take(self, cursor: CursorWrapper, *, namespace: str) -> int:
         """Store the backlog now as a sample of the queue-length graph."""
-        cursor.execute(self._sql(dashboard_sql.SAMPLE_TAKE_SQL), [namespace, namespace])
+        self._run(cursor, dashboard_sql.SAMPLE_TAKE, namespace=namespace)
         return int(cursor.rowcount)
 
     def samples_since(
@@ -105,7 +104,13 @@ class ReadModels(Operations):
     ) -> list[QueueSample]:
         """The samples of the last ``window_ms``, a point per ``step_ms``
         (each the largest of its stretch), oldest first."""
-        cursor.execute(self._sql(dashboard_sql.SAMPLES_SINCE_SQL), [namespace, window_ms, step_ms])
+        self._run(
+            cursor,
+            dashboard_sql.SAMPLES_SINCE,
+            namespace=namespace,
+            window_ms=window_ms,
+            step_ms=step_ms,
+        )
         return [QueueSample(*(int(v) for v in row)) for row in cursor.fetchall()]
 
     def dashboard_prune(
@@ -113,21 +118,21 @@ class ReadModels(Operations):
     ) -> int:
         """Delete stat rows older than ``stats_for_ms`` and samples older than
         ``samples_for_ms``; return how many rows."""
-        cursor.execute(self._sql(dashboard_sql.STATS_PRUNE_SQL), [namespace, stats_for_ms])
+        self._run(cursor, dashboard_sql.STATS_PRUNE, namespace=namespace, kept_ms=stats_for_ms)
         deleted = int(cursor.rowcount)
-        cursor.execute(self._sql(dashboard_sql.SAMPLES_PRUNE_SQL), [namespace, samples_for_ms])
+        self._run(cursor, dashboard_sql.SAMPLES_PRUNE, namespace=namespace, kept_ms=samples_for_ms)
         return deleted + int(cursor.rowcount)
 
     def lane_counts(self, cursor: CursorWrapper, *, namespace: str) -> list[LaneCount]:
         """Jobs per lane and stage, from the counters."""
-        cursor.execute(self._sql(dashboard_sql.LANE_COUNTS_SQL), [namespace])
+        self._run(cursor, dashboard_sql.LANE_COUNTS, namespace=namespace)
         return [LaneCount(lane, stage, int(n)) for lane, stage, n in cursor.fetchall()]
 
     def live_servers(
         self, cursor: CursorWrapper, *, namespace: str, within_ms: int
     ) -> list[LiveServer]:
         """Servers with a heartbeat in the last ``within_ms``."""
-        cursor.execute(self._sql(dashboard_sql.SERVERS_SQL), [namespace, within_ms])
+        self._run(cursor, dashboard_sql.SERVERS, namespace=namespace, within_ms=within_ms)
         return [
             LiveServer(sid, host, pid, workers, bool(topics), started, beat, queues, version)
             for sid, host, pid, workers, topics, started, beat, queues, version in cursor.fetchall()
@@ -136,7 +141,7 @@ class ReadModels(Operations):
     def queue_states(self, cursor: CursorWrapper, *, namespace: str) -> list[QueueStateRow]:
         """Every queue of ``namespace`` with a row in later_queue (paused at
         least once), by name."""
-        cursor.execute(self._sql(dashboard_sql.QUEUE_STATES_SQL), [namespace])
+        self._run(cursor, dashboard_sql.QUEUE_STATES, namespace=namespace)
         return [
             QueueStateRow(name, bool(paused), int(changed), window_end, started)
             for name, paused, changed, window_end, started in cursor.fetchall()
@@ -146,18 +151,18 @@ class ReadModels(Operations):
         self, cursor: CursorWrapper, *, namespace: str, limit: int
     ) -> list[RunningJob]:
         """Up to ``limit`` running jobs, the longest running first."""
-        cursor.execute(self._sql(dashboard_sql.RUNNING_JOBS_SQL), [namespace, limit])
+        self._run(cursor, dashboard_sql.RUNNING_JOBS, namespace=namespace, limit=limit)
         return [RunningJob(*row) for row in cursor.fetchall()]
 
     def log_consumers(self, cursor: CursorWrapper, *, namespace: str) -> list[LogConsumerRow]:
         """Every retained-log consumer group's place in every partition."""
-        cursor.execute(self._sql(dashboard_sql.LOG_CONSUMERS_SQL), [namespace])
+        self._run(cursor, dashboard_sql.LOG_CONSUMERS, namespace=namespace)
         return [LogConsumerRow(*row) for row in cursor.fetchall()]
 
     # -- jobs -----------------------------------------------------------------------------
     def job_detail(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> JobDetail | None:
         """The job ``job_id`` of ``namespace`` without its payload, or None."""
-        cursor.execute(self._sql(dashboard_sql.JOB_DETAIL_SQL), [job_id, namespace])
+        self._run(cursor, dashboard_sql.JOB_DETAIL, job_id=job_id, namespace=namespace)
         row = cursor.fetchone()
         if row is None:
             return None
@@ -167,13 +172,13 @@ class ReadModels(Operations):
     def job_children(self, cursor: CursorWrapper, *, job_id: str, limit: int) -> list[JobSummary]:
         """Up to ``limit`` continuations of ``job_id`` in id order, fan-in
         children waiting on another of their parents included."""
-        cursor.execute(self._sql(dashboard_sql.JOB_CHILDREN_SQL), [job_id, job_id, limit])
+        self._run(cursor, dashboard_sql.JOB_CHILDREN, job_id=job_id, limit=limit)
         return [_summary(row) for row in cursor.fetchall()]
 
     def job_parents(self, cursor: CursorWrapper, *, job_id: str) -> list[JobParent]:
         """Every parent of the fan-in job ``job_id`` in id order (none for
         any other job), each with its job while it is kept."""
-        cursor.execute(self._sql(dashboard_sql.JOB_PARENTS_SQL), [job_id])
+        self._run(cursor, dashboard_sql.JOB_PARENTS, job_id=job_id)
         return [
             JobParent(str(row[0]), None if row[1] is None else _summary(row[1:]))
             for row in cursor.fetchall()

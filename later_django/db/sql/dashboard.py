@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from later_django.db.sql import compose
+from later_django.db.sql import Statement, compose
 from later_django.db.sql.partitions import UNFINISHED
 
 
@@ -56,122 +56,133 @@ ATTENTION: Final = ListOrder(
 # under any collation of the column.
 BY_ID: Final = ListOrder("id >= %s AND id <= %s", (("id", False),))
 
-# A job's attempts as its handler counts them: claims given back do not count.
-ATTEMPTS: Final = "attempts - COALESCE(uncounted, 0)"
-
+# A job's attempts as its handler counts them: claims given back do not
+# count. The columns of a JobSummary, in its order, as the job list
+# (db/reads.py) writes them into the query it assembles; JOB_CHILDREN and
+# JOB_PARENTS name the same columns, in the same order.
 SUMMARY_COLUMNS: Final = (
-    "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
-    "topic, partition, sequence, last_error IS NOT NULL AS failed_before, queue"
+    "id, type_name, stage, priority, attempts - COALESCE(uncounted, 0), created_ms, "
+    "run_at_ms, changed_ms, topic, partition, sequence, last_error IS NOT NULL AS failed_before, "
+    "queue"
 )
 
-DETAIL_COLUMNS: Final = (
-    "id, type_name, stage, priority, " + ATTEMPTS + ", created_ms, run_at_ms, changed_ms, "
-    "started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms, last_error, "
-    "history, parent_id, recurring, topic, partition, sequence, queue, unique_key, "
-    "unique_slot_ms, concurrency_key, concurrency_limit"
-)
-
-JOB_DETAIL_SQL: Final = compose(
-    "SELECT {columns} FROM later_job WHERE id = %s AND namespace = %s", columns=DETAIL_COLUMNS
-)
+# A job without its payload (JobDetail's columns, in its order).
+JOB_DETAIL: Final = Statement("""
+SELECT id, type_name, stage, priority, attempts - COALESCE(uncounted, 0), created_ms,
+    run_at_ms, changed_ms, started_ms, finished_ms, expires_ms, lease_owner, lease_expires_ms,
+    last_error, history, parent_id, recurring, topic, partition, sequence, queue, unique_key,
+    unique_slot_ms, concurrency_key, concurrency_limit
+FROM later_job WHERE id = %(job_id)s AND namespace = %(namespace)s
+""")
 
 # Up to a page of a job's continuations (the parent index), fan-in
-# children waiting on another parent included (later_fan_in's parent index).
-JOB_CHILDREN_SQL: Final = compose(
-    """
-SELECT {columns} FROM later_job
+# children waiting on another parent included (later_fan_in's parent
+# index); SUMMARY_COLUMNS.
+JOB_CHILDREN: Final = Statement("""
+SELECT id, type_name, stage, priority, attempts - COALESCE(uncounted, 0), created_ms,
+    run_at_ms, changed_ms, topic, partition, sequence, last_error IS NOT NULL AS failed_before,
+    queue
+FROM later_job
 WHERE id IN (
-    SELECT id FROM later_job WHERE parent_id = %s AND parent_id IS NOT NULL
+    SELECT id FROM later_job WHERE parent_id = %(job_id)s AND parent_id IS NOT NULL
     UNION
-    SELECT child_id FROM later_fan_in WHERE parent_id = %s)
-ORDER BY id LIMIT %s
-""",
-    columns=SUMMARY_COLUMNS,
-)
+    SELECT child_id FROM later_fan_in WHERE parent_id = %(job_id)s)
+ORDER BY id LIMIT %(limit)s
+""")
 
 # Every parent of a fan-in job, in id order, with the job while it is kept
-# (its columns are named alone: later_fan_in has none of them).
-JOB_PARENTS_SQL: Final = compose(
-    """
-SELECT f.parent_id, {columns} FROM later_fan_in f LEFT JOIN later_job j ON j.id = f.parent_id
-WHERE f.child_id = %s ORDER BY f.parent_id
-""",
-    columns=SUMMARY_COLUMNS,
-)
+# (its SUMMARY_COLUMNS are named alone: later_fan_in has none of them).
+JOB_PARENTS: Final = Statement("""
+SELECT f.parent_id, id, type_name, stage, priority, attempts - COALESCE(uncounted, 0),
+    created_ms, run_at_ms, changed_ms, topic, partition, sequence,
+    last_error IS NOT NULL AS failed_before, queue
+FROM later_fan_in f LEFT JOIN later_job j ON j.id = f.parent_id
+WHERE f.child_id = %(job_id)s ORDER BY f.parent_id
+""")
 
-# Jobs running now, with the server whose lease they hold.
-RUNNING_JOBS_SQL: Final = """
+# Jobs running now, the longest running first, with the server whose lease
+# they hold.
+RUNNING_JOBS: Final = Statement("""
 SELECT id, type_name, lease_owner, started_ms, topic, partition FROM later_job
-WHERE namespace = %s AND stage = 'running' ORDER BY started_ms LIMIT %s
-"""
+WHERE namespace = %(namespace)s AND stage = 'running' ORDER BY started_ms LIMIT %(limit)s
+""")
 
-SERVERS_SQL: Final = """
+# Servers with a heartbeat in the last within_ms.
+SERVERS: Final = Statement("""
 SELECT id, hostname, pid, workers, topics, started_ms, heartbeat_ms, queues, version
 FROM later_server
-WHERE namespace = %s AND heartbeat_ms >= {now} - %s ORDER BY hostname, pid
-"""
+WHERE namespace = %(namespace)s AND heartbeat_ms >= {now} - %(within_ms)s
+ORDER BY hostname, pid
+""")
 
-STAT_INSERT_SQL: Final = """
+# One server's figures of its last stretch (the recorder writes them).
+STAT_INSERT: Final = Statement("""
 INSERT INTO later_dashboard_stat (namespace, server_id, at_ms, started, succeeded, retried,
     failed, regular_waits, regular_sum_ms, regular_max_ms, partition_waits, partition_sum_ms,
     partition_max_ms)
-VALUES (%s, %s, {now}, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-"""
+VALUES (%(namespace)s, %(server_id)s, {now}, %(started)s, %(succeeded)s, %(retried)s,
+    %(failed)s, %(regular_waits)s, %(regular_sum_ms)s, %(regular_max_ms)s,
+    %(partition_waits)s, %(partition_sum_ms)s, %(partition_max_ms)s)
+""")
 
-STATS_SINCE_SQL: Final = """
+# The figures written in the last window_ms.
+STATS_SINCE: Final = Statement("""
 SELECT at_ms, started, succeeded, retried, failed, regular_waits, regular_sum_ms,
     regular_max_ms, partition_waits, partition_sum_ms, partition_max_ms
-FROM later_dashboard_stat WHERE namespace = %s AND at_ms >= {now} - %s
-"""
+FROM later_dashboard_stat WHERE namespace = %(namespace)s AND at_ms >= {now} - %(window_ms)s
+""")
 
-STATS_PRUNE_SQL: Final = (
-    "DELETE FROM later_dashboard_stat WHERE namespace = %s AND at_ms < {now} - %s"
-)
+# Figures older than kept_ms.
+STATS_PRUNE: Final = Statement("""
+DELETE FROM later_dashboard_stat WHERE namespace = %(namespace)s AND at_ms < {now} - %(kept_ms)s
+""")
 
 # The backlog now, from the counters: one row, whatever the backlog.
-SAMPLE_TAKE_SQL: Final = """
+SAMPLE_TAKE: Final = Statement("""
 INSERT INTO later_queue_sample (namespace, at_ms, ready, scheduled, running, waiting, partitioned)
-SELECT %s, {now},
+SELECT %(namespace)s, {now},
     COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'enqueued' THEN n END), 0),
     COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage IN ('delayed', 'requeued') THEN n END), 0),
     COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'running' THEN n END), 0),
     COALESCE(SUM(CASE WHEN lane <> 'partition' AND stage = 'waiting' THEN n END), 0),
     COALESCE(SUM(CASE WHEN lane = 'partition' AND stage NOT IN ('success', 'failed', 'cancelled')
         THEN n END), 0)
-FROM later_stage_count WHERE namespace = %s
+FROM later_stage_count WHERE namespace = %(namespace)s
 ON CONFLICT (namespace, at_ms) DO NOTHING
-"""
+""")
 
-# The samples of a window, one point per stretch of %s ms: each the largest
-# of its stretch, so a peak between two points is never lost.
-SAMPLES_SINCE_SQL: Final = """
+# The samples of a window, one point per stretch of step_ms: each the
+# largest of its stretch, so a peak between two points is never lost.
+SAMPLES_SINCE: Final = Statement("""
 SELECT MAX(at_ms), MAX(ready), MAX(scheduled), MAX(running), MAX(waiting), MAX(partitioned)
-FROM later_queue_sample WHERE namespace = %s AND at_ms >= {now} - %s
-GROUP BY at_ms / %s ORDER BY 1
-"""
+FROM later_queue_sample WHERE namespace = %(namespace)s AND at_ms >= {now} - %(window_ms)s
+GROUP BY at_ms / %(step_ms)s ORDER BY 1
+""")
 
-SAMPLES_PRUNE_SQL: Final = (
-    "DELETE FROM later_queue_sample WHERE namespace = %s AND at_ms < {now} - %s"
-)
+# Samples older than kept_ms.
+SAMPLES_PRUNE: Final = Statement("""
+DELETE FROM later_queue_sample WHERE namespace = %(namespace)s AND at_ms < {now} - %(kept_ms)s
+""")
 
 # Counts per stage and lane, for the overview's split of the two lanes.
-LANE_COUNTS_SQL: Final = """
-SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %s GROUP BY lane, stage
-"""
+LANE_COUNTS: Final = Statement("""
+SELECT lane, stage, SUM(n) FROM later_stage_count WHERE namespace = %(namespace)s
+GROUP BY lane, stage
+""")
 
 # Every queue's row of later_queue (written by its first pause): a handful.
-QUEUE_STATES_SQL: Final = """
+QUEUE_STATES: Final = Statement("""
 SELECT name, paused, changed_ms, rate_window_end_ms, rate_started FROM later_queue
-WHERE namespace = %s ORDER BY name
-"""
+WHERE namespace = %(namespace)s ORDER BY name
+""")
 
 # Every consumer group's place in every partition of the retained log.
-LOG_CONSUMERS_SQL: Final = """
+LOG_CONSUMERS: Final = Statement("""
 SELECT c.topic, c.consumer_group, c.part, c.committed_offset, COALESCE(p.next_offset, 0),
     c.member, c.epoch, c.expires_ms
 FROM later_log_consumer c
 LEFT JOIN later_log_partition p
     ON p.namespace = c.namespace AND p.topic = c.topic AND p.part = c.part
-WHERE c.namespace = %s
+WHERE c.namespace = %(namespace)s
 ORDER BY c.topic, c.consumer_group, c.part
-"""
+""")
