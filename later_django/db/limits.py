@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.hot import queue_filter_params
 from later_django.db.rows import (
     ClaimRequest,
     LimitedClaim,
@@ -72,7 +71,7 @@ class LimitStore(Operations, abc.ABC):
         then the claim takes no job whose key is at its limit, nor more of a
         key than its free slots. Rate-limited: the queue's row is locked
         (written on first use) and its window moved on, if it ended, or
-        widened to the claim's (limits_sql.RATE_WINDOW_SQL); the claim takes
+        widened to the claim's (limits_sql.RATE_WINDOW); the claim takes
         at most the starts ``rate`` leaves in it, which are then counted."""
         claim, limits = request.claim, request.limits
         if limits.keyed and self.claim_lock_sql is not None:
@@ -100,13 +99,22 @@ class LimitStore(Operations, abc.ABC):
         if rate is None or window is None:
             return LimitedClaim(jobs=jobs)
         if jobs:
-            yield self._sql(limits_sql.RATE_COUNT_SQL), [len(jobs), claim.namespace, claim.queue]
+            yield self._sql.bind(
+                limits_sql.RATE_COUNT,
+                started=len(jobs),
+                namespace=claim.namespace,
+                queue=claim.queue,
+            )
         spent = window.started + len(jobs) >= rate.count
         return LimitedClaim(jobs=jobs, retry_in_ms=window.ends_in_ms() if spent else None)
 
     def _rate_window(self, claim: ClaimRequest, rate: RateLimit) -> Step:
-        params = [claim.namespace, claim.queue, *[rate.window_ms] * 4]
-        return self._sql(limits_sql.RATE_WINDOW_SQL), params
+        return self._sql.bind(
+            limits_sql.RATE_WINDOW,
+            namespace=claim.namespace,
+            queue=claim.queue,
+            window_ms=rate.window_ms,
+        )
 
     def claim_limited(self, cursor: CursorWrapper, request: LimitedClaimRequest) -> LimitedClaim:
         """Claim as ``request`` says, keeping its queue's limits. Run in one
@@ -134,15 +142,20 @@ class LimitStore(Operations, abc.ABC):
     def keyed_ready_exists(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> bool:
         """Is one of the first ready jobs of keyed ``queue`` below its key's
         limit (its queue not paused)? A read: takes no write lock."""
-        request = ClaimRequest(namespace=namespace, owner="", limit=0, lease_ms=0, queue=queue)
-        params = [namespace, *queue_filter_params(request)]
-        cursor.execute(self._sql(limits_sql.KEYED_READY_EXISTS_SQL), params)
+        self._run(
+            cursor,
+            limits_sql.KEYED_READY_EXISTS,
+            namespace=namespace,
+            queue_column=column_value(queue),
+            queue=queue,
+        )
         return cursor.fetchone() is not None
 
     def _keyed_held(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> int:
         """Ready jobs of ``queue`` whose key is at its limit now."""
-        params = [namespace, namespace, column_value(queue)]
-        cursor.execute(self._sql(limits_sql.KEYED_HELD_SQL), params)
+        self._run(
+            cursor, limits_sql.KEYED_HELD, namespace=namespace, queue_column=column_value(queue)
+        )
         return int(cursor.fetchone()[0])
 
     def held(
@@ -182,5 +195,5 @@ class LimitStore(Operations, abc.ABC):
     def _rate_windows(self, cursor: CursorWrapper, *, namespace: str) -> dict[str, tuple[int, int]]:
         """Each queue's last rate window, by name: (its end, the starts
         counted in it)."""
-        cursor.execute(self._sql(limits_sql.RATE_WINDOWS_SQL), [namespace])
+        self._run(cursor, limits_sql.RATE_WINDOWS, namespace=namespace)
         return {str(name): (int(start), int(started)) for name, start, started in cursor.fetchall()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql import compose
+from later_django.db.sql import Statement, compose
 from later_django.db.sql.jobs import IN_QUEUE, QUEUE_RUNS
 
 # -- rate limits (later_queue) ---------------------------------------------------------
@@ -31,10 +31,11 @@ from later_django.db.sql.jobs import IN_QUEUE, QUEUE_RUNS
 #   widens to the claim's, and keeps its count.
 # So a window never moves back, and a count is reset only once its window
 # has ended. Returns the row's window's end, the starts in it and the clock.
-RATE_WINDOW_SQL: Final = """
+RATE_WINDOW: Final = Statement("""
 INSERT INTO later_queue
     (namespace, name, paused, changed_ms, rate_window_ms, rate_window_end_ms, rate_started)
-VALUES (%s, %s, FALSE, {now}, ({now} / %s) * %s, ({now} / %s + 1) * %s, 0)
+VALUES (%(namespace)s, %(queue)s, FALSE, {now}, ({now} / %(window_ms)s) * %(window_ms)s,
+    ({now} / %(window_ms)s + 1) * %(window_ms)s, 0)
 ON CONFLICT (namespace, name) DO UPDATE SET
     rate_started = CASE WHEN later_queue.rate_window_end_ms > excluded.rate_window_ms
         THEN later_queue.rate_started ELSE 0 END,
@@ -43,21 +44,22 @@ ON CONFLICT (namespace, name) DO UPDATE SET
     rate_window_end_ms = CASE WHEN later_queue.rate_window_end_ms >= excluded.rate_window_end_ms
         THEN later_queue.rate_window_end_ms ELSE excluded.rate_window_end_ms END
 RETURNING rate_window_end_ms, rate_started, {now}
-"""
+""")
 
-# The starts a claim just made, counted in the window RATE_WINDOW_SQL
-# locked (in the same transaction).
-RATE_COUNT_SQL: Final = """
-UPDATE later_queue SET rate_started = rate_started + %s WHERE namespace = %s AND name = %s
+# The starts a claim just made, counted in the window RATE_WINDOW locked
+# (in the same transaction).
+RATE_COUNT: Final = Statement("""
+UPDATE later_queue SET rate_started = rate_started + %(started)s
+WHERE namespace = %(namespace)s AND name = %(queue)s
 RETURNING rate_started
-"""
+""")
 
-# A queue's window as it stands (its end), for the dashboard and the
+# Each queue's window as it stands (its end), for the dashboard and the
 # metrics: a read.
-RATE_WINDOWS_SQL: Final = """
+RATE_WINDOWS: Final = Statement("""
 SELECT name, rate_window_end_ms, rate_started FROM later_queue
-WHERE namespace = %s AND rate_window_end_ms IS NOT NULL
-"""
+WHERE namespace = %(namespace)s AND rate_window_end_ms IS NOT NULL
+""")
 
 # -- concurrency keys ------------------------------------------------------------------
 # The keys at work: the namespace's running keyed jobs by key, through the
@@ -101,40 +103,43 @@ LIMIT {limit}""",
 )
 
 # SQLite's wake-up check of a keyed queue: is one of its first ready jobs
-# (KEYED_READY_LOOK of them) below its key's limit? Bounded, so a backlog of
+# (100 of them) below its key's limit? Bounded, so a backlog of
 # one key at its limit costs every commit's look no more than that; a job
 # further on is found by the workers' poll.
-KEYED_READY_LOOK: Final = 100
-KEYED_READY_EXISTS_SQL: Final = compose(
-    """
-WITH busy AS MATERIALIZED ({busy})
+# The namespace's running keyed jobs by key (busy) are read once, through
+# the partial index later_job_keyed_running (every queue's: a key is shared
+# by every job of the namespace that has it). queue_column: the queue's
+# value of later_job.queue; queue: its name in later_queue (a paused queue
+# has nothing ready).
+KEYED_READY_EXISTS: Final = Statement("""
+WITH busy AS MATERIALIZED (
+    SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
+    WHERE namespace = %(namespace)s AND stage = 'running' AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key)
 SELECT 1 FROM (
     SELECT j.concurrency_key, j.concurrency_limit FROM later_job j
-    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
-      AND {queue_runs}
+    WHERE namespace = %(namespace)s AND queue = %(queue_column)s AND stage = 'enqueued'
+      AND topic IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM later_queue q
+          WHERE q.namespace = %(namespace)s AND q.name = %(queue)s AND q.paused)
     ORDER BY j.priority DESC, j.id
-    LIMIT {look}
+    LIMIT 100
 ) c
 WHERE NOT EXISTS (
     SELECT 1 FROM busy b WHERE b.k = c.concurrency_key AND b.n >= c.concurrency_limit)
 LIMIT 1
-""",
-    busy=BUSY_KEYS,
-    in_queue=IN_QUEUE,
-    queue_runs=QUEUE_RUNS,
-    look=str(KEYED_READY_LOOK),
-)
+""")
 
 # The ready jobs of a queue whose key is at its limit: each busy key's ready
 # jobs through the partial index later_job_keyed_ready. Plain jobs and keys
 # with a free slot are never read.
-KEYED_HELD_SQL: Final = compose(
-    """
-WITH busy AS MATERIALIZED ({busy})
+KEYED_HELD: Final = Statement("""
+WITH busy AS MATERIALIZED (
+    SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
+    WHERE namespace = %(namespace)s AND stage = 'running' AND concurrency_key IS NOT NULL
+    GROUP BY concurrency_key)
 SELECT COUNT(*) FROM busy b JOIN later_job j ON j.concurrency_key = b.k
-WHERE j.namespace = %s AND j.stage = 'enqueued' AND j.concurrency_key IS NOT NULL
-  AND j.{in_queue} AND j.topic IS NULL AND j.concurrency_limit <= b.n
-""",
-    busy=BUSY_KEYS,
-    in_queue=IN_QUEUE,
-)
+WHERE j.namespace = %(namespace)s AND j.stage = 'enqueued' AND j.concurrency_key IS NOT NULL
+  AND j.queue = %(queue_column)s AND j.topic IS NULL AND j.concurrency_limit <= b.n
+""")
