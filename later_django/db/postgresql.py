@@ -29,8 +29,10 @@ from later_django.db.past_django import log_query, ready
 from later_django.db.postgresql_hot import PostgresHot, PostgresLimitStore, PostgresPartitionStore
 from later_django.db.retained_log import LogStore
 from later_django.db.rows import LogAppend
+from later_django.db.sql import Statement
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql import retained_log as log_sql
+from later_django.db.sql import upkeep as upkeep_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
 from later_django.db.statements import VendorSql, Walks
@@ -84,19 +86,19 @@ class PostgresEnqueue(EnqueueStore):
 
 
 class PostgresUpkeep(UpkeepStore):
-    promote_due_sql: ClassVar[str] = pg_sql.JOB_PROMOTE_DUE_SQL
+    promote_due_statement: ClassVar[Statement] = upkeep_sql.PROMOTE_DUE_PG
 
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # One folder at a time per namespace; the others skip this round.
         key = zlib.crc32(f"later_stage_count:{namespace}".encode())
-        cursor.execute(pg_sql.COUNTER_COMPACT_LOCK_SQL, [key])
+        self._run(cursor, upkeep_sql.COUNTER_FOLD_LOCK_PG, key=key)
         if not cursor.fetchone()[0]:
             return 0
-        cursor.execute(pg_sql.COUNTER_ROWS_SQL, [namespace])
+        self._run(cursor, upkeep_sql.COUNTER_ROWS_PG, namespace=namespace)
         rows = int(cursor.fetchone()[0])
         if rows <= 2 * len(Stage):  # one row per stage and lane
             return 0
-        cursor.execute(pg_sql.COUNTER_COMPACT_SQL, [namespace, namespace])
+        self._run(cursor, upkeep_sql.COUNTER_FOLD_PG, namespace=namespace)
         return rows
 
 

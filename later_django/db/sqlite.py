@@ -35,8 +35,10 @@ from later_django.db.rows import (
     SuccessBatch,
     claimed_jobs,
 )
+from later_django.db.sql import Statement
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
+from later_django.db.sql import upkeep as upkeep_sql
 from later_django.db.statements import VendorSql, Walks, ids, pairs
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
@@ -140,6 +142,8 @@ class SqliteHot(HotStore):
 
 
 class SqliteUpkeep(UpkeepStore):
+    promote_due_statement: ClassVar[Statement] = upkeep_sql.PROMOTE_DUE_SQLITE
+
     def counter_compact(self, cursor: CursorWrapper, *, namespace: str) -> int:
         # The triggers keep one row per stage already: nothing to fold.
         return 0

@@ -18,35 +18,41 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.descendants import resolve_orphan
 from later_django.db.rows import Orphan, StuckJob
-from later_django.db.sql import fan_in as fan_in_sql
-from later_django.db.sql import jobs as jobs_sql
-from later_django.db.statements import Operations, ids
+from later_django.db.sql import Statement
+from later_django.db.sql import upkeep as upkeep_sql
+from later_django.db.statements import Operations
 
 
 class UpkeepStore(Operations, abc.ABC):
     """The maintenance steps' operations on jobs."""
 
-    # The promotion of due jobs; a vendor may need its own form.
-    promote_due_sql: ClassVar[str] = jobs_sql.JOB_PROMOTE_DUE_SQL
+    # The promotion of due jobs, in the vendor's form.
+    promote_due_statement: ClassVar[Statement]
 
     def next_due_in(self, cursor: CursorWrapper, *, namespace: str) -> int | None:
         """Milliseconds until the first delayed or requeued job of
         ``namespace`` is due (<= 0 when one already is); None when none waits."""
-        cursor.execute(self._sql(jobs_sql.JOB_NEXT_DUE_SQL), [namespace])
+        self._run(cursor, upkeep_sql.NEXT_DUE, namespace=namespace)
         row = cursor.fetchone()
         return None if row is None or row[0] is None else int(row[0])
 
     def promote_due(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> int:
         """Make up to ``limit`` delayed or requeued jobs whose time has come
         ready; return how many."""
-        cursor.execute(self._sql(self.promote_due_sql), [namespace, limit])
+        self._run(cursor, self.promote_due_statement, namespace=namespace, limit=limit)
         return int(cursor.rowcount)
 
     def stuck(
         self, cursor: CursorWrapper, *, namespace: str, expired_for_ms: int, limit: int
     ) -> list[StuckJob]:
         """Running jobs whose lease expired at least ``expired_for_ms`` ago."""
-        cursor.execute(self._sql(jobs_sql.JOB_STUCK_SQL), [namespace, expired_for_ms, limit])
+        self._run(
+            cursor,
+            upkeep_sql.STUCK,
+            namespace=namespace,
+            expired_for_ms=expired_for_ms,
+            limit=limit,
+        )
         return [
             StuckJob(
                 id=r[0],
@@ -62,7 +68,7 @@ class UpkeepStore(Operations, abc.ABC):
     def orphans(self, cursor: CursorWrapper, *, namespace: str, limit: int) -> list[Orphan]:
         """Waiting continuations whose parent is finished or gone, and
         fan-in children with a parent failed or cancelled."""
-        cursor.execute(self._sql(jobs_sql.JOB_ORPHANS_SQL), [namespace, limit])
+        self._run(cursor, upkeep_sql.ORPHANS, namespace=namespace, limit=limit)
         return [
             Orphan(job_id=r[0], parent_stage=r[1], fan_in=bool(r[2])) for r in cursor.fetchall()
         ]
@@ -78,17 +84,15 @@ class UpkeepStore(Operations, abc.ABC):
         task results of those that were tasks; return how many jobs.
 
         Run it in a transaction: a result must not outlive its job."""
-        cursor.execute(self._sql(jobs_sql.JOB_PRUNE_SQL), [namespace, limit])
+        self._run(cursor, upkeep_sql.PRUNE, namespace=namespace, limit=limit)
         rows = cursor.fetchall()
         pruned = [row[0] for row in rows]
         if pruned:
-            cursor.execute(self._sql(jobs_sql.TASK_RESULT_PRUNE_SQL, ids=ids(len(pruned))), pruned)
+            self._run(cursor, upkeep_sql.PRUNE_TASK_RESULTS, job_ids=pruned)
         # A fan-in child's parent list goes with it; only continuations have one.
         continuations = [row[0] for row in rows if row[1]]
         if continuations:
-            cursor.execute(
-                self._sql(fan_in_sql.FAN_IN_DELETE_SQL, ids=ids(len(continuations))), continuations
-            )
+            self._run(cursor, upkeep_sql.PRUNE_FAN_IN, job_ids=continuations)
         return len(pruned)
 
     @abc.abstractmethod

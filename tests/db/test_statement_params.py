@@ -42,7 +42,11 @@ def module_aliases(tree: ast.Module) -> dict[str, str]:
 
 
 def statement_calls() -> Iterator[tuple[str, str, ast.Call]]:
-    """(where, statement, call) for each call in db/ that names a statement."""
+    """(where, statement, call) for each call in db/ that names a statement,
+    directly (``module_sql.NAME``) or through a class attribute a vendor
+    sets to one (``self.promote_due_statement``: one pair per statement
+    the attribute is set to)."""
+    by_attribute = vendor_statements()
     for path in sorted(DB.glob("*.py")):
         tree = ast.parse(path.read_text())
         aliases = module_aliases(tree)
@@ -50,12 +54,38 @@ def statement_calls() -> Iterator[tuple[str, str, ast.Call]]:
             if not isinstance(node, ast.Call):
                 continue
             for arg in node.args:
+                where = f"{path.name}:{node.lineno}"
+                if not isinstance(arg, ast.Attribute) or not isinstance(arg.value, ast.Name):
+                    continue
+                if arg.value.id in aliases:
+                    yield where, f"{aliases[arg.value.id]}.{arg.attr}", node
+                elif arg.value.id == "self":
+                    for name in by_attribute.get(arg.attr, ()):
+                        yield where, name, node
+
+
+def vendor_statements() -> dict[str, set[str]]:
+    """The statements each class attribute of db/ is set to, by its name."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(DB.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases = module_aliases(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                value = getattr(item, "value", None)
+                target = getattr(item, "target", None)
                 if (
-                    isinstance(arg, ast.Attribute)
-                    and isinstance(arg.value, ast.Name)
-                    and arg.value.id in aliases
+                    isinstance(target, ast.Name)
+                    and isinstance(value, ast.Attribute)
+                    and isinstance(value.value, ast.Name)
+                    and value.value.id in aliases
                 ):
-                    yield f"{path.name}:{node.lineno}", f"{aliases[arg.value.id]}.{arg.attr}", node
+                    found.setdefault(target.id, set()).add(
+                        f"{aliases[value.value.id]}.{value.attr}"
+                    )
+    return found
 
 
 def test_every_call_passes_exactly_the_parameters_of_its_statement() -> None:

@@ -323,60 +323,6 @@ WHERE id = %s AND namespace = %s
     to_cancelled=TO_CANCELLED,
 )
 
-# Jobs due now: {due} picks their ids (a vendor may pick them its own way).
-DUE_IDS: Final = """SELECT id FROM later_job
-    WHERE namespace = %s AND stage IN ('delayed', 'requeued') AND run_at_ms <= {now}
-    ORDER BY run_at_ms LIMIT %s {skip_locked}"""
-PROMOTE: Final = compose(
-    """UPDATE later_job SET {to_enqueued}
-WHERE id IN ({due}) AND stage IN ('delayed', 'requeued')""",
-    to_enqueued=TO_ENQUEUED,
-)
-JOB_PROMOTE_DUE_SQL: Final = compose(PROMOTE, due=DUE_IDS)
-
-# How long until the first delayed or requeued job is due: the worker then
-# promotes it on time instead of at its next maintenance tick.
-JOB_NEXT_DUE_SQL: Final = """
-SELECT MIN(run_at_ms) - {now} FROM later_job
-WHERE namespace = %s AND stage IN ('delayed', 'requeued')
-"""
-
-JOB_STUCK_SQL: Final = """
-SELECT id, type_name, attempts, retry_policy, COALESCE(uncounted, 0),
-    cancel_requested_ms IS NOT NULL
-FROM later_job
-WHERE namespace = %s AND stage = 'running' AND lease_expires_ms < {now} - %s
-ORDER BY lease_expires_ms LIMIT %s
-"""
-
-# Servers pruning at once skip each other's rows instead of queueing on them.
-# Whether each was a continuation: only those can have fan-in rows.
-JOB_PRUNE_SQL: Final = """
-DELETE FROM later_job WHERE id IN (
-    SELECT id FROM later_job
-    WHERE namespace = %s AND expires_ms IS NOT NULL AND expires_ms <= {now}
-    LIMIT %s {skip_locked})
-RETURNING id, parent_id IS NOT NULL
-"""
-
-# The Tasks backend's results of jobs just pruned, in the same transaction.
-TASK_RESULT_PRUNE_SQL: Final = "DELETE FROM later_task_result WHERE job_id IN ({ids})"
-
-# Waiting continuations whose parent finished or is gone, and fan-in
-# children with a parent that failed or was cancelled whatever the one they
-# wait on (its failure missed them only if it committed before they did and
-# their own check after the commit did not run); whether each is a fan-in
-# child (sql/fan_in.py), which is resolved by all its parents.
-JOB_ORPHANS_SQL: Final = """
-SELECT c.id, p.stage, EXISTS (SELECT 1 FROM later_fan_in f WHERE f.child_id = c.id)
-FROM later_job c
-LEFT JOIN later_job p ON p.id = c.parent_id
-WHERE c.namespace = %s AND c.stage = 'waiting'
-  AND (p.id IS NULL OR p.stage IN ('success', 'failed', 'cancelled') OR EXISTS (
-    SELECT 1 FROM later_fan_in f JOIN later_job q ON q.id = f.parent_id
-    WHERE f.child_id = c.id AND q.stage IN ('failed', 'cancelled')))
-LIMIT %s
-"""
 
 # Waiting continuations whose parent succeeded: due now.
 RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)

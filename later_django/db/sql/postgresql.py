@@ -10,9 +10,7 @@ from later_django.db.sql import compose
 from later_django.db.sql.fan_in import REVIVABLE_CHILD, REVIVABLE_KEYLESS_CHILD, WAITING_CHILD
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
-    DUE_IDS,
     IN_QUEUE,
-    PROMOTE,
     QUEUE_RUNS,
     TO_FAILED,
 )
@@ -131,18 +129,6 @@ written AS (
 SELECT done_ids, released FROM c
 """
 
-# -- counters -------------------------------------------------------------------
-# One folder at a time per namespace; the others skip this round.
-COUNTER_COMPACT_LOCK_SQL: Final = "SELECT pg_try_advisory_xact_lock(%s)"
-COUNTER_ROWS_SQL: Final = "SELECT count(*) FROM later_stage_count WHERE namespace = %s"
-COUNTER_COMPACT_SQL: Final = """
-WITH folded AS (
-    DELETE FROM later_stage_count WHERE namespace = %s RETURNING stage, lane, n
-)
-INSERT INTO later_stage_count (namespace, stage, lane, n)
-SELECT %s, stage, lane, SUM(n) FROM folded GROUP BY stage, lane
-"""
-
 # -- schema ---------------------------------------------------------------------
 INSTALLED_OBJECTS_SQL: Final = (
     "SELECT tgname FROM pg_trigger WHERE tgrelid = 'later_job'::regclass "
@@ -156,18 +142,6 @@ MISSING_TABLES_SQL: Final = """
 SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, n)
 WHERE to_regclass(t.name) IS NULL ORDER BY t.n
 """
-
-
-# The due ids are picked once, in a MATERIALIZED CTE: PostgreSQL may run the
-# LIMIT subquery of ``UPDATE ... WHERE id IN (SELECT ... LIMIT n)`` more than
-# once and change more rows than asked (the shared form, jobs.py's, is kept
-# for SQLite, whose driver reports no row count for a statement that starts
-# with WITH).
-JOB_PROMOTE_DUE_SQL: Final = compose(
-    "WITH due AS MATERIALIZED ({due_ids})\n{promote}",
-    due_ids=DUE_IDS,
-    promote=compose(PROMOTE, due="SELECT id FROM due"),
-)
 
 
 # -- descendants (sql/fan_in.py) ----------------------------------------------------
