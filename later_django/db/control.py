@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.descendants import fail_descendants
-from later_django.db.sql import jobs as jobs_sql
+from later_django.db.sql import control as control_sql
 from later_django.db.statements import Operations
 from later_django.exceptions import LaterBusy
 
@@ -38,14 +38,20 @@ class ControlStore(Operations):
         then looked at again. Each new look needs the job to have moved
         between two of these statements, so a few are enough."""
         for _ in range(CANCEL_LOOKS):
-            cursor.execute(self._sql(jobs_sql.JOB_CANCEL_SQL), [retention_ms, job_id, namespace])
+            self._run(
+                cursor,
+                control_sql.CANCEL,
+                retention_ms=retention_ms,
+                job_id=job_id,
+                namespace=namespace,
+            )
             if cursor.rowcount == 1:
                 fail_descendants(self._sql, cursor, job_id=job_id, retention_ms=retention_ms)
                 return True
-            cursor.execute(self._sql(jobs_sql.JOB_REQUEST_CANCEL_SQL), [job_id, namespace])
+            self._run(cursor, control_sql.REQUEST_CANCEL, job_id=job_id, namespace=namespace)
             if cursor.rowcount == 1:
                 return True
-            cursor.execute(self._sql(jobs_sql.JOB_UNFINISHED_SQL), [job_id, namespace])
+            self._run(cursor, control_sql.UNFINISHED, job_id=job_id, namespace=namespace)
             if cursor.fetchone() is None:
                 return False
         raise LaterBusy(
@@ -59,7 +65,7 @@ class ControlStore(Operations):
         children on it, whichever parent they waited on); return how many
         continuations, or None if the job was not a failed plain job. Run in
         one transaction."""
-        cursor.execute(self._sql(jobs_sql.JOB_RETRY_FAILED_SQL), [job_id, namespace])
+        self._run(cursor, control_sql.RETRY_FAILED, job_id=job_id, namespace=namespace)
         if cursor.rowcount != 1:
             return None
         # A continuation whose unique key another unfinished job holds stays
@@ -76,5 +82,5 @@ class ControlStore(Operations):
 
     def run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:
         """Make a delayed or requeued job due now; return whether it was one."""
-        cursor.execute(self._sql(jobs_sql.JOB_RUN_NOW_SQL), [job_id, namespace])
+        self._run(cursor, control_sql.RUN_NOW, job_id=job_id, namespace=namespace)
         return bool(cursor.rowcount == 1)

@@ -8,7 +8,7 @@ import functools
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.states import PARENT_FAILED, PARENT_MISSING
+from later_django.states import PARENT_FAILED
 
 # What a claim returns, in ClaimedJob's order (db/rows/jobs.py claimed_jobs).
 CLAIM_RETURNING: Final = (
@@ -278,20 +278,6 @@ WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
 JOB_FAIL_OWNED_SQL: Final = compose(_JOB_FAIL, fence=OWNER_FENCE)
 JOB_FAIL_EXPIRED_SQL: Final = compose(_JOB_FAIL, fence=EXPIRED_FENCE)
 
-# cancel() of a running job: a request its worker finds within a second
-# (JOB_CANCEL_REQUESTED_SQL) and honours by stopping the handler. The first
-# request's time is kept.
-JOB_REQUEST_CANCEL_SQL: Final = """
-UPDATE later_job SET cancel_requested_ms = COALESCE(cancel_requested_ms, {now})
-WHERE id = %s AND namespace = %s AND stage = 'running'
-"""
-
-# Whether a job is unfinished: cancel() looks again at one that moved
-# between its two statements (JOB_CANCEL_SQL, JOB_REQUEST_CANCEL_SQL).
-JOB_UNFINISHED_SQL: Final = """
-SELECT 1 FROM later_job
-WHERE id = %s AND namespace = %s AND stage NOT IN ('success', 'failed', 'cancelled')
-"""
 
 # The claims ``owner`` runs whose cancel was requested: a look at the few
 # running jobs (the leased index), once a second while the server runs any.
@@ -314,15 +300,6 @@ WHERE id = %s AND cancel_requested_ms IS NOT NULL AND {fence}
 JOB_CANCEL_RUNNING_OWNED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=OWNER_FENCE)
 JOB_CANCEL_RUNNING_EXPIRED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=EXPIRED_FENCE)
 
-JOB_CANCEL_SQL: Final = compose(
-    """
-UPDATE later_job SET {to_cancelled}
-WHERE id = %s AND namespace = %s
-  AND stage IN ('enqueued', 'delayed', 'waiting', 'requeued')
-""",
-    to_cancelled=TO_CANCELLED,
-)
-
 
 # Waiting continuations whose parent succeeded: due now.
 RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)
@@ -344,35 +321,8 @@ _KEY_FREE: Final = """NOT ({row}.unique_key IS NOT NULL AND EXISTS (
     WHERE o.namespace = {row}.namespace AND o.type_name = {row}.type_name
       AND o.unique_key = {row}.unique_key
       AND o.stage IN ('enqueued', 'delayed', 'waiting', 'running', 'requeued')))"""
-KEY_FREE: Final = compose(_KEY_FREE, row="later_job")
 CHILD_KEY_FREE: Final = compose(_KEY_FREE, row="c")
 
-# A failed plain job runs again: it is ready now, and its attempts go on
-# counting (so its retry policy, already spent, gives it this one run). A
-# continuation that failed because its parent did is not run without it:
-# retrying the parent revives it. A cancel request left on the row (by a
-# release whose failures did not honour it) is an old attempt's: cleared.
-JOB_RETRY_FAILED_SQL: Final = compose(
-    """
-UPDATE later_job SET {release}, finished_ms = NULL, expires_ms = NULL, cancel_requested_ms = NULL
-WHERE id = %s AND namespace = %s AND stage = 'failed' AND topic IS NULL
-  AND NOT (parent_id IS NOT NULL AND last_error IN ('{parent_failed}', '{parent_missing}'))
-  AND {key_free}
-""",
-    release=RELEASE,
-    parent_failed=PARENT_FAILED,
-    parent_missing=PARENT_MISSING,
-    key_free=KEY_FREE,
-)
-
-# A delayed or requeued job is due now.
-JOB_RUN_NOW_SQL: Final = compose(
-    """
-UPDATE later_job SET {release}
-WHERE id = %s AND namespace = %s AND stage IN ('delayed', 'requeued')
-""",
-    release=RELEASE,
-)
 
 # SQLite's wake-up check of one queue after another connection committed: a
 # read, no lock. A paused queue has nothing ready to claim.
