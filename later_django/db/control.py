@@ -75,9 +75,9 @@ class ControlStore(Operations):
         walks = self._sql.walks
         try:
             with transaction.atomic(using=cursor.db.alias):
-                cursor.execute(self._sql(walks.revive), [job_id])
+                self._run(cursor, walks.revive, job_id=job_id)
         except IntegrityError:
-            cursor.execute(self._sql(walks.revive_keyless), [job_id])
+            self._run(cursor, walks.revive_keyless, job_id=job_id)
         return int(cursor.rowcount)
 
     def run_now(self, cursor: CursorWrapper, *, namespace: str, job_id: str) -> bool:

@@ -5,8 +5,8 @@ released or failed.
 Functions, not a store: every store that finishes a job runs them (enqueue
 when it settles a child, the worker's hot path, an operator's control,
 upkeep, schedules, partitions), so none calls into another store for them.
-They run the vendor's walks (statements.Walks) on the caller's cursor, in
-the caller's transaction.
+They run the vendor's walks (statements.Walks) and sql/descendants.py's
+statements on the caller's cursor, in the caller's transaction.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.rows import FanInResolution, Orphan
-from later_django.db.sql import fan_in as fan_in_sql
-from later_django.db.sql import jobs as jobs_sql
-from later_django.db.statements import Statements, ids
+from later_django.db.sql import descendants as descendants_sql
+from later_django.db.statements import Statements, run
 from later_django.states import PARENT_FAILED, PARENT_MISSING, Stage
 
 
@@ -33,7 +32,7 @@ def fail_descendants(
     """Fail the waiting continuations of ``job_id``, and theirs, with
     ``error``: those of one parent and fan-in children alike, whichever
     parent they wait on."""
-    cursor.execute(sql(sql.walks.fail), [job_id, retention_ms, error])
+    run(cursor, sql, sql.walks.fail, job_id=job_id, retention_ms=retention_ms, error=error)
 
 
 def resolve_fan_in(
@@ -46,18 +45,21 @@ def resolve_fan_in(
     waited on finished. Run in one transaction."""
     if not child_ids:
         return FanInResolution()
-    marks = ids(len(child_ids))
-    cursor.execute(
-        sql(fan_in_sql.FAN_IN_FAIL_SQL, ids=marks),
-        [retention_ms, PARENT_FAILED, *child_ids],
+    run(
+        cursor,
+        sql,
+        descendants_sql.FAN_IN_FAIL,
+        retention_ms=retention_ms,
+        error=PARENT_FAILED,
+        child_ids=child_ids,
     )
     failed = tuple(str(row[0]) for row in cursor.fetchall())
     for job_id in failed:
         fail_descendants(sql, cursor, job_id=job_id, retention_ms=retention_ms)
-    cursor.execute(sql(fan_in_sql.FAN_IN_RELEASE_SQL, ids=marks), list(child_ids))
+    run(cursor, sql, descendants_sql.FAN_IN_RELEASE, child_ids=child_ids)
     released = int(cursor.rowcount)
     if released < len(child_ids) - len(failed):
-        cursor.execute(sql(fan_in_sql.FAN_IN_REPOINT_SQL, ids=marks), list(child_ids))
+        run(cursor, sql, descendants_sql.FAN_IN_REPOINT, child_ids=child_ids)
     return FanInResolution(released=released, failed=failed)
 
 
@@ -71,8 +73,15 @@ def resolve_orphan(
         resolve_fan_in(sql, cursor, [orphan.job_id], retention_ms=retention_ms)
         return
     if orphan.parent_stage == Stage.SUCCESS:
-        cursor.execute(sql(jobs_sql.JOB_RELEASE_ONE_SQL), [orphan.job_id])
+        run(cursor, sql, descendants_sql.RELEASE_ONE, job_id=orphan.job_id)
         return
     reason = PARENT_FAILED if orphan.parent_stage else PARENT_MISSING
-    cursor.execute(sql(jobs_sql.JOB_FAIL_WAITING_SQL), [retention_ms, reason, orphan.job_id])
+    run(
+        cursor,
+        sql,
+        descendants_sql.FAIL_WAITING,
+        retention_ms=retention_ms,
+        error=reason,
+        job_id=orphan.job_id,
+    )
     fail_descendants(sql, cursor, job_id=orphan.job_id, retention_ms=retention_ms)

@@ -30,6 +30,7 @@ from later_django.db.postgresql_hot import PostgresHot, PostgresLimitStore, Post
 from later_django.db.retained_log import LogStore
 from later_django.db.rows import LogAppend
 from later_django.db.sql import Statement
+from later_django.db.sql import descendants as descendants_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql import retained_log as log_sql
 from later_django.db.sql import upkeep as upkeep_sql
@@ -148,9 +149,9 @@ class PostgresDialect(Dialect):
     vendor_sql: ClassVar[VendorSql] = VendorSql(
         now=pg_sql.NOW_SQL,
         walks=Walks(
-            fail=pg_sql.JOB_FAIL_DESCENDANTS_SQL,
-            revive=pg_sql.JOB_REVIVE_DESCENDANTS_SQL,
-            revive_keyless=pg_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL,
+            fail=descendants_sql.FAIL_DESCENDANTS_PG,
+            revive=descendants_sql.REVIVE_DESCENDANTS_PG,
+            revive_keyless=descendants_sql.REVIVE_KEYLESS_DESCENDANTS_PG,
         ),
         skip_locked=pg_sql.SKIP_LOCKED,
         share_lock=pg_sql.SHARE_LOCK,

@@ -36,6 +36,7 @@ from later_django.db.rows import (
     claimed_jobs,
 )
 from later_django.db.sql import Statement
+from later_django.db.sql import descendants as descendants_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.sql import upkeep as upkeep_sql
@@ -237,9 +238,9 @@ class SqliteDialect(Dialect):
     vendor_sql: ClassVar[VendorSql] = VendorSql(
         now=sqlite_sql.NOW_SQL,
         walks=Walks(
-            fail=sqlite_sql.JOB_FAIL_DESCENDANTS_SQL,
-            revive=sqlite_sql.JOB_REVIVE_DESCENDANTS_SQL,
-            revive_keyless=sqlite_sql.JOB_REVIVE_KEYLESS_DESCENDANTS_SQL,
+            fail=descendants_sql.FAIL_DESCENDANTS_SQLITE,
+            revive=descendants_sql.REVIVE_DESCENDANTS_SQLITE,
+            revive_keyless=descendants_sql.REVIVE_KEYLESS_DESCENDANTS_SQLITE,
         ),
         greatest="MAX",
     )

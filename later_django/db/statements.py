@@ -22,11 +22,11 @@ class Walks:
     own way. Several stores run them (db/descendants.py)."""
 
     # Fail the waiting descendants of a job.
-    fail: str
+    fail: Statement
     # Make the descendants that failed because a job failed wait for it again.
-    revive: str
+    revive: Statement
     # revive's form for those without a unique key only.
-    revive_keyless: str
+    revive_keyless: Statement
 
 
 @dataclass(frozen=True, slots=True)

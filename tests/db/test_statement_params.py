@@ -55,36 +55,42 @@ def statement_calls() -> Iterator[tuple[str, str, ast.Call]]:
                 continue
             for arg in node.args:
                 where = f"{path.name}:{node.lineno}"
-                if not isinstance(arg, ast.Attribute) or not isinstance(arg.value, ast.Name):
+                if not isinstance(arg, ast.Attribute):
                     continue
-                if arg.value.id in aliases:
+                if isinstance(arg.value, ast.Name) and arg.value.id in aliases:
                     yield where, f"{aliases[arg.value.id]}.{arg.attr}", node
-                elif arg.value.id == "self":
+                else:
                     for name in by_attribute.get(arg.attr, ()):
                         yield where, name, node
 
 
 def vendor_statements() -> dict[str, set[str]]:
-    """The statements each class attribute of db/ is set to, by its name."""
+    """The statements each class attribute or vendor field of db/ is set
+    to, by its name."""
     found: dict[str, set[str]] = {}
     for path in sorted(DB.glob("*.py")):
         tree = ast.parse(path.read_text())
         aliases = module_aliases(tree)
         for node in ast.walk(tree):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for item in node.body:
-                value = getattr(item, "value", None)
-                target = getattr(item, "target", None)
+            # A class attribute (promote_due_statement: ... = module_sql.NAME),
+            # or a field of a vendor's value (Walks(fail=module_sql.NAME)).
+            pairs: list[tuple[str | None, object]] = []
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    target = getattr(item, "target", None)
+                    name = target.id if isinstance(target, ast.Name) else None
+                    pairs.append((name, getattr(item, "value", None)))
+            elif isinstance(node, ast.Call):
+                pairs += [(keyword.arg, keyword.value) for keyword in node.keywords]
+            for name, value in pairs:
                 if (
-                    isinstance(target, ast.Name)
+                    name is not None
                     and isinstance(value, ast.Attribute)
                     and isinstance(value.value, ast.Name)
                     and value.value.id in aliases
                 ):
-                    found.setdefault(target.id, set()).add(
-                        f"{aliases[value.value.id]}.{value.attr}"
-                    )
+                    statement = f"{aliases[value.value.id]}.{value.attr}"
+                    found.setdefault(name, set()).add(statement)
     return found
 
 

@@ -303,25 +303,6 @@ JOB_CANCEL_RUNNING_EXPIRED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=EXPIR
 
 # Waiting continuations whose parent succeeded: due now.
 RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)
-JOB_RELEASE_ONE_SQL: Final = compose(
-    "UPDATE later_job SET {release} WHERE id = %s AND stage = 'waiting'", release=RELEASE
-)
-
-JOB_FAIL_WAITING_SQL: Final = compose(
-    "UPDATE later_job SET {to_failed} WHERE id = %s AND stage = 'waiting'", to_failed=TO_FAILED
-)
-
-# -- an operator's actions (the dashboard) ---------------------------------------------
-# A unique job ({row}) that would run again while another unfinished job of
-# its type holds its key stays as it is: the key is that job's now. One text
-# for the job retried and the continuations it revives (sql/fan_in.py), so
-# both keep the rule of later_job_unique alike.
-_KEY_FREE: Final = """NOT ({row}.unique_key IS NOT NULL AND EXISTS (
-    SELECT 1 FROM later_job o
-    WHERE o.namespace = {row}.namespace AND o.type_name = {row}.type_name
-      AND o.unique_key = {row}.unique_key
-      AND o.stage IN ('enqueued', 'delayed', 'waiting', 'running', 'requeued')))"""
-CHILD_KEY_FREE: Final = compose(_KEY_FREE, row="c")
 
 
 # SQLite's wake-up check of one queue after another connection committed: a

@@ -7,12 +7,10 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import compose
-from later_django.db.sql.fan_in import REVIVABLE_CHILD, REVIVABLE_KEYLESS_CHILD, WAITING_CHILD
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
     IN_QUEUE,
     QUEUE_RUNS,
-    TO_FAILED,
 )
 from later_django.db.sql.limits import KEYED_PICK
 
@@ -142,58 +140,6 @@ MISSING_TABLES_SQL: Final = """
 SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, n)
 WHERE to_regclass(t.name) IS NULL ORDER BY t.n
 """
-
-
-# -- descendants (sql/fan_in.py) ----------------------------------------------------
-# The children ``c`` of the job ``d.id`` by both links, parent_id and
-# later_fan_in: a LATERAL union, since a step of a recursive query may
-# name the recursive table once only on PostgreSQL. As text: the id of
-# the first row is a parameter.
-_CHILDREN: Final = """SELECT c.id::text AS id FROM later_job c WHERE c.parent_id = d.id AND {child}
-        UNION ALL
-        SELECT c.id::text FROM later_fan_in f JOIN later_job c ON c.id = f.child_id
-        WHERE f.parent_id = d.id AND {child}"""
-
-# Continuations of continuations fail too, and fan-in children waiting on
-# another parent: a chain never waits on a parent that can no longer
-# succeed.
-JOB_FAIL_DESCENDANTS_SQL: Final = compose(
-    """
-WITH RECURSIVE d(id) AS (
-    SELECT CAST(%s AS text)
-    UNION
-    SELECT n.id FROM d CROSS JOIN LATERAL ({children}) n
-)
-UPDATE later_job SET {to_failed}
-WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
-""",
-    children=compose(_CHILDREN, child=WAITING_CHILD),
-    to_failed=TO_FAILED,
-)
-
-# The continuations (and theirs) that failed only because this job failed
-# wait for it again; a fan-in child waits on the parent it was reached
-# through (``via``), whichever it waited on before.
-_JOB_REVIVE_DESCENDANTS: Final = """
-UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
-    expires_ms = NULL, last_error = NULL, parent_id = r.via,
-    history = history || 'waiting@' || {stamp} || ';'
-FROM (
-    WITH RECURSIVE d(id, via) AS (
-        SELECT CAST(%s AS text), CAST(NULL AS text)
-        UNION
-        SELECT n.id, d.id FROM d CROSS JOIN LATERAL ({children}) n
-    )
-    SELECT id, MIN(via) AS via FROM d WHERE via IS NOT NULL GROUP BY id
-) r
-WHERE later_job.id = r.id AND later_job.stage = 'failed'
-"""
-JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
-    _JOB_REVIVE_DESCENDANTS, children=compose(_CHILDREN, child=REVIVABLE_CHILD)
-)
-JOB_REVIVE_KEYLESS_DESCENDANTS_SQL: Final = compose(
-    _JOB_REVIVE_DESCENDANTS, children=compose(_CHILDREN, child=REVIVABLE_KEYLESS_CHILD)
-)
 
 
 # The whole database's size on disk.

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Final
 
 from later_django.db.sql import TABLES, compose
-from later_django.db.sql.fan_in import REVIVABLE_CHILD, REVIVABLE_KEYLESS_CHILD, WAITING_CHILD
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
     IN_QUEUE,
@@ -15,7 +14,6 @@ from later_django.db.sql.jobs import (
     LEASE_DROPPED,
     QUEUE_RUNS,
     RELEASE,
-    TO_FAILED,
     TO_RUNNING,
     TO_SUCCESS,
 )
@@ -110,57 +108,6 @@ FROM later_job WHERE parent_id IN ({ids}) AND stage = 'waiting'
 # Continuations of one parent that succeeded: due now.
 JOB_RELEASE_SQL: Final = compose(
     "UPDATE later_job SET {release} WHERE id IN ({ids}) AND stage = 'waiting'", release=RELEASE
-)
-
-# -- descendants (sql/fan_in.py) ----------------------------------------------------
-# The children ``c`` of the jobs of ``d`` by both links, parent_id and
-# later_fan_in: SQLite takes a step per link. {via}: what each row adds.
-_DESCENDANTS: Final = """
-    SELECT c.id{via} FROM later_job c JOIN d ON c.parent_id = d.id WHERE {child}
-    UNION
-    SELECT c.id{via} FROM later_fan_in f JOIN d ON f.parent_id = d.id
-    JOIN later_job c ON c.id = f.child_id WHERE {child}"""
-
-# Continuations of continuations fail too, and fan-in children waiting on
-# another parent: a chain never waits on a parent that can no longer
-# succeed.
-JOB_FAIL_DESCENDANTS_SQL: Final = compose(
-    """
-WITH RECURSIVE d(id) AS (
-    SELECT %s
-    UNION{descendants}
-)
-UPDATE later_job SET {to_failed}
-WHERE id IN (SELECT id FROM d) AND stage = 'waiting'
-""",
-    descendants=compose(_DESCENDANTS, via="", child=WAITING_CHILD),
-    to_failed=TO_FAILED,
-)
-
-# The continuations (and theirs) that failed only because this job failed
-# wait for it again; a fan-in child waits on the parent it was reached
-# through (``via``), whichever it waited on before. (UPDATE ... FROM, not a
-# leading WITH: SQLite counts the rows an UPDATE changed only then.)
-_JOB_REVIVE_DESCENDANTS: Final = """
-UPDATE later_job SET stage = 'waiting', changed_ms = {stamp}, finished_ms = NULL,
-    expires_ms = NULL, last_error = NULL, parent_id = r.via,
-    history = history || 'waiting@' || {stamp} || ';'
-FROM (
-    WITH RECURSIVE d(id, via) AS (
-        SELECT %s, NULL
-        UNION{descendants}
-    )
-    SELECT id, MIN(via) AS via FROM d WHERE via IS NOT NULL GROUP BY id
-) AS r
-WHERE later_job.id = r.id AND later_job.stage = 'failed'
-"""
-JOB_REVIVE_DESCENDANTS_SQL: Final = compose(
-    _JOB_REVIVE_DESCENDANTS,
-    descendants=compose(_DESCENDANTS, via=", d.id", child=REVIVABLE_CHILD),
-)
-JOB_REVIVE_KEYLESS_DESCENDANTS_SQL: Final = compose(
-    _JOB_REVIVE_DESCENDANTS,
-    descendants=compose(_DESCENDANTS, via=", d.id", child=REVIVABLE_KEYLESS_CHILD),
 )
 
 # -- counters and wake-ups --------------------------------------------------------
