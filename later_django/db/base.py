@@ -48,8 +48,8 @@ from later_django.db.reads import ReadModels
 from later_django.db.retained_log import LogStore
 from later_django.db.schedules import ScheduleStore
 from later_django.db.sql import TABLES as TABLES
-from later_django.db.sql import jobs as jobs_sql
-from later_django.db.statements import Statements, VendorSql
+from later_django.db.sql import database as database_sql
+from later_django.db.statements import Statements, VendorSql, run
 from later_django.db.upkeep import UpkeepStore
 
 # Operations a vendor implements exactly when it declares the capability,
@@ -146,7 +146,7 @@ class Dialect(abc.ABC):
     # -- the clock ------------------------------------------------------------------
     def clock_now(self, cursor: CursorWrapper) -> int:
         """The database's clock, in epoch ms: what every stored time is on."""
-        cursor.execute(self._sql(jobs_sql.CLOCK_NOW_SQL))
+        run(cursor, self._sql, database_sql.CLOCK_NOW)
         return int(cursor.fetchone()[0])
 
     # -- schema ---------------------------------------------------------------------

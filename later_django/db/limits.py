@@ -24,7 +24,7 @@ from later_django.db.rows import (
     claimed_jobs,
 )
 from later_django.db.sql import counters as counters_sql
-from later_django.db.sql import jobs as jobs_sql
+from later_django.db.sql import database as database_sql
 from later_django.db.sql import limits as limits_sql
 from later_django.db.statements import Operations
 from later_django.limits import QueueLimits, RateLimit
@@ -170,7 +170,7 @@ class LimitStore(Operations, abc.ABC):
         now_ms = 0
         if any(found.rate is not None for found in limits.values()):
             windows = self._rate_windows(cursor, namespace=namespace)
-            cursor.execute(self._sql(jobs_sql.CLOCK_NOW_SQL))
+            self._run(cursor, database_sql.CLOCK_NOW)
             now_ms = int(cursor.fetchone()[0])
         held = {}
         for name, found in limits.items():

@@ -30,13 +30,14 @@ from later_django.db.postgresql_hot import PostgresHot, PostgresLimitStore, Post
 from later_django.db.retained_log import LogStore
 from later_django.db.rows import LogAppend
 from later_django.db.sql import Statement
+from later_django.db.sql import database as database_sql
 from later_django.db.sql import descendants as descendants_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql import retained_log as log_sql
 from later_django.db.sql import upkeep as upkeep_sql
 from later_django.db.sql.postgresql import NOTIFY_CHANNEL as NOTIFY_CHANNEL
 from later_django.db.sql.postgresql import PARTITION_CHANNEL as PARTITION_CHANNEL
-from later_django.db.statements import VendorSql, Walks
+from later_django.db.statements import VendorSql, Walks, run
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import DEFAULT_QUEUE, column_value
 from later_django.states import Stage
@@ -166,7 +167,7 @@ class PostgresDialect(Dialect):
 
     # -- schema -------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
-        cursor.execute(pg_sql.INSTALLED_OBJECTS_SQL)
+        run(cursor, self._sql, database_sql.INSTALLED_OBJECTS_PG)
         return {row[0] for row in cursor.fetchall()}
 
     def database_exists(self, db: BaseDatabaseWrapper) -> bool:
@@ -174,7 +175,7 @@ class PostgresDialect(Dialect):
         return True
 
     def missing_tables(self, cursor: CursorWrapper) -> list[str]:
-        cursor.execute(pg_sql.MISSING_TABLES_SQL, [list(TABLES)])
+        run(cursor, self._sql, database_sql.MISSING_TABLES_PG, tables=list(TABLES))
         return [row[0] for row in cursor.fetchall()]
 
     def missing_table_error(self, db: BaseDatabaseWrapper, exc: BaseException) -> bool:
@@ -185,14 +186,15 @@ class PostgresDialect(Dialect):
         return False  # the write-ahead log is not a setting of a database
 
     def database_size(self, cursor: CursorWrapper) -> int:
-        cursor.execute(pg_sql.DATABASE_SIZE_SQL)
+        run(cursor, self._sql, database_sql.DATABASE_SIZE_PG)
         return int(cursor.fetchone()[0])
 
     def announce_ready(self, cursor: CursorWrapper, *, namespace: str, queue: str) -> None:
         # As the counter triggers announce jobs that became ready (migration
         # 0014), with the most workers a server runs: every idle one wakes.
         said = namespace if queue == DEFAULT_QUEUE else f"{namespace}\x1e{queue}"
-        cursor.execute(pg_sql.NOTIFY_SQL, [NOTIFY_CHANNEL, f"{said}\x1f{WAKE_EVERY_WORKER}"])
+        payload = f"{said}\x1f{WAKE_EVERY_WORKER}"
+        run(cursor, self._sql, database_sql.NOTIFY_PG, channel=NOTIFY_CHANNEL, payload=payload)
 
 
 def _copy_text(

@@ -36,11 +36,12 @@ from later_django.db.rows import (
     claimed_jobs,
 )
 from later_django.db.sql import Statement
+from later_django.db.sql import database as database_sql
 from later_django.db.sql import descendants as descendants_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.sql import upkeep as upkeep_sql
-from later_django.db.statements import VendorSql, Walks, ids, pairs
+from later_django.db.statements import VendorSql, Walks, ids, pairs, run
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
 from later_django.states import Stage
@@ -252,7 +253,7 @@ class SqliteDialect(Dialect):
 
     # -- schema ----------------------------------------------------------------------------
     def installed_objects(self, cursor: CursorWrapper) -> set[str]:
-        cursor.execute(sqlite_sql.INSTALLED_OBJECTS_SQL)
+        run(cursor, self._sql, database_sql.INSTALLED_OBJECTS_SQLITE)
         return {row[0] for row in cursor.fetchall()}
 
     def database_exists(self, db: BaseDatabaseWrapper) -> bool:
@@ -268,7 +269,7 @@ class SqliteDialect(Dialect):
         return os.path.exists(name)
 
     def missing_tables(self, cursor: CursorWrapper) -> list[str]:
-        cursor.execute(sqlite_sql.TABLES_FOUND_SQL, list(TABLES))
+        run(cursor, self._sql, database_sql.TABLES_FOUND_SQLITE, tables=TABLES)
         found = {row[0] for row in cursor.fetchall()}
         return [table for table in TABLES if table not in found]
 
@@ -281,31 +282,29 @@ class SqliteDialect(Dialect):
         if sqlite_code(exc) != SQLITE_ERROR or raw is None:
             return False
         try:
-            found = {
-                row[0]
-                for row in raw.execute(sqlite_sql.TABLES_FOUND_SQL.replace("%s", "?"), TABLES)
-            }
+            sql, tables = self._sql.bind(database_sql.TABLES_FOUND_SQLITE, tables=TABLES)
+            found = {row[0] for row in raw.execute(qmark(sql), tables)}
         except sqlite3.Error:
             return False
         return not found.issuperset(TABLES)
 
     def journal_wal(self, cursor: CursorWrapper) -> bool:
         # WAL lets readers run while a worker writes; it persists in the file.
-        cursor.execute(sqlite_sql.JOURNAL_MODE_SQL)
+        run(cursor, self._sql, database_sql.JOURNAL_MODE_SQLITE)
         if str(cursor.fetchone()[0]).lower() == "wal":
             return False
-        cursor.execute(sqlite_sql.JOURNAL_WAL_SQL)
+        run(cursor, self._sql, database_sql.JOURNAL_WAL_SQLITE)
         return True
 
     def vacuum(self, cursor: CursorWrapper) -> bool:
-        cursor.execute(sqlite_sql.VACUUM_SQL)
+        run(cursor, self._sql, database_sql.VACUUM_SQLITE)
         return True
 
     def database_size(self, cursor: CursorWrapper) -> int:
-        cursor.execute(sqlite_sql.DATABASE_SIZE_SQL)
+        run(cursor, self._sql, database_sql.DATABASE_SIZE_SQLITE)
         return int(cursor.fetchone()[0])
 
     # -- wake-ups --------------------------------------------------------------------------
     def change_counter(self, cursor: CursorWrapper) -> int:
-        cursor.execute(sqlite_sql.DATA_VERSION_SQL)
+        run(cursor, self._sql, database_sql.DATA_VERSION_SQLITE)
         return int(cursor.fetchone()[0])

@@ -46,5 +46,3 @@ ORDER BY p.id {share_lock}
 # cancelled one fails its fan-in children in the same transaction (or, at
 # the latest, at the maintenance tick after), long before its retention
 # ends, so a gone parent counts as succeeded.
-
-

@@ -314,8 +314,6 @@ LIMIT 1
 """
 JOB_READY_EXISTS_SQL: Final = compose(_JOB_READY_EXISTS, in_queue=IN_QUEUE, queue_runs=QUEUE_RUNS)
 
-# The database's clock, for callers that compute times from it in Python.
-CLOCK_NOW_SQL: Final = "SELECT {now}"
 
 # Tracing only: the enqueuing span's context, set in the enqueue's own
 # transaction right after the insert, and read by the worker before the run.

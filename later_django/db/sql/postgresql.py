@@ -20,7 +20,6 @@ NOTIFY_CHANNEL: Final = "later"
 # workers never hear of them.
 PARTITION_CHANNEL: Final = "later_partition"
 
-NOTIFY_SQL: Final = "SELECT pg_notify(%s, %s)"
 
 # -- clock and locking fragments (see __init__.py) -----------------------------
 # statement_timestamp(): one time for the whole statement, so every column a
@@ -126,21 +125,3 @@ written AS (
 )
 SELECT done_ids, released FROM c
 """
-
-# -- schema ---------------------------------------------------------------------
-INSTALLED_OBJECTS_SQL: Final = (
-    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'later_job'::regclass "
-    "AND NOT tgisinternal "
-    "UNION ALL SELECT proname FROM pg_proc WHERE proname = 'later_complete_many'"
-)
-
-# to_regclass follows the search_path, as the unqualified names of every
-# other statement do; NULL is a table it cannot find.
-MISSING_TABLES_SQL: Final = """
-SELECT t.name FROM unnest(%s::text[]) WITH ORDINALITY AS t(name, n)
-WHERE to_regclass(t.name) IS NULL ORDER BY t.n
-"""
-
-
-# The whole database's size on disk.
-DATABASE_SIZE_SQL: Final = "SELECT pg_database_size(current_database())"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql import TABLES, compose
+from later_django.db.sql import compose
 from later_django.db.sql.jobs import (
     CLAIM_RETURNING,
     IN_QUEUE,
@@ -108,27 +108,4 @@ FROM later_job WHERE parent_id IN ({ids}) AND stage = 'waiting'
 # Continuations of one parent that succeeded: due now.
 JOB_RELEASE_SQL: Final = compose(
     "UPDATE later_job SET {release} WHERE id IN ({ids}) AND stage = 'waiting'", release=RELEASE
-)
-
-# -- counters and wake-ups --------------------------------------------------------
-# Bumped by every commit of another connection to this file; costs no I/O.
-DATA_VERSION_SQL: Final = "PRAGMA data_version"
-
-# -- schema and file --------------------------------------------------------------
-INSTALLED_OBJECTS_SQL: Final = (
-    "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'later_job'"
-)
-
-TABLES_FOUND_SQL: Final = compose(
-    "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})",
-    names=", ".join(["%s"] * len(TABLES)),
-)
-
-JOURNAL_MODE_SQL: Final = "PRAGMA journal_mode"
-JOURNAL_WAL_SQL: Final = "PRAGMA journal_mode=WAL"
-VACUUM_SQL: Final = "VACUUM"
-
-# The database file's size; the write-ahead log beside it is not counted.
-DATABASE_SIZE_SQL: Final = (
-    "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()"
 )
