@@ -31,9 +31,8 @@ from later_django.db.rows import (
     SuccessBatch,
     TaskAttemptEnd,
 )
-from later_django.db.sql import jobs as jobs_sql
-from later_django.db.sql import tasks as tasks_sql
-from later_django.db.statements import Operations, ids, pairs
+from later_django.db.sql import hot as hot_sql
+from later_django.db.statements import Operations
 from later_django.queue_names import DEFAULT_QUEUE, column_value
 from later_django.states import PARENT_CANCELLED
 from later_django.types import Claim, ClaimedJob
@@ -82,8 +81,14 @@ class HotStore(Operations, abc.ABC):
         database's now plus ``lease_ms``; return the claims it still holds."""
         if not jobs:
             return []
-        sql = self._sql(jobs_sql.JOB_RENEW_SQL, ids=ids(len(jobs)), pairs=pairs(len(jobs)))
-        cursor.execute(sql, [lease_ms, *claims_params(jobs), owner])
+        self._run(
+            cursor,
+            hot_sql.RENEW,
+            lease_ms=lease_ms,
+            job_ids=[job_id for job_id, _ in jobs],
+            claims=[tuple(claim) for claim in jobs],
+            owner=owner,
+        )
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def claimed_since(
@@ -92,16 +97,22 @@ class HotStore(Operations, abc.ABC):
         """The claims of plain jobs that claims like ``request`` (its owner,
         namespace and queue) made in the last ``within_ms`` (by the
         database's clock) and that are still running."""
-        queue = column_value(request.queue)
-        params: list[Any] = [request.namespace, request.owner, queue, within_ms]
-        cursor.execute(self._sql(jobs_sql.JOB_CLAIMED_SINCE_SQL), params)
+        self._run(
+            cursor,
+            hot_sql.CLAIMED_SINCE,
+            namespace=request.namespace,
+            owner=request.owner,
+            queue_column=column_value(request.queue),
+            within_ms=within_ms,
+        )
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def stage_after(self, cursor: CursorWrapper, claim: tuple[str, int]) -> LeftAs | None:
         """Where ``claim`` left its job (None while it runs, or when a later
         claim took the job or it is gone): read when a store of its outcome
         may have committed unseen."""
-        cursor.execute(self._sql(jobs_sql.JOB_STAGE_AFTER_SQL), list(claim))
+        job_id, attempts = claim
+        self._run(cursor, hot_sql.STAGE_AFTER, job_id=job_id, attempts=attempts)
         row = cursor.fetchone()
         return None if row is None else LeftAs(stage=str(row[0]), last_error=row[1])
 
@@ -111,8 +122,12 @@ class HotStore(Operations, abc.ABC):
         (``uncounted`` goes up; ``attempts``, the fence, keeps it); return
         whether the fence held. A job cancel() asked to stop is not given
         back: its lease runs out and the stuck-job rescue cancels it."""
-        cursor.execute(
-            self._sql(jobs_sql.JOB_UNCLAIM_SQL), [fence.job_id, fence.attempts, fence.owner]
+        self._run(
+            cursor,
+            hot_sql.UNCLAIM,
+            job_id=fence.job_id,
+            attempts=fence.attempts,
+            owner=fence.owner,
         )
         return bool(cursor.rowcount == 1)
 
@@ -120,20 +135,41 @@ class HotStore(Operations, abc.ABC):
         """Move the fenced claim to requeued, due ``retry.delay_ms`` after the
         database's now; return whether it did: not if the fence broke or a
         cancel was requested."""
-        sql, by = self._fenced(fence, jobs_sql.JOB_RETRY_OWNED_SQL, jobs_sql.JOB_RETRY_EXPIRED_SQL)
-        cursor.execute(
-            sql,
-            [retry.delay_ms, retry.error, retry.retry_policy, fence.job_id, by, fence.attempts],
-        )
+        if isinstance(fence, OwnerFence):
+            self._run(
+                cursor,
+                hot_sql.RETRY_OWNED,
+                delay_ms=retry.delay_ms,
+                error=retry.error,
+                retry_policy=retry.retry_policy,
+                job_id=fence.job_id,
+                owner=fence.owner,
+                attempts=fence.attempts,
+            )
+        else:
+            self._run(
+                cursor,
+                hot_sql.RETRY_EXPIRED,
+                delay_ms=retry.delay_ms,
+                error=retry.error,
+                retry_policy=retry.retry_policy,
+                job_id=fence.job_id,
+                expired_for_ms=fence.expired_for_ms,
+                attempts=fence.attempts,
+            )
         return bool(cursor.rowcount == 1)
 
     def snooze(self, cursor: CursorWrapper, fence: OwnerFence, delay_ms: int) -> bool:
         """Move ``fence``'s claim back to delayed, due ``delay_ms`` after the
         database's now, the claim not counted as an attempt; return whether
         the fence held."""
-        cursor.execute(
-            self._sql(jobs_sql.JOB_SNOOZE_SQL),
-            [delay_ms, fence.job_id, fence.owner, fence.attempts],
+        self._run(
+            cursor,
+            hot_sql.SNOOZE,
+            delay_ms=delay_ms,
+            job_id=fence.job_id,
+            owner=fence.owner,
+            attempts=fence.attempts,
         )
         return bool(cursor.rowcount == 1)
 
@@ -141,23 +177,35 @@ class HotStore(Operations, abc.ABC):
         """Fail the fenced claim and its waiting descendants; return whether
         it did: not if the fence broke or a cancel was requested (then
         cancel_running ends it). Run in one transaction."""
-        sql, by = self._fenced(fence, jobs_sql.JOB_FAIL_OWNED_SQL, jobs_sql.JOB_FAIL_EXPIRED_SQL)
-        cursor.execute(sql, [failure.retention_ms, failure.error, fence.job_id, by, fence.attempts])
+        if isinstance(fence, OwnerFence):
+            self._run(
+                cursor,
+                hot_sql.FAIL_OWNED,
+                retention_ms=failure.retention_ms,
+                error=failure.error,
+                job_id=fence.job_id,
+                owner=fence.owner,
+                attempts=fence.attempts,
+            )
+        else:
+            self._run(
+                cursor,
+                hot_sql.FAIL_EXPIRED,
+                retention_ms=failure.retention_ms,
+                error=failure.error,
+                job_id=fence.job_id,
+                expired_for_ms=fence.expired_for_ms,
+                attempts=fence.attempts,
+            )
         if cursor.rowcount != 1:
             return False
         fail_descendants(self._sql, cursor, job_id=fence.job_id, retention_ms=failure.retention_ms)
         return True
 
-    def _fenced(self, fence: Fence, owned: str, expired: str) -> tuple[str, str | int]:
-        """The statement of ``fence``'s kind, and the value it compares."""
-        if isinstance(fence, OwnerFence):
-            return self._sql(owned), fence.owner
-        return self._sql(expired), fence.expired_for_ms
-
     # -- cancelling a running job ----------------------------------------------------------
     def cancel_requested(self, cursor: CursorWrapper, *, namespace: str, owner: str) -> list[Claim]:
         """The claims ``owner`` runs whose cancel was requested."""
-        cursor.execute(self._sql(jobs_sql.JOB_CANCEL_REQUESTED_SQL), [namespace, owner])
+        self._run(cursor, hot_sql.CANCEL_REQUESTED, namespace=namespace, owner=owner)
         return [Claim(str(row[0]), int(row[1])) for row in cursor.fetchall()]
 
     def cancel_running(self, cursor: CursorWrapper, fence: Fence, retention_ms: int) -> bool:
@@ -165,10 +213,24 @@ class HotStore(Operations, abc.ABC):
         cancelled, and fail its waiting descendants as "parent cancelled";
         return whether it was (the fence held and a cancel was requested).
         Run in one transaction."""
-        sql, by = self._fenced(
-            fence, jobs_sql.JOB_CANCEL_RUNNING_OWNED_SQL, jobs_sql.JOB_CANCEL_RUNNING_EXPIRED_SQL
-        )
-        cursor.execute(sql, [retention_ms, fence.job_id, by, fence.attempts])
+        if isinstance(fence, OwnerFence):
+            self._run(
+                cursor,
+                hot_sql.CANCEL_RUNNING_OWNED,
+                retention_ms=retention_ms,
+                job_id=fence.job_id,
+                owner=fence.owner,
+                attempts=fence.attempts,
+            )
+        else:
+            self._run(
+                cursor,
+                hot_sql.CANCEL_RUNNING_EXPIRED,
+                retention_ms=retention_ms,
+                job_id=fence.job_id,
+                expired_for_ms=fence.expired_for_ms,
+                attempts=fence.attempts,
+            )
         if cursor.rowcount != 1:
             return False
         fail_descendants(
@@ -186,14 +248,19 @@ class HotStore(Operations, abc.ABC):
     ) -> bool:
         """Is any job of ``namespace`` in ``queue`` ready to claim, the queue
         not paused? A read: takes no write lock."""
-        request = ClaimRequest(namespace=namespace, owner="", limit=0, lease_ms=0, queue=queue)
-        cursor.execute(self._sql(jobs_sql.JOB_READY_EXISTS_SQL), queue_filter_params(request))
+        self._run(
+            cursor,
+            hot_sql.READY_EXISTS,
+            namespace=namespace,
+            queue_column=column_value(queue),
+            queue=queue,
+        )
         return cursor.fetchone() is not None
 
     def trace_context(self, cursor: CursorWrapper, *, job_id: str) -> str | None:
         """The enqueuing span's context recorded on ``job_id``, if any
         (LATER["TRACING"] only)."""
-        cursor.execute(self._sql(jobs_sql.JOB_TRACE_CONTEXT_SQL), [job_id])
+        self._run(cursor, hot_sql.TRACE_CONTEXT, job_id=job_id)
         row = cursor.fetchone()
         return None if row is None else row[0]
 
@@ -204,8 +271,8 @@ class HotStore(Operations, abc.ABC):
         """Write the ends of attempts of task jobs whose outcomes ``owner``
         just stored, fenced, in this transaction."""
         if ends:
-            sql = self._sql(tasks_sql.TASK_RESULT_WRITE_SQL)
-            cursor.executemany(sql, [end.row(owner) for end in ends])
+            rows = [dict(zip(TASK_RESULT_COLUMNS, end.row(owner), strict=True)) for end in ends]
+            cursor.executemany(*self._sql.many(hot_sql.TASK_RESULT_WRITE, rows))
 
 
 def queue_filter_params(request: ClaimRequest) -> list[Any]:
@@ -220,3 +287,7 @@ def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:
     for job_id, attempts in jobs:
         params += [job_id, attempts]
     return params
+
+
+# later_task_result's columns, in the order of TaskAttemptEnd.row().
+TASK_RESULT_COLUMNS = ("job_id", "worker_ids", "errors", "return_value")

@@ -40,10 +40,6 @@ TO_ENQUEUED: Final = """stage = 'enqueued', changed_ms = {stamp},
 # The job's row expires the retention (%s ms) after it finished.
 TO_SUCCESS: Final = """stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
     expires_ms = {now} + %s, history = history || 'success@' || {stamp} || ';'"""
-TO_FAILED: Final = """stage = 'failed', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, last_error = %s, history = history || 'failed@' || {stamp} || ';'"""
-TO_CANCELLED: Final = """stage = 'cancelled', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, history = history || 'cancelled@' || {stamp} || ';'"""
 # A lease exists only while a job runs (a check constraint says so).
 LEASE_DROPPED: Final = "lease_owner = NULL, lease_expires_ms = NULL"
 
@@ -191,132 +187,12 @@ SELECT p.stage FROM later_job c JOIN later_job p ON p.id = c.parent_id
 WHERE c.id = %s AND c.stage = 'waiting' {share_lock}
 """
 
-# Fences. A claim is (job id, attempt): every claim adds one to attempts, so
-# a write made for an earlier claim of the same job, even by the same server,
-# matches no row. The worker's own writes also name the owner; the rescuer's
-# act only on a lease still expired when they run. A lease exists only while
-# a job runs (a check constraint says so), so the fence alone finds a running
-# job, by primary key: a "stage = 'running'" term would lead the planner to
-# the small partial index of running jobs, slow while it holds dead entries
-# between vacuums.
-OWNER_FENCE: Final = "lease_owner = %s AND attempts = %s"
-EXPIRED_FENCE: Final = "lease_expires_ms < {now} - %s AND attempts = %s"
-
-# Fenced like every write of a claim: a renewal for attempt n never extends
-# attempt n + 1 of the same job, so a handler of a recovered attempt learns
-# that it lost its lease even when this server claimed the job again.
-JOB_RENEW_SQL: Final = """
-UPDATE later_job SET lease_expires_ms = {now} + %s
-WHERE id IN ({ids}) AND (id, attempts) IN (VALUES {pairs}) AND lease_owner = %s
-RETURNING id, attempts
-"""
-
-# The plain jobs ``owner`` claimed within the last ``%s`` ms that are still
-# running: what a claim abandoned mid-statement may have taken. One claim
-# statement stamps all its jobs with one started_ms.
-# A server claims each queue on a connection of its own, so this looks at
-# the claims of one queue: another's may be in flight.
-_JOB_CLAIMED_SINCE: Final = """
-SELECT id, attempts FROM later_job
-WHERE namespace = %s AND stage = 'running' AND lease_owner = %s AND topic IS NULL
-  AND {in_queue} AND started_ms >= {now} - %s
-"""
-JOB_CLAIMED_SINCE_SQL: Final = compose(_JOB_CLAIMED_SINCE, in_queue=IN_QUEUE)
-
-# The stage a claim left its job in, once it no longer runs: what an outcome
-# whose store may or may not have committed finds.
-JOB_STAGE_AFTER_SQL: Final = """
-SELECT stage, last_error FROM later_job WHERE id = %s AND attempts = %s AND stage <> 'running'
-"""
-
-# Gives back a claim whose handler never started, or was stopped by its own
-# worker: ready again, and the claim does not count as an attempt. attempts
-# keeps it, so a write of that claim never matches a later one.
-JOB_UNCLAIM_SQL: Final = compose(
-    """
-UPDATE later_job SET {to_enqueued}, uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped}
-WHERE id = %s AND attempts = %s AND lease_owner = %s AND cancel_requested_ms IS NULL
-""",
-    to_enqueued=TO_ENQUEUED,
-    lease_dropped=LEASE_DROPPED,
-)
-
-# A retry or a snooze does not pass once a cancel was requested: the job
-# ends cancelled instead (JOB_CANCEL_RUNNING_*).
-_JOB_RETRY: Final = """
-UPDATE later_job SET stage = 'requeued', changed_ms = {stamp}, run_at_ms = {now} + %s,
-    last_error = %s, retry_policy = COALESCE(%s, retry_policy), {lease_dropped},
-    history = history || 'requeued@' || {stamp} || ';'
-WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
-"""
-JOB_RETRY_OWNED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=OWNER_FENCE)
-JOB_RETRY_EXPIRED_SQL: Final = compose(_JOB_RETRY, lease_dropped=LEASE_DROPPED, fence=EXPIRED_FENCE)
-
-# A job its handler snoozed: delayed again, the claim not counted as an
-# attempt (as an unclaim), under the claim's fence.
-JOB_SNOOZE_SQL: Final = compose(
-    """
-UPDATE later_job SET stage = 'delayed', changed_ms = {stamp}, run_at_ms = {now} + %s,
-    uncounted = COALESCE(uncounted, 0) + 1, {lease_dropped},
-    history = history || 'delayed@' || {stamp} || ';'
-WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
-""",
-    lease_dropped=LEASE_DROPPED,
-    fence=OWNER_FENCE,
-)
-
-# A failure for good does not pass once a cancel was requested either: the
-# job ends cancelled, as cancel() promises, even if its attempt failed.
-_JOB_FAIL: Final = compose(
-    """
-UPDATE later_job SET {to_failed}, {lease_dropped}
-WHERE id = %s AND cancel_requested_ms IS NULL AND {fence}
-""",
-    to_failed=TO_FAILED,
-    lease_dropped=LEASE_DROPPED,
-)
-JOB_FAIL_OWNED_SQL: Final = compose(_JOB_FAIL, fence=OWNER_FENCE)
-JOB_FAIL_EXPIRED_SQL: Final = compose(_JOB_FAIL, fence=EXPIRED_FENCE)
-
-
-# The claims ``owner`` runs whose cancel was requested: a look at the few
-# running jobs (the leased index), once a second while the server runs any.
-JOB_CANCEL_REQUESTED_SQL: Final = """
-SELECT id, attempts FROM later_job
-WHERE namespace = %s AND stage = 'running' AND lease_owner = %s
-  AND cancel_requested_ms IS NOT NULL
-"""
-
-# A running job whose cancel was requested ends cancelled, under its
-# claim's fence (the worker's own, or the rescuer's expired one).
-_JOB_CANCEL_RUNNING: Final = compose(
-    """
-UPDATE later_job SET {to_cancelled}, {lease_dropped}
-WHERE id = %s AND cancel_requested_ms IS NOT NULL AND {fence}
-""",
-    to_cancelled=TO_CANCELLED,
-    lease_dropped=LEASE_DROPPED,
-)
-JOB_CANCEL_RUNNING_OWNED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=OWNER_FENCE)
-JOB_CANCEL_RUNNING_EXPIRED_SQL: Final = compose(_JOB_CANCEL_RUNNING, fence=EXPIRED_FENCE)
-
 
 # Waiting continuations whose parent succeeded: due now.
 RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)
-
-
-# SQLite's wake-up check of one queue after another connection committed: a
-# read, no lock. A paused queue has nothing ready to claim.
-_JOB_READY_EXISTS: Final = """
-SELECT 1 FROM later_job
-WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL AND {queue_runs}
-LIMIT 1
-"""
-JOB_READY_EXISTS_SQL: Final = compose(_JOB_READY_EXISTS, in_queue=IN_QUEUE, queue_runs=QUEUE_RUNS)
 
 
 # Tracing only: the enqueuing span's context, set in the enqueue's own
 # transaction right after the insert, and read by the worker before the run.
 # The statement-level counter trigger finds no stage change in it.
 JOB_SET_TRACE_SQL: Final = "UPDATE later_job SET trace_context = %s WHERE id IN ({ids})"
-JOB_TRACE_CONTEXT_SQL: Final = "SELECT trace_context FROM later_job WHERE id = %s"
