@@ -30,6 +30,7 @@ from later_django.db.rows import (
     RetryWrite,
     SuccessBatch,
     TaskAttemptEnd,
+    claimed_jobs,
 )
 from later_django.db.sql import hot as hot_sql
 from later_django.db.statements import Operations
@@ -45,10 +46,15 @@ class HotStore(Operations, abc.ABC):
     """What a worker does to the jobs it claims."""
 
     # -- claims and completions ------------------------------------------------------------
-    @abc.abstractmethod
     def claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
         """Mark up to ``request.limit`` ready jobs running, leased to its
         owner, best first; return them."""
+        cursor.execute(*self._claim_statement(request))
+        return claimed_jobs(cursor.fetchall())
+
+    @abc.abstractmethod
+    def _claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        """The vendor's claim of ``request``, bound: its text and values."""
 
     @abc.abstractmethod
     def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
@@ -273,20 +279,6 @@ class HotStore(Operations, abc.ABC):
         if ends:
             rows = [dict(zip(TASK_RESULT_COLUMNS, end.row(owner), strict=True)) for end in ends]
             cursor.executemany(*self._sql.many(hot_sql.TASK_RESULT_WRITE, rows))
-
-
-def queue_filter_params(request: ClaimRequest) -> list[Any]:
-    """The parameters of a claim's filter: the namespace and the queue's
-    column value (IN_QUEUE), then its row of later_queue (QUEUE_RUNS)."""
-    return [request.namespace, column_value(request.queue), request.namespace, request.queue]
-
-
-def claims_params(jobs: Sequence[tuple[str, int]]) -> list[Any]:
-    """The parameters of {ids} then {pairs} for the claims ``jobs``."""
-    params: list[Any] = [job_id for job_id, _ in jobs]
-    for job_id, attempts in jobs:
-        params += [job_id, attempts]
-    return params
 
 
 # later_task_result's columns, in the order of TaskAttemptEnd.row().

@@ -23,6 +23,7 @@ from later_django.db.rows import (
     RateWindow,
     claimed_jobs,
 )
+from later_django.db.sql import Statement
 from later_django.db.sql import counters as counters_sql
 from later_django.db.sql import database as database_sql
 from later_django.db.sql import limits as limits_sql
@@ -51,7 +52,7 @@ class LimitStore(Operations, abc.ABC):
 
     # The statement that serialises a namespace's keyed claims, taken on its
     # own before the claim; None where one writer at a time does already.
-    claim_lock_sql: ClassVar[str | None] = None
+    claim_lock: ClassVar[Statement | None] = None
 
     # -- the claim -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -67,15 +68,15 @@ class LimitStore(Operations, abc.ABC):
         """The statements of a limited claim, each sent the rows of the one
         before; returns what the claim took.
 
-        Keyed: the namespace's keyed claims are serialised (claim_lock_sql),
+        Keyed: the namespace's keyed claims are serialised (claim_lock),
         then the claim takes no job whose key is at its limit, nor more of a
         key than its free slots. Rate-limited: the queue's row is locked
         (written on first use) and its window moved on, if it ended, or
         widened to the claim's (limits_sql.RATE_WINDOW); the claim takes
         at most the starts ``rate`` leaves in it, which are then counted."""
         claim, limits = request.claim, request.limits
-        if limits.keyed and self.claim_lock_sql is not None:
-            yield self.claim_lock_sql, [keyed_lock_key(claim.namespace)]
+        if limits.keyed and self.claim_lock is not None:
+            yield self._sql.bind(self.claim_lock, key=keyed_lock_key(claim.namespace))
         window: RateWindow | None = None
         rate = limits.rate
         limit = claim.limit

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db.backends.utils import CursorWrapper
 
-from later_django.db.hot import HotStore, queue_filter_params
+from later_django.db.hot import HotStore
 from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore, partition_heads
 from later_django.db.rows import (
@@ -35,9 +35,10 @@ from later_django.db.rows import (
     SuccessBatch,
     claimed_jobs,
 )
+from later_django.db.sql import Statement
+from later_django.db.sql import hot as hot_sql
 from later_django.db.sql import partitions as partitions_sql
-from later_django.db.sql import postgresql as pg_sql
-from later_django.db.statements import Statements
+from later_django.queue_names import column_value
 from later_django.types import ClaimedJob, PartitionLane
 
 if TYPE_CHECKING:
@@ -45,35 +46,28 @@ if TYPE_CHECKING:
 
 
 class PostgresHot(HotStore):
-    def __init__(self, sql: Statements) -> None:
-        super().__init__(sql)
-        self._claim_sql_by_limit: dict[int, str] = {}
-
-    def _claim_sql(self, request: ClaimRequest) -> str:
-        """The claim of ``request.limit`` jobs of its queue: the LIMIT is in
-        the text (see sql/postgresql.py)."""
-        limit = request.limit
-        claim = self._claim_sql_by_limit.get(limit)
-        if claim is None:
-            claim = self._sql(pg_sql.JOB_CLAIM_SQL, limit=str(int(limit)))
-            self._claim_sql_by_limit[limit] = claim
-        return claim
-
-    def claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
-        cursor.execute(self._claim_sql(request), claim_params(request))
-        return claimed_jobs(cursor.fetchall())
+    def _claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        return self._sql.bind(
+            hot_sql.CLAIM_PG,
+            namespace=request.namespace,
+            queue_column=column_value(request.queue),
+            queue=request.queue,
+            limit=request.limit,
+            owner=request.owner,
+            lease_ms=request.lease_ms,
+        )
 
     async def aclaim(
         self, cursor: AsyncCursor[Any], request: ClaimRequest, *, prepare: bool
     ) -> list[ClaimedJob]:
-        await cursor.execute(self._claim_sql(request), claim_params(request), prepare=prepare)
+        sql, params = self._claim_statement(request)
+        await cursor.execute(sql, params, prepare=prepare)
         return claimed_jobs(await cursor.fetchall())
 
     def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
         if not batch.jobs:
             return Completion(done_ids=[], released=0)
-        sql, params = _complete(batch)
-        cursor.execute(sql, params)
+        cursor.execute(*self._complete(batch))
         return _completion(cursor.fetchone())
 
     async def acomplete_many(
@@ -81,33 +75,41 @@ class PostgresHot(HotStore):
     ) -> Completion:
         if not batch.jobs:
             return Completion(done_ids=[], released=0)
-        sql, params = _complete(batch)
+        sql, params = self._complete(batch)
         async with conn.cursor() as cursor:
             await cursor.execute(sql, params, prepare=prepare)
             return _completion(await cursor.fetchone())
 
-
-def claim_params(request: ClaimRequest) -> list[Any]:
-    """The parameters of the plain claim (sql/postgresql.py JOB_CLAIM_SQL)."""
-    return [*queue_filter_params(request), request.owner, request.lease_ms]
-
-
-def _complete(batch: SuccessBatch) -> tuple[str, list[Any]]:
-    """The completion of ``batch`` and its parameters: later_complete_many's
-    arguments are the batch as two arrays, so the call's text never changes;
-    a batch with task jobs writes their results in the same statement."""
-    jobs = batch.jobs
-    params: list[Any] = [
-        [job_id for job_id, _ in jobs],
-        [attempts for _, attempts in jobs],
-        batch.owner,
-        batch.retention_ms,
-    ]
-    if not batch.results:
-        return pg_sql.JOB_COMPLETE_MANY_SQL, params
-    rows = [end.row(batch.owner) for end in batch.results]
-    params += [list(column) for column in zip(*rows, strict=True)]
-    return pg_sql.JOB_COMPLETE_MANY_WITH_RESULTS_SQL, params
+    def _complete(self, batch: SuccessBatch) -> tuple[str, list[Any]]:
+        """The completion of ``batch``, bound: later_complete_many's
+        arguments are the batch as two arrays, so the call's text never
+        changes; a batch with task jobs writes their results in the same
+        statement."""
+        job_ids = [job_id for job_id, _ in batch.jobs]
+        attempts = [attempts for _, attempts in batch.jobs]
+        if not batch.results:
+            return self._sql.bind(
+                hot_sql.COMPLETE_MANY_PG,
+                job_ids=job_ids,
+                attempts=attempts,
+                owner=batch.owner,
+                retention_ms=batch.retention_ms,
+            )
+        rows = [end.row(batch.owner) for end in batch.results]
+        result_job_ids, worker_ids, errors, return_values = (
+            list(column) for column in zip(*rows, strict=True)
+        )
+        return self._sql.bind(
+            hot_sql.COMPLETE_MANY_WITH_RESULTS_PG,
+            job_ids=job_ids,
+            attempts=attempts,
+            owner=batch.owner,
+            retention_ms=batch.retention_ms,
+            result_job_ids=result_job_ids,
+            worker_ids=worker_ids,
+            errors=errors,
+            return_values=return_values,
+        )
 
 
 def _completion(row: Any) -> Completion:
@@ -116,18 +118,33 @@ def _completion(row: Any) -> Completion:
 
 
 class PostgresLimitStore(LimitStore):
-    claim_lock_sql: ClassVar[str | None] = pg_sql.CLAIM_KEYED_LOCK_SQL
+    claim_lock: ClassVar[Statement | None] = hot_sql.CLAIM_KEYED_LOCK_PG
 
     def _claim_statement(
         self, request: ClaimRequest, *, keyed: bool, scan: int
     ) -> tuple[str, list[Any]]:
         # The sizes in the text, as the worker's plain claim has them (see
-        # sql/postgresql.py): one prepared statement per size.
-        limit = str(int(request.limit))
+        # sql/hot.py): one prepared statement per size.
         if not keyed:
-            return self._sql(pg_sql.JOB_CLAIM_SQL, limit=limit), claim_params(request)
-        sql = self._sql(pg_sql.JOB_CLAIM_KEYED_SQL, limit=limit, scan=str(scan))
-        return sql, [request.namespace, *claim_params(request)]
+            return self._sql.bind(
+                hot_sql.CLAIM_PG,
+                namespace=request.namespace,
+                queue_column=column_value(request.queue),
+                queue=request.queue,
+                limit=request.limit,
+                owner=request.owner,
+                lease_ms=request.lease_ms,
+            )
+        return self._sql.bind(
+            hot_sql.CLAIM_KEYED_PG,
+            namespace=request.namespace,
+            queue_column=column_value(request.queue),
+            queue=request.queue,
+            scan=scan,
+            limit=request.limit,
+            owner=request.owner,
+            lease_ms=request.lease_ms,
+        )
 
     async def aclaim_limited(
         self, conn: AsyncConnection[Any], request: LimitedClaimRequest, *, prepare: bool

@@ -21,7 +21,7 @@ from later_django.db.base import TABLES, Dialect
 from later_django.db.descendants import resolve_fan_in
 from later_django.db.enqueue import EnqueueStore, insert_statement, ready_now
 from later_django.db.errors import SQLITE_ERROR, sqlite_code
-from later_django.db.hot import HotStore, claims_params, queue_filter_params
+from later_django.db.hot import HotStore
 from later_django.db.limits import LimitStore
 from later_django.db.partitions import PartitionStore
 from later_django.db.past_django import log_query, qmark, ready
@@ -38,10 +38,11 @@ from later_django.db.rows import (
 from later_django.db.sql import Statement
 from later_django.db.sql import database as database_sql
 from later_django.db.sql import descendants as descendants_sql
+from later_django.db.sql import hot as hot_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.sql import upkeep as upkeep_sql
-from later_django.db.statements import VendorSql, Walks, ids, pairs, run
+from later_django.db.statements import VendorSql, Walks, run
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
 from later_django.states import Stage
@@ -101,21 +102,29 @@ class SqliteEnqueue(EnqueueStore):
 
 class SqliteHot(HotStore):
     # The worker runs these inline (db/sessions.py).
-    def claim(self, cursor: CursorWrapper, request: ClaimRequest) -> list[ClaimedJob]:
-        cursor.execute(
-            self._sql(sqlite_sql.JOB_CLAIM_SQL),
-            [request.owner, request.lease_ms, *queue_filter_params(request), request.limit],
+    def _claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        return self._sql.bind(
+            hot_sql.CLAIM_SQLITE,
+            owner=request.owner,
+            lease_ms=request.lease_ms,
+            namespace=request.namespace,
+            queue_column=column_value(request.queue),
+            queue=request.queue,
+            limit=request.limit,
         )
-        return claimed_jobs(cursor.fetchall())
 
     def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
         jobs, owner = batch.jobs, batch.owner
         if not jobs:
             return Completion(done_ids=[], released=0)
-        complete = self._sql(
-            sqlite_sql.JOB_COMPLETE_MANY_SQL, ids=ids(len(jobs)), pairs=pairs(len(jobs))
+        self._run(
+            cursor,
+            hot_sql.COMPLETE_MANY_SQLITE,
+            retention_ms=batch.retention_ms,
+            job_ids=[job_id for job_id, _ in jobs],
+            claims=[tuple(claim) for claim in jobs],
+            owner=owner,
         )
-        cursor.execute(complete, [batch.retention_ms, *claims_params(jobs), owner])
         done = [str(row[0]) for row in cursor.fetchall()]
         if not done:
             return Completion(done_ids=done, released=0)
@@ -125,15 +134,14 @@ class SqliteHot(HotStore):
             self.task_results_write(cursor, owner=owner, ends=ended)
         # A statement of its own, after the parents' completion: it sees
         # every child committed before it runs.
-        waiting = self._sql(sqlite_sql.JOB_WAITING_CHILDREN_OF_SQL, ids=ids(len(done)))
-        cursor.execute(waiting, done)
+        self._run(cursor, hot_sql.WAITING_CHILDREN_OF_SQLITE, parent_ids=done)
         children = cursor.fetchall()
         if not children:
             return Completion(done_ids=done, released=0)
         released = 0
         plain = [str(job_id) for job_id, fan_in in children if not fan_in]
         if plain:
-            cursor.execute(self._sql(sqlite_sql.JOB_RELEASE_SQL, ids=ids(len(plain))), plain)
+            self._run(cursor, hot_sql.RELEASE_SQLITE, job_ids=plain)
             released = int(cursor.rowcount)
         fan_in = [str(job_id) for job_id, fan_in in children if fan_in]
         if fan_in:
@@ -155,13 +163,26 @@ class SqliteLimitStore(LimitStore):
     def _claim_statement(
         self, request: ClaimRequest, *, keyed: bool, scan: int
     ) -> tuple[str, list[Any]]:
-        owner = [request.owner, request.lease_ms]
         if not keyed:
-            params = [*owner, *queue_filter_params(request), request.limit]
-            return self._sql(sqlite_sql.JOB_CLAIM_SQL), params
-        limit = str(int(request.limit))
-        sql = self._sql(sqlite_sql.JOB_CLAIM_KEYED_SQL, limit=limit, scan=str(scan))
-        return sql, [*owner, request.namespace, *queue_filter_params(request)]
+            return self._sql.bind(
+                hot_sql.CLAIM_SQLITE,
+                owner=request.owner,
+                lease_ms=request.lease_ms,
+                namespace=request.namespace,
+                queue_column=column_value(request.queue),
+                queue=request.queue,
+                limit=request.limit,
+            )
+        return self._sql.bind(
+            hot_sql.CLAIM_KEYED_SQLITE,
+            owner=request.owner,
+            lease_ms=request.lease_ms,
+            namespace=request.namespace,
+            queue_column=column_value(request.queue),
+            queue=request.queue,
+            scan=scan,
+            limit=request.limit,
+        )
 
 
 class SqlitePartitionStore(PartitionStore):

@@ -17,7 +17,6 @@ from django.db import connections, transaction
 import later_django as later
 from later_django import registry
 from later_django.db import dialect_for
-from later_django.db.hot import queue_filter_params
 from later_django.db.rows import ClaimRequest
 from later_django.db.sql import compose
 from later_django.db.sql.jobs import JOB_INSERT_SQL, TO_RUNNING
@@ -381,16 +380,7 @@ def test_a_claim_of_any_queue_reads_its_run_of_the_ready_index_without_sorting(l
         request = ClaimRequest(
             namespace="default", owner="o", limit=8, lease_ms=30_000, queue=queue
         )
-        if sqlite:
-            from later_django.db.sql import sqlite as vendor_sql
-
-            sql, params = (
-                dialect.hot._sql(vendor_sql.JOB_CLAIM_SQL),
-                ["o", 30_000, *queue_filter_params(request), 8],
-            )
-        else:
-            sql = dialect.hot._claim_sql(request)  # type: ignore[attr-defined]
-            params = [*queue_filter_params(request), "o", 30_000]
+        sql, params = dialect.hot._claim_statement(request)
         with transaction.atomic(using=later_db.alias), connections[later_db.alias].cursor() as c:
             c.execute(("EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN ") + sql, params)
             plan = "\n".join(str(row[-1]) if sqlite else row[0] for row in c.fetchall())

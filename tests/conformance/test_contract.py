@@ -234,7 +234,8 @@ VENDOR_OPERATIONS = {
         }
     ),
     "enqueue": frozenset({"insert_one", "insert_many"}),
-    "hot": frozenset({"claim", "complete_many"}),
+    # The plain claim, bound (claim runs it), and the batch completion.
+    "hot": frozenset({"_claim_statement", "complete_many"}),
     "upkeep": frozenset({"counter_compact"}),
     # The claim statement a limited claim runs: the vendor's own claims.
     "limits": frozenset({"_claim_statement"}),

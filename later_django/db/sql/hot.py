@@ -175,3 +175,234 @@ ON CONFLICT (job_id) DO UPDATE SET
     errors = excluded.errors,
     return_value = excluded.return_value
 """)
+
+# -- claims ---------------------------------------------------------------------------
+# Each returns the claimed jobs' columns in ClaimedJob's order
+# (db/rows/jobs.py claimed_jobs). A claim takes the queue's ready plain jobs
+# in claim order (priority, then id) and makes them running, leased to its
+# owner for lease_ms; nothing while the queue is paused (its row of
+# later_queue looked at once). queue_column: the queue's value of
+# later_job.queue; queue: its name.
+
+# PostgreSQL: the picked rows are locked, skipping those another claim
+# holds; the clock is read once for the whole claim (t): SKIP LOCKED never
+# waits, so that is the time of the write, and one read instead of four per
+# row. The LIMIT is written into the text (one prepared statement per claim
+# size, at most the worker count): as a parameter, the server's generic plan
+# assumes a large limit and hash-joins a scan of the whole table, so it
+# plans a custom plan for every single claim instead.
+CLAIM_PG: Final = Statement(
+    """
+WITH picked AS MATERIALIZED (
+    SELECT id FROM later_job
+    WHERE namespace = %(namespace)s AND queue = %(queue_column)s AND stage = 'enqueued'
+      AND topic IS NULL
+      AND NOT EXISTS (
+        SELECT 1 FROM later_queue q
+        WHERE q.namespace = %(namespace)s AND q.name = %(queue)s AND q.paused)
+    ORDER BY priority DESC, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), t AS MATERIALIZED (SELECT {now} AS now)
+UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
+    changed_ms = GREATEST(t.now, j.changed_ms), started_ms = GREATEST(t.now, j.changed_ms),
+    lease_owner = %(owner)s, lease_expires_ms = t.now + %(lease_ms)s,
+    history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
+FROM picked, t WHERE j.id = picked.id
+RETURNING j.id, j.type_name, j.payload, j.attempts, j.retry_policy, j.created_ms, j.run_at_ms,
+    j.uncounted, j.timeout_ms
+""",
+    inline=("limit",),
+)
+# SQLite: one writer at a time, so the pick needs no lock.
+CLAIM_SQLITE: Final = Statement("""
+UPDATE later_job SET stage = 'running', attempts = attempts + 1,
+    changed_ms = {greatest}({now}, changed_ms), started_ms = {greatest}({now}, changed_ms),
+    lease_owner = %(owner)s, lease_expires_ms = {now} + %(lease_ms)s,
+    history = history || 'running@' || {greatest}({now}, changed_ms) || ';'
+WHERE id IN (
+    SELECT id FROM later_job
+    WHERE namespace = %(namespace)s AND queue = %(queue_column)s AND stage = 'enqueued'
+      AND topic IS NULL
+      AND NOT EXISTS (
+        SELECT 1 FROM later_queue q
+        WHERE q.namespace = %(namespace)s AND q.name = %(queue)s AND q.paused)
+    ORDER BY priority DESC, id
+    LIMIT %(limit)s)
+RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted,
+    timeout_ms
+""")
+
+# The claim of a queue some of whose types have a concurrency key
+# (docs/how-to/concurrency-limits.md): the queue's ready jobs in claim order
+# whose key is below its limit (scan of them at most, read past the jobs of
+# keys at their limit), then of each key no more than its free slots, and
+# limit in all. The busy keys (the namespace's running keyed jobs by key,
+# through the partial index later_job_keyed_running: a key is shared by
+# every job of the namespace that has it) are read once (MATERIALIZED), and
+# so are the candidates, before their keys are ranked. PostgreSQL locks the
+# candidates as the plain claim locks its jobs; the caller serialises it
+# with the namespace's other keyed claims (CLAIM_KEYED_LOCK_PG), so the
+# count of running jobs per key it reads cannot miss a claim made meanwhile.
+CLAIM_KEYED_PG: Final = Statement(
+    """
+WITH picked AS MATERIALIZED (
+    WITH busy AS MATERIALIZED (
+        SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
+        WHERE namespace = %(namespace)s AND stage = 'running' AND concurrency_key IS NOT NULL
+        GROUP BY concurrency_key),
+    candidates AS MATERIALIZED (
+        SELECT j.id, j.priority, j.concurrency_key, j.concurrency_limit FROM later_job j
+        WHERE namespace = %(namespace)s AND queue = %(queue_column)s AND stage = 'enqueued'
+          AND topic IS NULL
+          AND NOT EXISTS (
+            SELECT 1 FROM later_queue q
+            WHERE q.namespace = %(namespace)s AND q.name = %(queue)s AND q.paused)
+          AND NOT EXISTS (
+            SELECT 1 FROM busy b WHERE b.k = j.concurrency_key AND b.n >= j.concurrency_limit)
+        ORDER BY j.priority DESC, j.id
+        LIMIT %(scan)s
+        FOR UPDATE OF j SKIP LOCKED
+    ),
+    ranked AS (
+        SELECT c.id, c.priority, c.concurrency_key, c.concurrency_limit,
+            ROW_NUMBER() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.id)
+                AS nth
+        FROM candidates c
+    )
+    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.k = r.concurrency_key
+    WHERE r.concurrency_key IS NULL OR COALESCE(b.n, 0) + r.nth <= r.concurrency_limit
+    ORDER BY r.priority DESC, r.id
+    LIMIT %(limit)s
+), t AS MATERIALIZED (SELECT {now} AS now)
+UPDATE later_job j SET stage = 'running', attempts = j.attempts + 1,
+    changed_ms = GREATEST(t.now, j.changed_ms), started_ms = GREATEST(t.now, j.changed_ms),
+    lease_owner = %(owner)s, lease_expires_ms = t.now + %(lease_ms)s,
+    history = j.history || 'running@' || GREATEST(t.now, j.changed_ms) || ';'
+FROM picked, t WHERE j.id = picked.id
+RETURNING j.id, j.type_name, j.payload, j.attempts, j.retry_policy, j.created_ms, j.run_at_ms,
+    j.uncounted, j.timeout_ms
+""",
+    inline=("limit", "scan"),
+)
+CLAIM_KEYED_SQLITE: Final = Statement(
+    """
+UPDATE later_job SET stage = 'running', attempts = attempts + 1,
+    changed_ms = {greatest}({now}, changed_ms), started_ms = {greatest}({now}, changed_ms),
+    lease_owner = %(owner)s, lease_expires_ms = {now} + %(lease_ms)s,
+    history = history || 'running@' || {greatest}({now}, changed_ms) || ';'
+WHERE id IN (
+    WITH busy AS MATERIALIZED (
+        SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
+        WHERE namespace = %(namespace)s AND stage = 'running' AND concurrency_key IS NOT NULL
+        GROUP BY concurrency_key),
+    candidates AS MATERIALIZED (
+        SELECT j.id, j.priority, j.concurrency_key, j.concurrency_limit FROM later_job j
+        WHERE namespace = %(namespace)s AND queue = %(queue_column)s AND stage = 'enqueued'
+          AND topic IS NULL
+          AND NOT EXISTS (
+            SELECT 1 FROM later_queue q
+            WHERE q.namespace = %(namespace)s AND q.name = %(queue)s AND q.paused)
+          AND NOT EXISTS (
+            SELECT 1 FROM busy b WHERE b.k = j.concurrency_key AND b.n >= j.concurrency_limit)
+        ORDER BY j.priority DESC, j.id
+        LIMIT %(scan)s
+    ),
+    ranked AS (
+        SELECT c.id, c.priority, c.concurrency_key, c.concurrency_limit,
+            ROW_NUMBER() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.id)
+                AS nth
+        FROM candidates c
+    )
+    SELECT r.id FROM ranked r LEFT JOIN busy b ON b.k = r.concurrency_key
+    WHERE r.concurrency_key IS NULL OR COALESCE(b.n, 0) + r.nth <= r.concurrency_limit
+    ORDER BY r.priority DESC, r.id
+    LIMIT %(limit)s)
+RETURNING id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted,
+    timeout_ms
+""",
+    inline=("limit", "scan"),
+)
+
+# Taken in a statement of its own before a keyed claim, to the end of its
+# transaction: the claim's statement then starts after every keyed claim
+# before it committed, and its snapshot sees their jobs running.
+CLAIM_KEYED_LOCK_PG: Final = Statement("SELECT pg_advisory_xact_lock(%(key)s)")
+
+# -- completions ----------------------------------------------------------------------
+# PostgreSQL: successes in bulk, then the release of their waiting
+# continuations, in one function: one statement and one round trip for the
+# worker (the batch travels as two arrays, so the call's text never changes
+# and is prepared once). Each statement inside a plpgsql function takes a
+# snapshot of its own, so the look for children, after the parents' update,
+# sees every child committed until then, including one whose transaction
+# was still open when the completion began; a single SQL statement would
+# miss it. Most batches have no waiting child: the look is a read, and the
+# UPDATE (and its statement-level counter trigger) runs only when one
+# exists. The function's text is frozen in the objects migration
+# (later_django.objects).
+COMPLETE_MANY_PG: Final = Statement(
+    "SELECT done_ids, released FROM later_complete_many("
+    "%(job_ids)s, %(attempts)s, %(owner)s, %(retention_ms)s)"
+)
+
+# A batch holding the successes of Django Tasks jobs: their results are
+# written by the same statement, for the ids whose fence held, so a result
+# exists exactly when its success does and costs no round trip of its own.
+# The function runs once (a CTE with a volatile call is materialized); the
+# results come as four arrays, one element per task job of the batch.
+COMPLETE_MANY_WITH_RESULTS_PG: Final = Statement("""
+WITH c AS (
+    SELECT done_ids, released
+    FROM later_complete_many(%(job_ids)s, %(attempts)s, %(owner)s, %(retention_ms)s)),
+written AS (
+    INSERT INTO later_task_result (job_id, worker_ids, errors, return_value)
+    SELECT r.job_id, r.worker_ids, r.errors, r.return_value
+    FROM unnest(%(result_job_ids)s::text[], %(worker_ids)s::text[], %(errors)s::text[],
+        %(return_values)s::text[])
+        AS r(job_id, worker_ids, errors, return_value), c
+    WHERE r.job_id = ANY (c.done_ids)
+    ON CONFLICT (job_id) DO UPDATE SET
+        worker_ids = excluded.worker_ids,
+        errors = excluded.errors,
+        return_value = excluded.return_value
+)
+SELECT done_ids, released FROM c
+""")
+
+# SQLite: the claims listed that owner still holds, succeeded and kept
+# retention_ms; their ids.
+COMPLETE_MANY_SQLITE: Final = Statement(
+    """
+UPDATE later_job SET stage = 'success', changed_ms = {greatest}({now}, changed_ms),
+    finished_ms = {greatest}({now}, changed_ms), expires_ms = {now} + %(retention_ms)s,
+    history = history || 'success@' || {greatest}({now}, changed_ms) || ';',
+    lease_owner = NULL, lease_expires_ms = NULL
+WHERE id IN (%(job_ids)s) AND (id, attempts) IN (VALUES %(claims)s) AND lease_owner = %(owner)s
+RETURNING id
+""",
+    lists=("job_ids", "claims"),
+)
+
+# Waiting continuations of parents that succeeded, and whether each is a
+# fan-in child (sql/fan_in.py), which waits for all its parents. A
+# statement of its own, after the parents' completion: it sees every child
+# committed before it runs. Most batches have no waiting child: this read
+# is all they pay.
+WAITING_CHILDREN_OF_SQLITE: Final = Statement(
+    """
+SELECT id, EXISTS (SELECT 1 FROM later_fan_in f WHERE f.child_id = later_job.id)
+FROM later_job WHERE parent_id IN (%(parent_ids)s) AND stage = 'waiting'
+""",
+    lists=("parent_ids",),
+)
+
+# Continuations of one parent that succeeded: due now.
+RELEASE_SQLITE: Final = Statement(
+    """
+UPDATE later_job SET stage = 'enqueued', changed_ms = {greatest}({now}, changed_ms),
+    history = history || 'enqueued@' || {greatest}({now}, changed_ms) || ';', run_at_ms = {now}
+WHERE id IN (%(job_ids)s) AND stage = 'waiting'
+""",
+    lists=("job_ids",),
+)

@@ -10,38 +10,16 @@ from typing import Final
 from later_django.db.sql import compose
 from later_django.states import PARENT_FAILED
 
-# What a claim returns, in ClaimedJob's order (db/rows/jobs.py claimed_jobs).
-CLAIM_RETURNING: Final = (
-    "id, type_name, payload, attempts, retry_policy, created_ms, run_at_ms, uncounted, timeout_ms"
-)
-
 INSERT_COLUMNS: Final = (
     "id, namespace, type_name, payload, stage, priority, attempts, retry_policy, "
     "parent_id, created_ms, run_at_ms, changed_ms, history"
 )
 
-# -- queues ---------------------------------------------------------------------------
-# The jobs of one queue, by its name: an equality, so a claim reads the
-# queue's own run of the ready index in claim order (an IS NULL term would
-# not: PostgreSQL sorts what it finds under one).
-IN_QUEUE: Final = "queue = %s"
-# A paused queue starts nothing: one look at its row of later_queue per
-# statement (an uncorrelated subquery, evaluated once), not per job.
-QUEUE_RUNS: Final = (
-    "NOT EXISTS (SELECT 1 FROM later_queue q WHERE q.namespace = %s AND q.name = %s AND q.paused)"
-)
 
 # -- stage changes: the SET of every statement that moves a job, written once ---------
 TO_RUNNING: Final = """stage = 'running', attempts = attempts + 1,
     changed_ms = {stamp}, started_ms = {stamp}, lease_owner = %s,
     lease_expires_ms = {now} + %s, history = history || 'running@' || {stamp} || ';'"""
-TO_ENQUEUED: Final = """stage = 'enqueued', changed_ms = {stamp},
-    history = history || 'enqueued@' || {stamp} || ';'"""
-# The job's row expires the retention (%s ms) after it finished.
-TO_SUCCESS: Final = """stage = 'success', changed_ms = {stamp}, finished_ms = {stamp},
-    expires_ms = {now} + %s, history = history || 'success@' || {stamp} || ';'"""
-# A lease exists only while a job runs (a check constraint says so).
-LEASE_DROPPED: Final = "lease_owner = NULL, lease_expires_ms = NULL"
 
 # -- enqueue --------------------------------------------------------------------------
 # One job, delayed or ready by the database's clock, on the columns of
@@ -186,10 +164,6 @@ JOB_PARENT_STAGE_SQL: Final = """
 SELECT p.stage FROM later_job c JOIN later_job p ON p.id = c.parent_id
 WHERE c.id = %s AND c.stage = 'waiting' {share_lock}
 """
-
-
-# Waiting continuations whose parent succeeded: due now.
-RELEASE: Final = compose("{to_enqueued}, run_at_ms = {now}", to_enqueued=TO_ENQUEUED)
 
 
 # Tracing only: the enqueuing span's context, set in the enqueue's own

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from later_django.db.sql import Statement, compose
-from later_django.db.sql.jobs import IN_QUEUE, QUEUE_RUNS
+from later_django.db.sql import Statement
 
 # -- rate limits (later_queue) ---------------------------------------------------------
 # The queue's row, locked to the end of the claim's transaction (written on
@@ -62,46 +61,6 @@ WHERE namespace = %(namespace)s AND rate_window_end_ms IS NOT NULL
 """)
 
 # -- concurrency keys ------------------------------------------------------------------
-# The keys at work: the namespace's running keyed jobs by key, through the
-# partial index later_job_keyed_running (every queue's: a key is shared by
-# every job of the namespace that has it).
-BUSY_KEYS: Final = """SELECT concurrency_key AS k, COUNT(*) AS n FROM later_job
-    WHERE namespace = %s AND stage = 'running' AND concurrency_key IS NOT NULL
-    GROUP BY concurrency_key"""
-
-# The ids a keyed claim takes: the queue's ready jobs in claim order whose
-# key is below its limit ({scan} of them at most, read past the jobs of
-# keys at their limit), then of each key no more than its free slots, and
-# {limit} in all. {lock_candidates} locks the candidates where the vendor
-# locks rows. The busy keys are read once (MATERIALIZED), and so are the
-# candidates, before their keys are ranked.
-KEYED_PICK: Final = compose(
-    """WITH busy AS MATERIALIZED ({busy}),
-candidates AS MATERIALIZED (
-    SELECT j.id, j.priority, j.concurrency_key, j.concurrency_limit FROM later_job j
-    WHERE namespace = %s AND {in_queue} AND stage = 'enqueued' AND topic IS NULL
-      AND {queue_runs}
-      AND NOT EXISTS (
-          SELECT 1 FROM busy b WHERE b.k = j.concurrency_key AND b.n >= j.concurrency_limit)
-    ORDER BY j.priority DESC, j.id
-    LIMIT {scan}
-    {lock_candidates}
-),
-ranked AS (
-    SELECT c.id, c.priority, c.concurrency_key, c.concurrency_limit,
-        ROW_NUMBER() OVER (PARTITION BY c.concurrency_key ORDER BY c.priority DESC, c.id)
-            AS nth
-    FROM candidates c
-)
-SELECT r.id FROM ranked r LEFT JOIN busy b ON b.k = r.concurrency_key
-WHERE r.concurrency_key IS NULL OR COALESCE(b.n, 0) + r.nth <= r.concurrency_limit
-ORDER BY r.priority DESC, r.id
-LIMIT {limit}""",
-    busy=BUSY_KEYS,
-    in_queue=IN_QUEUE,
-    queue_runs=QUEUE_RUNS,
-)
-
 # SQLite's wake-up check of a keyed queue: is one of its first ready jobs
 # (100 of them) below its key's limit? Bounded, so a backlog of
 # one key at its limit costs every commit's look no more than that; a job
