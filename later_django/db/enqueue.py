@@ -20,9 +20,9 @@ from django.db.backends.utils import CursorWrapper
 
 from later_django.db.descendants import resolve_fan_in, resolve_orphan
 from later_django.db.rows import ExtraColumns, FanInInsert, Orphan
-from later_django.db.sql import fan_in as fan_in_sql
-from later_django.db.sql import jobs as jobs_sql
-from later_django.db.statements import Operations, ids, pairs
+from later_django.db.sql import Statement
+from later_django.db.sql import enqueue as enqueue_sql
+from later_django.db.statements import Operations
 from later_django.exceptions import LaterBusy
 from later_django.states import TERMINAL, Stage
 from later_django.types import NewJob
@@ -77,9 +77,9 @@ class EnqueueStore(Operations, abc.ABC):
         return None if row is None else str(row[0])
 
     def _continuation_insert(self, job: NewJob, retention_ms: int) -> tuple[str, list[Any]]:
-        columns, value_sql, values = option_columns(job)
-        sql = jobs_sql.continuation_insert(extra_columns=columns, extra_values=value_sql)
-        return self._sql(sql), continuation_params(job, retention_ms, values)
+        columns, values = option_columns(job)
+        statement = enqueue_sql.continuation_with_options(columns)
+        return self._sql.bind(statement, **continuation_params(job, retention_ms), **values)
 
     def insert_unique(
         self, cursor: CursorWrapper, job: NewJob, retention_ms: int
@@ -96,8 +96,8 @@ class EnqueueStore(Operations, abc.ABC):
         the key is free and the insert is tried again."""
         for _ in range(UNIQUE_TRIES):
             if job.parent_id is None:
-                template, params = insert_with_options(job)
-                cursor.execute(self._sql(template), params)
+                statement, params = insert_with_options(job)
+                cursor.execute(*self._sql.bind(statement, **params))
             else:
                 cursor.execute(*self._continuation_insert(job, retention_ms))
             row = cursor.fetchone()
@@ -107,7 +107,12 @@ class EnqueueStore(Operations, abc.ABC):
             if holder is not None:
                 return Inserted(holder, None)
             if job.parent_id is not None:
-                cursor.execute(self._sql(jobs_sql.JOB_EXISTS_SQL), [job.parent_id, job.namespace])
+                self._run(
+                    cursor,
+                    enqueue_sql.PARENT_EXISTS,
+                    parent_id=job.parent_id,
+                    namespace=job.namespace,
+                )
                 if cursor.fetchone() is None:
                     return None
         raise LaterBusy(
@@ -117,12 +122,23 @@ class EnqueueStore(Operations, abc.ABC):
 
     def _unique_holder(self, cursor: CursorWrapper, job: NewJob) -> str | None:
         """The id of the job holding ``job``'s unique key, if one does."""
-        key: list[Any] = [job.namespace, job.type_name, job.unique_key]
         if job.unique_for_ms is None:
-            cursor.execute(self._sql(jobs_sql.UNIQUE_HOLDER_SQL), key)
+            self._run(
+                cursor,
+                enqueue_sql.UNIQUE_HOLDER,
+                namespace=job.namespace,
+                type_name=job.type_name,
+                unique_key=job.unique_key,
+            )
         else:
-            window = [job.unique_for_ms, job.unique_for_ms]
-            cursor.execute(self._sql(jobs_sql.UNIQUE_HOLDER_IN_WINDOW_SQL), key + key + window)
+            self._run(
+                cursor,
+                enqueue_sql.UNIQUE_HOLDER_IN_WINDOW,
+                namespace=job.namespace,
+                type_name=job.type_name,
+                unique_key=job.unique_key,
+                unique_for_ms=job.unique_for_ms,
+            )
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 
@@ -142,8 +158,7 @@ class EnqueueStore(Operations, abc.ABC):
         sets (a partition job's place and options)."""
         self._add_parents(cursor, job.id, job.parents or ())
         if extra is None:
-            # A fan-in job has no unique key: its options' values are all plain.
-            columns, _, values = option_columns(job)
+            columns, values = option_columns(job)  # a fan-in job has no unique key
             extra = ExtraColumns(columns=columns, values=values)
         return self._insert_fan_in_row(cursor, job, retention_ms, extra)
 
@@ -152,27 +167,23 @@ class EnqueueStore(Operations, abc.ABC):
         row (whose insert reads it)."""
         for start in range(0, len(parents), FAN_IN_BATCH):
             batch = parents[start : start + FAN_IN_BATCH]
-            params: list[Any] = []
-            for parent_id in batch:
-                params += [child_id, parent_id]
-            cursor.execute(self._sql(fan_in_sql.FAN_IN_INSERT_SQL, pairs=pairs(len(batch))), params)
+            pairs = [(child_id, parent_id) for parent_id in batch]
+            self._run(cursor, enqueue_sql.FAN_IN_ADD, pairs=pairs)
 
     def _insert_fan_in_row(
         self, cursor: CursorWrapper, job: NewJob, retention_ms: int, extra: ExtraColumns
     ) -> FanInInsert:
         """The row of a fan-in child whose parent list is written."""
-        own: list[Any] = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
-        key = [job.id, job.namespace]
-        cursor.execute(
-            self._sql(jobs_sql.continuation_insert(extra_columns=extra.columns, fan_in=True)),
-            [*own, *extra.values, retention_ms, *key, *key],
-        )
+        statement = enqueue_sql.continuation_with_options(extra.columns, fan_in=True)
+        own = continuation_params(job, retention_ms)
+        del own["parent_id"]  # the parents are later_fan_in's rows
+        cursor.execute(*self._sql.bind(statement, **own, **extra.values))
         row = cursor.fetchone()
         if row is not None:
             return FanInInsert(stage=str(row[0]))
-        cursor.execute(self._sql(fan_in_sql.FAN_IN_MISSING_SQL), key)
+        self._run(cursor, enqueue_sql.FAN_IN_MISSING, job_id=job.id, namespace=job.namespace)
         missing = tuple(str(r[0]) for r in cursor.fetchall())
-        cursor.execute(self._sql(fan_in_sql.FAN_IN_DELETE_SQL, ids=ids(1)), [job.id])
+        self._run(cursor, enqueue_sql.FAN_IN_FORGET, job_id=job.id)
         return FanInInsert(stage=None, missing=missing)
 
     # -- settling a child after its commit ---------------------------------------------------
@@ -183,7 +194,7 @@ class EnqueueStore(Operations, abc.ABC):
         Run after the continuation's transaction committed, in a transaction
         of its own: a parent that finished while that transaction was open
         could not see the child."""
-        cursor.execute(self._sql(jobs_sql.JOB_PARENT_STAGE_SQL), [job_id])
+        self._run(cursor, enqueue_sql.PARENT_STAGE, job_id=job_id)
         row = cursor.fetchone()
         if row is None or row[0] not in TERMINAL:
             return "waiting"
@@ -198,7 +209,7 @@ class EnqueueStore(Operations, abc.ABC):
         Run after the child's transaction committed, in a transaction of its
         own, as settle_child: its read of the parents waits for a finish
         of any of them under way and holds off the others until it ends."""
-        cursor.execute(self._sql(fan_in_sql.FAN_IN_PARENTS_OF_WAITING_SQL), [job_id])
+        self._run(cursor, enqueue_sql.FAN_IN_PARENTS_OF_WAITING, job_id=job_id)
         if not any(row[0] in TERMINAL for row in cursor.fetchall()):
             return "waiting"
         resolved = resolve_fan_in(self._sql, cursor, [job_id], retention_ms=retention_ms)
@@ -209,42 +220,48 @@ class EnqueueStore(Operations, abc.ABC):
         """Record the enqueuing span's ``context`` on jobs just inserted."""
         for start in range(0, len(job_ids), TRACE_BATCH):
             batch = job_ids[start : start + TRACE_BATCH]
-            cursor.execute(
-                self._sql(jobs_sql.JOB_SET_TRACE_SQL, ids=ids(len(batch))), [context, *batch]
-            )
+            self._run(cursor, enqueue_sql.SET_TRACE, context=context, job_ids=batch)
 
 
-def continuation_params(job: NewJob, retention_ms: int, extra: Sequence[Any] = ()) -> list[Any]:
-    """The parameters of a continuation insert (sql/jobs.py
-    continuation_insert) for ``job``, its ``extra`` columns' values given."""
-    own = [job.id, job.type_name, job.payload, job.priority, job.retry_policy]
-    return [*own, *extra, retention_ms, job.parent_id, job.namespace]
+def continuation_params(job: NewJob, retention_ms: int) -> dict[str, Any]:
+    """The parameters of a continuation insert (sql/enqueue.py
+    continuation_with_options) for ``job``, but its option columns'."""
+    return {
+        "job_id": job.id,
+        "namespace": job.namespace,
+        "type_name": job.type_name,
+        "payload": job.payload,
+        "priority": job.priority,
+        "retry_policy": job.retry_policy,
+        "retention_ms": retention_ms,
+        "parent_id": job.parent_id,
+    }
 
 
-def option_columns(job: NewJob) -> tuple[str, str, list[Any]]:
-    """The columns of the options ``job`` sets (", a, b"), their values'
-    SQL (", %s, ...") and their parameters.
+def option_columns(job: NewJob) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The option columns ``job`` sets, and their parameters.
 
     An insert names only the option columns its job sets, so a job that sets
     none is written as before the options existed: a web server of this
     release still enqueues plain jobs before later_migrate added them."""
-    columns, values = "", list[Any]()
+    columns: list[str] = []
+    values: dict[str, Any] = {}
     if job.timeout_ms is not None:
-        columns, values = ", timeout_ms", [job.timeout_ms]
+        columns.append("timeout_ms")
+        values["timeout_ms"] = job.timeout_ms
     if job.queue is not None:
-        columns, values = columns + ", queue", [*values, job.queue]
+        columns.append("queue")
+        values["queue"] = job.queue
     if job.concurrency_key is not None:
-        columns += ", concurrency_key, concurrency_limit"
-        values += [job.concurrency_key, job.concurrency_limit]
-    value_sql = ", %s" * len(values)
+        columns += ["concurrency_key", "concurrency_limit"]
+        values.update(concurrency_key=job.concurrency_key, concurrency_limit=job.concurrency_limit)
     if job.unique_key is not None:
-        columns, value_sql = columns + ", unique_key", value_sql + ", %s"
-        values.append(job.unique_key)
+        columns.append("unique_key")
+        values["unique_key"] = job.unique_key
         if job.unique_for_ms is not None:
-            columns += ", unique_slot_ms"
-            value_sql += ", " + jobs_sql.UNIQUE_SLOT
-            values += [job.unique_for_ms, job.unique_for_ms]
-    return columns, value_sql, values
+            columns.append("unique_slot_ms")
+            values["unique_for_ms"] = job.unique_for_ms
+    return tuple(columns), values
 
 
 def ready_now(job: NewJob) -> bool:
@@ -262,17 +279,30 @@ def ready_now(job: NewJob) -> bool:
     )
 
 
-def insert_statement(job: NewJob) -> tuple[str, list[Any]]:
-    """The insert of one ready or delayed ``job`` (a template) and its parameters."""
+def insert_statement(job: NewJob) -> tuple[Statement, dict[str, Any]]:
+    """The insert of one ready or delayed ``job`` and its parameters."""
     # The common case: no option set.
     if job.timeout_ms is None and job.queue is None and job.concurrency_key is None:
-        return jobs_sql.JOB_INSERT_SQL, [*job[:6], job.run_at_ms, job.delay_ms]
+        return enqueue_sql.INSERT, insert_params(job)
     return insert_with_options(job)
 
 
-def insert_with_options(job: NewJob) -> tuple[str, list[Any]]:
+def insert_with_options(job: NewJob) -> tuple[Statement, dict[str, Any]]:
     """insert_statement's form for a job that sets options (a unique job's
     always: insert_statement's test for none does not look at its key)."""
-    columns, value_sql, values = option_columns(job)
-    template = jobs_sql.job_insert(extra_columns=columns, extra_values=value_sql)
-    return template, [*job[:6], *values, job.run_at_ms, job.delay_ms]
+    columns, values = option_columns(job)
+    return enqueue_sql.insert_with_options(columns), {**insert_params(job), **values}
+
+
+def insert_params(job: NewJob) -> dict[str, Any]:
+    """The parameters of INSERT for ``job``."""
+    return {
+        "job_id": job.id,
+        "namespace": job.namespace,
+        "type_name": job.type_name,
+        "payload": job.payload,
+        "priority": job.priority,
+        "retry_policy": job.retry_policy,
+        "run_at_ms": job.run_at_ms,
+        "delay_ms": job.delay_ms,
+    }

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.descendants import fail_descendants
-from later_django.db.enqueue import EnqueueStore, continuation_params, option_columns
+from later_django.db.enqueue import (
+    EnqueueStore,
+    continuation_params,
+    insert_params,
+    option_columns,
+)
 from later_django.db.hot import HotStore
 from later_django.db.rows import (
     ExtraColumns,
@@ -26,7 +31,7 @@ from later_django.db.rows import (
     PartitionHead,
     PartitionSlot,
 )
-from later_django.db.sql import jobs as jobs_sql
+from later_django.db.sql import enqueue as enqueue_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import topics as topics_sql
 from later_django.db.statements import Operations, Statements
@@ -87,22 +92,23 @@ class PartitionStore(Operations, abc.ABC):
         it): ready, delayed or (with parents) a continuation. Return its
         stage, or None when a parent does not exist in the namespace
         (nothing of a fan-in job is left written then)."""
-        options, _, values = option_columns(job)  # a partition job has no unique key
-        columns = partitions_sql.LANE_COLUMNS + options
-        extra: list[Any] = [slot.lane.topic, slot.lane.partition, slot.sequence, *values]
+        options, values = option_columns(job)  # a partition job has no unique key
+        place = {
+            "topic": slot.lane.topic,
+            "partition": slot.lane.partition,
+            "sequence": slot.sequence,
+        }
+        columns = ("topic", "partition", "sequence", *options)
         if job.parents is not None:
-            lane = ExtraColumns(columns=columns, values=extra)
+            lane = ExtraColumns(columns=columns, values={**place, **values})
             return self._enqueue.insert_fan_in(cursor, job, retention_ms, lane).stage
         if job.parent_id is None:
-            cursor.execute(
-                self._sql(jobs_sql.job_insert(extra_columns=columns)),
-                [*job[:6], *extra, job.run_at_ms, job.delay_ms],
-            )
+            statement = enqueue_sql.insert_with_options(columns)
+            params = {**insert_params(job), **place, **values}
         else:
-            cursor.execute(
-                self._sql(jobs_sql.continuation_insert(extra_columns=columns)),
-                continuation_params(job, retention_ms, extra),
-            )
+            statement = enqueue_sql.continuation_with_options(columns)
+            params = {**continuation_params(job, retention_ms), **place, **values}
+        cursor.execute(*self._sql.bind(statement, **params))
         row = cursor.fetchone()
         return None if row is None else str(row[0])
 

@@ -32,6 +32,7 @@ from later_django.db.rows import LogAppend
 from later_django.db.sql import Statement
 from later_django.db.sql import database as database_sql
 from later_django.db.sql import descendants as descendants_sql
+from later_django.db.sql import enqueue as enqueue_sql
 from later_django.db.sql import postgresql as pg_sql
 from later_django.db.sql import retained_log as log_sql
 from later_django.db.sql import upkeep as upkeep_sql
@@ -63,11 +64,11 @@ class PostgresEnqueue(EnqueueStore):
         # Bound on the server and, with ``prepare``, prepared, instead of SQL
         # text formatted in Python and planned anew for every job.
         ready(db)
-        template, params = insert_statement(job)
-        insert = self._sql(template)
+        statement, params = insert_statement(job)
+        insert, values = self._sql.bind(statement, **params)
         started = time.monotonic()
         with db.wrap_database_errors:
-            stage = _execute_prepared(db.connection, insert, params, prepare=prepare)
+            stage = _execute_prepared(db.connection, insert, values, prepare=prepare)
         log_query(db, insert, started)
         return str(stage)
 
@@ -78,7 +79,10 @@ class PostgresEnqueue(EnqueueStore):
         ready(db)
         started = time.monotonic()
         rows = 0
-        copy_sql = pg_sql.JOB_COPY_QUEUED_SQL if queued else pg_sql.JOB_COPY_SQL
+        if queued:
+            copy_sql, _ = self._sql.bind(enqueue_sql.COPY_QUEUED_PG)
+        else:
+            copy_sql, _ = self._sql.bind(enqueue_sql.COPY_PG)
         with db.wrap_database_errors:
             with db.connection.cursor() as cursor, cursor.copy(copy_sql) as copy:
                 for chunk, count in _copy_text(jobs, COPY_CHUNK_ROWS, queued=queued):

@@ -38,6 +38,7 @@ from later_django.db.rows import (
 from later_django.db.sql import Statement
 from later_django.db.sql import database as database_sql
 from later_django.db.sql import descendants as descendants_sql
+from later_django.db.sql import enqueue as enqueue_sql
 from later_django.db.sql import hot as hot_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
@@ -54,28 +55,33 @@ ENQUEUED: Final = Stage.ENQUEUED.value
 
 
 class SqliteEnqueue(EnqueueStore):
-    # The insert of a job due now, rendered on first use (most enqueues run it).
-    _ready_insert: str | None = None
-
     def insert_one(self, db: BaseDatabaseWrapper, job: NewJob, *, prepare: bool) -> str:
         # Straight on the sqlite3 connection under Django's (the same
         # session and transaction): Django's cursor would add a fifth.
         # (``prepare`` is PostgreSQL's: sqlite3 caches its statements itself.)
         ready(db)
         if ready_now(job):
-            insert = self._ready_insert
-            if insert is None:
-                insert = self._ready_insert = qmark(self._sql(sqlite_sql.JOB_INSERT_READY_SQL))
+            sql, values = self._sql.bind(
+                enqueue_sql.INSERT_READY_SQLITE,
+                job_id=job.id,
+                namespace=job.namespace,
+                type_name=job.type_name,
+                payload=job.payload,
+                priority=job.priority,
+                retry_policy=job.retry_policy,
+            )
+            insert = qmark(sql)
             started = time.monotonic()
             with db.wrap_database_errors:
-                db.connection.execute(insert, job[:6])
+                db.connection.execute(insert, values)
             log_query(db, insert, started)
             return ENQUEUED
-        template, params = insert_statement(job)
-        insert = qmark(self._sql(template))
+        statement, params = insert_statement(job)
+        sql, values = self._sql.bind(statement, **params)
+        insert = qmark(sql)
         started = time.monotonic()
         with db.wrap_database_errors:
-            row = db.connection.execute(insert, params).fetchone()
+            row = db.connection.execute(insert, values).fetchone()
         log_query(db, insert, started)
         return str(row[0])
 
@@ -83,21 +89,16 @@ class SqliteEnqueue(EnqueueStore):
         self, db: BaseDatabaseWrapper, jobs: Iterable[NewJob], *, queued: bool = False
     ) -> None:
         # One multi-row INSERT per batch.
-        if queued:
-            row = self._sql(sqlite_sql.JOB_INSERT_MANY_QUEUED_ROW)
-            insert = sqlite_sql.JOB_INSERT_MANY_QUEUED_SQL
-        else:
-            row, insert = self._sql(sqlite_sql.JOB_INSERT_MANY_ROW), sqlite_sql.JOB_INSERT_MANY_SQL
         remaining = iter(jobs)
         with db.cursor() as cursor:
             while batch := list(itertools.islice(remaining, INSERT_BATCH_SIZE)):
-                params: list[Any] = []
-                for job in batch:
-                    params += job[:6]  # the values of JOB_INSERT_MANY_ROW
-                    if queued:
-                        params.append(column_value(job.queue))
-                values = ", ".join([row] * len(batch))
-                cursor.execute(self._sql(insert, values=values), params)
+                if queued:
+                    rows = [(*job[:6], column_value(job.queue)) for job in batch]
+                    self._run(cursor, enqueue_sql.INSERT_MANY_QUEUED_SQLITE, rows=rows)
+                else:
+                    self._run(
+                        cursor, enqueue_sql.INSERT_MANY_SQLITE, rows=[job[:6] for job in batch]
+                    )
 
 
 class SqliteHot(HotStore):

@@ -18,7 +18,7 @@ class Cursor(Protocol):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Walks:
     """A vendor's walks of a job's descendants by both links, parent_id and
-    later_fan_in (db/sql/fan_in.py): each vendor writes the recursion its
+    later_fan_in (db/sql/enqueue.py): each vendor writes the recursion its
     own way. Several stores run them (db/descendants.py)."""
 
     # Fail the waiting descendants of a job.
@@ -64,8 +64,9 @@ class Statements:
             "for_update": vendor.for_update,
         }
         self._rendered: dict[str, str] = {}
-        # Each statement's text and slots, by its shape (bind).
-        self._plans: dict[tuple[Any, ...], tuple[str, tuple[tuple[str, bool], ...]]] = {}
+        # Each statement's text and slots, by the statement, or by it and its
+        # shape when it has lists or inline numbers (bind).
+        self._plans: dict[Any, tuple[str, tuple[tuple[str, bool], ...]]] = {}
         # The vendor's walks of a job's descendants (templates, rendered as
         # any other).
         self.walks = vendor.walks
@@ -90,13 +91,16 @@ class Statements:
         records)."""
         if params.keys() != statement.params:
             raise TypeError(mismatch(statement, params))
-        key = (statement, *shape(statement, params))
+        sized = statement.lists or statement.inline
+        key: Any = (statement, *shape(statement, params)) if sized else statement
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) > MAX_PLANS:
                 self._plans.clear()
             plan = self._plans[key] = self._plan(statement, params)
         text, slots = plan
+        if not sized:  # the common case: one value a slot
+            return text, [params[name] for name, _ in slots]
         values: list[Any] = []
         for name, listed in slots:
             if not listed:

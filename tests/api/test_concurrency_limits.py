@@ -38,7 +38,7 @@ from later_django.db.rows import (
     RetryWrite,
     SuccessBatch,
 )
-from later_django.db.sql.jobs import JOB_INSERT_SQL
+from later_django.db.sql.enqueue import INSERT
 from later_django.limits import QueueLimits
 from later_django.metrics import read_limited_jobs
 from later_django.worker.server import Server
@@ -181,13 +181,12 @@ def test_a_plain_jobs_insert_names_no_limit_column(limited):
     from later_django.options import PLAIN
 
     plain = JobBuilder().build(Noop(n=1), PLAIN)
-    assert insert_statement(plain)[0] == JOB_INSERT_SQL
-    assert option_columns(plain) == ("", "", [])
+    assert insert_statement(plain)[0] is INSERT
+    assert option_columns(plain) == ((), {})
     keyed = JobBuilder().build(limited.Keyed(key="k"), PLAIN)
     assert option_columns(keyed) == (
-        ", concurrency_key, concurrency_limit",
-        ", %s, %s",
-        ["k", 1],
+        ("concurrency_key", "concurrency_limit"),
+        {"concurrency_key": "k", "concurrency_limit": 1},
     )
 
 

@@ -18,8 +18,7 @@ import later_django as later
 from later_django import registry
 from later_django.db import dialect_for
 from later_django.db.rows import ClaimRequest
-from later_django.db.sql import compose
-from later_django.db.sql.jobs import JOB_INSERT_SQL, TO_RUNNING
+from later_django.db.sql.enqueue import INSERT
 from later_django.queues import paused_queues, served
 from later_django.worker.server import Server
 from tests.helpers import (
@@ -389,18 +388,18 @@ def test_a_claim_of_any_queue_reads_its_run_of_the_ready_index_without_sorting(l
 
 
 # The claim of the release before queues, frozen: it names no queue.
-PREVIOUS_RELEASE_CLAIM = compose(
-    """
-UPDATE later_job SET {to_running}
+PREVIOUS_RELEASE_CLAIM = """
+UPDATE later_job SET stage = 'running', attempts = attempts + 1,
+    changed_ms = {greatest}({now}, changed_ms), started_ms = {greatest}({now}, changed_ms),
+    lease_owner = %s, lease_expires_ms = {now} + %s,
+    history = history || 'running@' || {greatest}({now}, changed_ms) || ';'
 WHERE id IN (
     SELECT id FROM later_job
     WHERE namespace = %s AND stage = 'enqueued' AND topic IS NULL
     ORDER BY priority DESC, id
     LIMIT %s)
 RETURNING id
-""",
-    to_running=TO_RUNNING,
-)
+"""
 
 
 def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_db, queues):
@@ -409,7 +408,8 @@ def test_during_a_rolling_upgrade_both_releases_share_the_migrated_tables(later_
     column and land in the default queue, which this release claims; their
     claims still work on the migrated tables, and take any queue's jobs,
     paused or not, as documented; the counters stay exact either way."""
-    columns = JOB_INSERT_SQL.split("(", 1)[1].split(")", 1)[0].split(", ")
+    columns = INSERT.text.split("(", 1)[1].split(")", 1)[0].replace("\n", " ").split(", ")
+    columns = [column.strip() for column in columns]
     assert "queue" not in columns, "a plain insert is the previous release's insert"
     plain = later.enqueue(Noop(n=1))
     emails = later.enqueue(Noop(n=2), queue="emails", priority=5)

@@ -5,7 +5,7 @@ results, and the end of a Django Tasks attempt.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -72,11 +72,11 @@ class FailureWrite:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExtraColumns:
-    """Columns an insert names after those of every job (", a, b"), and
-    their values."""
+    """The option columns an insert names after those of every job
+    (sql/enqueue.py OPTION_VALUES' names), and their parameters."""
 
-    columns: str
-    values: Sequence[Any]
+    columns: tuple[str, ...]
+    values: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

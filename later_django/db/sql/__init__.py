@@ -83,7 +83,9 @@ def compose(template: str, **parts: str) -> str:
 PARAMETER = re.compile(r"%\((\w+)\)s")
 
 
-@dataclass(frozen=True, slots=True)
+# Compared and hashed by identity: each is a module constant, or cached by
+# the function that makes it, so a store finds its bound text at once.
+@dataclass(frozen=True, slots=True, eq=False)
 class Statement:
     """One SQL statement, written whole: its text with named parameters
     (``%(name)s``) and the vendor's words in braces (db/sql/__init__.py).

@@ -4,7 +4,7 @@ because it did made to wait again (a retry), a fan-in child resolved by all
 its parents, an orphan released or failed.
 
 A job's children are found by both links, parent_id and later_fan_in
-(sql/fan_in.py). Each vendor writes the recursion its own way, so each walk
+(sql/enqueue.py). Each vendor writes the recursion its own way, so each walk
 is two whole statements: PostgreSQL's takes both links in one LATERAL union
 (a step of a recursive query may name the recursive table once only);
 SQLite's, two recursive terms.
@@ -180,7 +180,10 @@ RETURNING id
 )
 
 # Of the children listed, the waiting ones whose every parent succeeded:
-# due now.
+# due now. A parent listed but gone was pruned after it finished: a failed
+# or cancelled one fails its fan-in children in the same transaction (or,
+# at the latest, at the maintenance tick after), long before its retention
+# ends, so a gone parent counts as succeeded.
 FAN_IN_RELEASE: Final = Statement(
     """
 UPDATE later_job SET stage = 'enqueued', changed_ms = {greatest}({now}, changed_ms),

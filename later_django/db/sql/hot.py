@@ -385,7 +385,7 @@ RETURNING id
 )
 
 # Waiting continuations of parents that succeeded, and whether each is a
-# fan-in child (sql/fan_in.py), which waits for all its parents. A
+# fan-in child (sql/enqueue.py), which waits for all its parents. A
 # statement of its own, after the parents' completion: it sees every child
 # committed before it runs. Most batches have no waiting child: this read
 # is all they pay.

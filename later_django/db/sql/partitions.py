@@ -19,8 +19,6 @@ from later_django.db.sql import Statement
 # A partition's unfinished jobs (see above), for statements elsewhere.
 UNFINISHED: Final = "NOT (stage IN ('success', 'failed', 'cancelled'))"
 
-# A partition job's own columns, after those of a plain job.
-LANE_COLUMNS: Final = ", topic, partition, sequence"
 
 # The sequence of a new job: the counter row is created or incremented in the
 # job's own transaction and stays locked until it ends, so the next enqueue
@@ -287,7 +285,7 @@ WHERE namespace = %(namespace)s AND topic = %(topic)s AND partition = %(partitio
 
 # A partition's history truncated: the parent lists of the fan-in jobs
 # among its finished jobs but the newest ``keep`` (by sequence), deleted
-# first (sql/fan_in.py): only continuations can have one.
+# first (sql/enqueue.py): only continuations can have one.
 FAN_IN_TRUNCATE_HISTORY: Final = Statement("""
 DELETE FROM later_fan_in WHERE child_id IN (
     SELECT id FROM later_job

@@ -1,12 +1,10 @@
-"""SQL only PostgreSQL runs: its clock, the SKIP LOCKED claim, COPY, the batch
-completion function, the statement-level counter triggers with NOTIFY, and
-the counter folding. Shared statements are in the domain modules."""
+"""PostgreSQL's words for the database's clock ({now}) and its row locks
+({skip_locked}, {share_lock}), and its wake-up channels. Its own statements
+stand beside SQLite's in the modules of their concern (``NAME_PG``)."""
 
 from __future__ import annotations
 
 from typing import Final
-
-from later_django.db.sql import compose
 
 # The channel the counter triggers NOTIFY and the worker LISTENs on.
 NOTIFY_CHANNEL: Final = "later"
@@ -26,14 +24,3 @@ PARTITION_CHANNEL: Final = "later_partition"
 NOW_SQL: Final = "(date_part('epoch', statement_timestamp()) * 1000)::bigint"
 SKIP_LOCKED: Final = "FOR UPDATE SKIP LOCKED"
 SHARE_LOCK: Final = "FOR SHARE OF p"
-
-# -- jobs -----------------------------------------------------------------------
-# The columns a COPY of ready jobs carries; the times and the history entry
-# are the columns' defaults (migration 0002), the database's clock at the
-# COPY's start.
-COPY_COLUMNS: Final = "id, namespace, type_name, payload, stage, priority, attempts, retry_policy"
-JOB_COPY_SQL: Final = compose("COPY later_job ({columns}) FROM STDIN", columns=COPY_COLUMNS)
-# The same, of a batch in which some job names a queue.
-JOB_COPY_QUEUED_SQL: Final = compose(
-    "COPY later_job ({columns}, queue) FROM STDIN", columns=COPY_COLUMNS
-)

@@ -57,7 +57,7 @@ ORDER BY lease_expires_ms LIMIT %(limit)s
 # children with a parent that failed or was cancelled whatever the one they
 # wait on (its failure missed them only if it committed before they did and
 # their own check after the commit did not run); whether each is a fan-in
-# child (sql/fan_in.py), which is resolved by all its parents.
+# child (sql/enqueue.py), which is resolved by all its parents.
 ORPHANS: Final = Statement("""
 SELECT c.id, p.stage, EXISTS (SELECT 1 FROM later_fan_in f WHERE f.child_id = c.id)
 FROM later_job c
