@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from later_django.db.sql import PARAMETER, STAMP, Statement, compose, fill
+from later_django.db.sql import PARAMETER, Statement, fill
 
 
 class Cursor(Protocol):
@@ -18,8 +18,8 @@ class Cursor(Protocol):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Walks:
     """A vendor's walks of a job's descendants by both links, parent_id and
-    later_fan_in (db/sql/enqueue.py): each vendor writes the recursion its
-    own way. Several stores run them (db/descendants.py)."""
+    later_fan_in (db/sql/descendants.py): each vendor writes the recursion
+    its own way. Several stores run them (db/descendants.py)."""
 
     # Fail the waiting descendants of a job.
     fail: Statement
@@ -31,9 +31,9 @@ class Walks:
 
 @dataclass(frozen=True, slots=True)
 class VendorSql:
-    """A vendor's SQL fragments: what the vendor markers of db/sql/ become;
-    and its walks of a job's descendants, the statements several stores
-    share that only the vendor can write."""
+    """A vendor's words (what the braces of db/sql/'s statements become) and
+    its walks of a job's descendants, the statements several stores share
+    that only the vendor can write."""
 
     # The database's clock as epoch milliseconds, one value for the whole
     # statement ({now}).
@@ -53,7 +53,8 @@ class VendorSql:
 
 
 class Statements:
-    """Renders templates for one vendor: each once, on first use."""
+    """One vendor's statements: each rendered once, on first use, and bound
+    to its parameters."""
 
     def __init__(self, vendor: VendorSql) -> None:
         self._parts = {
@@ -67,17 +68,15 @@ class Statements:
         # Each statement's text and slots, by the statement, or by it and its
         # shape when it has lists or inline numbers (bind).
         self._plans: dict[Any, tuple[str, tuple[tuple[str, bool], ...]]] = {}
-        # The vendor's walks of a job's descendants (templates, rendered as
-        # any other).
+        # The vendor's walks of a job's descendants.
         self.walks = vendor.walks
 
-    def __call__(self, template: str, **per_call: str) -> str:
-        """``template`` with the vendor's fragments, then the ``per_call``
-        parts (the sizes of a batch: see db/sql/__init__.py) written in."""
-        sql = self._rendered.get(template)
+    def __call__(self, text: str) -> str:
+        """``text`` with the vendor's words written in, once per text."""
+        sql = self._rendered.get(text)
         if sql is None:
-            sql = self._rendered[template] = fill(fill(template, {"stamp": STAMP}), self._parts)
-        return compose(sql, **per_call) if per_call else sql
+            sql = self._rendered[text] = fill(text, self._parts)
+        return sql
 
     def bind(self, statement: Statement, /, **params: Any) -> tuple[str, list[Any]]:
         """``statement``'s text for this vendor, with positional
@@ -178,16 +177,6 @@ def mismatch(statement: Statement, params: Mapping[str, Any]) -> str:
         f"the statement takes {sorted(statement.params)}; missing {missing}, unknown {unknown}:"
         f"{statement.text}"
     )
-
-
-def ids(count: int) -> str:
-    """The {ids} of ``count`` ids."""
-    return ", ".join(["%s"] * count)
-
-
-def pairs(count: int) -> str:
-    """The {pairs} of ``count`` (id, attempt) pairs."""
-    return ", ".join(["(%s, %s)"] * count)
 
 
 class Operations:

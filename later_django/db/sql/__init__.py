@@ -1,14 +1,12 @@
-"""later's SQL text: one module per domain, and one per vendor for what only it runs.
+"""later's SQL: one module of whole statements per concern, and one per
+vendor for its words. Nothing here runs a statement or imports runtime code.
 
-Nothing here runs a statement or imports runtime code. Every statement is a
-plain string template (never an f-string), written once. Templates share
-text in one way only: compose() writes named parts into a template's
-``{part}`` markers at import. What is left is filled in by
-Statements.sql(): once per vendor, these markers
+Each statement is a ``Statement``: its whole text, with named parameters
+(``%(job_id)s``). The braces left in a text are the vendor's words, written
+in once per vendor by db/statements.py's ``Statements``:
 
     {now}          the database's clock in epoch ms, one value for the whole
                    statement (an index search can use it as a bound)
-    {stamp}        the time of a stage change (STAMP)
     {greatest}     the larger of two values (GREATEST, or SQLite's MAX)
     {skip_locked}  appended to SELECTs that pick rows to change, where the
                    vendor locks rows
@@ -16,13 +14,16 @@ Statements.sql(): once per vendor, these markers
     {for_update}   appended to a read whose rows must stay as read until the
                    transaction ends, where the vendor locks rows
 
-and, per call, the sizes of a batch: {ids} (one %s per id), {pairs} (one
-(%s, %s) per pair), {values} (one row template per row), {limit} (a number
-written into the text).
+A stage change stamps ``{greatest}({now}, changed_ms)``: never before the
+row's previous change, so a job's history never goes backwards (two
+writers' clocks, or a writer that waited). Every time written or compared
+is the database's, never a host's, so hosts with skewed clocks agree on
+when a lease expires or a job is due, and a stage's time is taken when its
+write runs, not before it waited for a lock.
 
-Every time written or compared is the database's, never a host's, so hosts
-with skewed clocks agree on when a lease expires or a job is due, and a
-stage's time is taken when its write runs, not before it waited for a lock.
+Texts are joined from parts (``compose``) in two places only, each saying
+why: the inserts of jobs that set options (enqueue.py) and the dashboard's
+job list (dashboard.py, db/reads.py).
 """
 
 from __future__ import annotations
@@ -54,12 +55,6 @@ TABLES: Final = (
     "later_fan_in",
 )
 
-# The time of a stage change: never before the row's previous change, so a
-# job's history never goes backwards (two writers' clocks, or a writer that
-# waited).
-STAMP: Final = "{greatest}({now}, changed_ms)"
-
-
 _MARKER = re.compile(r"{([a-z_]+)}")
 
 
@@ -70,9 +65,8 @@ def fill(template: str, parts: Mapping[str, str]) -> str:
 
 
 def compose(template: str, **parts: str) -> str:
-    """``template`` with each ``{name}`` of ``parts`` written in: how
-    statements share text. Every part must have its marker (a misspelt one
-    fails at import)."""
+    """``template`` with each ``{name}`` of ``parts`` written in. Every part
+    must have its marker (a misspelt one fails at import)."""
     missing = [name for name in parts if "{" + name + "}" not in template]
     if missing:
         raise ValueError(f"the template has no marker for {', '.join(missing)}")
