@@ -38,6 +38,7 @@ from later_django.db.rows import (
 from later_django.db.sql import Statement
 from later_django.db.sql import hot as hot_sql
 from later_django.db.sql import partitions as partitions_sql
+from later_django.db.statements import Statements
 from later_django.queue_names import column_value
 from later_django.types import ClaimedJob, PartitionLane
 
@@ -47,15 +48,7 @@ if TYPE_CHECKING:
 
 class PostgresHot(HotStore):
     def _claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
-        return self._sql.bind(
-            hot_sql.CLAIM_PG,
-            namespace=request.namespace,
-            queue_column=column_value(request.queue),
-            queue=request.queue,
-            limit=request.limit,
-            owner=request.owner,
-            lease_ms=request.lease_ms,
-        )
+        return plain_claim(self._sql, request)
 
     async def aclaim(
         self, cursor: AsyncCursor[Any], request: ClaimRequest, *, prepare: bool
@@ -117,6 +110,20 @@ def _completion(row: Any) -> Completion:
     return Completion(done_ids=[str(job_id) for job_id in row[0]], released=int(row[1]))
 
 
+def plain_claim(sql: Statements, request: ClaimRequest) -> tuple[str, list[Any]]:
+    """The plain claim of ``request``, bound: the worker's, and a limited
+    queue's without concurrency keys."""
+    return sql.bind(
+        hot_sql.CLAIM_PG,
+        namespace=request.namespace,
+        queue_column=column_value(request.queue),
+        queue=request.queue,
+        limit=request.limit,
+        owner=request.owner,
+        lease_ms=request.lease_ms,
+    )
+
+
 class PostgresLimitStore(LimitStore):
     claim_lock: ClassVar[Statement | None] = hot_sql.CLAIM_KEYED_LOCK_PG
 
@@ -126,15 +133,7 @@ class PostgresLimitStore(LimitStore):
         # The sizes in the text, as the worker's plain claim has them (see
         # sql/hot.py): one prepared statement per size.
         if not keyed:
-            return self._sql.bind(
-                hot_sql.CLAIM_PG,
-                namespace=request.namespace,
-                queue_column=column_value(request.queue),
-                queue=request.queue,
-                limit=request.limit,
-                owner=request.owner,
-                lease_ms=request.lease_ms,
-            )
+            return plain_claim(self._sql, request)
         return self._sql.bind(
             hot_sql.CLAIM_KEYED_PG,
             namespace=request.namespace,

@@ -43,7 +43,7 @@ from later_django.db.sql import hot as hot_sql
 from later_django.db.sql import partitions as partitions_sql
 from later_django.db.sql import sqlite as sqlite_sql
 from later_django.db.sql import upkeep as upkeep_sql
-from later_django.db.statements import VendorSql, Walks, run
+from later_django.db.statements import Statements, VendorSql, Walks, run
 from later_django.db.upkeep import UpkeepStore
 from later_django.queue_names import column_value
 from later_django.states import Stage
@@ -104,15 +104,7 @@ class SqliteEnqueue(EnqueueStore):
 class SqliteHot(HotStore):
     # The worker runs these inline (db/sessions.py).
     def _claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
-        return self._sql.bind(
-            hot_sql.CLAIM_SQLITE,
-            owner=request.owner,
-            lease_ms=request.lease_ms,
-            namespace=request.namespace,
-            queue_column=column_value(request.queue),
-            queue=request.queue,
-            limit=request.limit,
-        )
+        return plain_claim(self._sql, request)
 
     def complete_many(self, cursor: CursorWrapper, batch: SuccessBatch) -> Completion:
         jobs, owner = batch.jobs, batch.owner
@@ -160,20 +152,26 @@ class SqliteUpkeep(UpkeepStore):
         return 0
 
 
+def plain_claim(sql: Statements, request: ClaimRequest) -> tuple[str, list[Any]]:
+    """The plain claim of ``request``, bound: the worker's, and a limited
+    queue's without concurrency keys."""
+    return sql.bind(
+        hot_sql.CLAIM_SQLITE,
+        owner=request.owner,
+        lease_ms=request.lease_ms,
+        namespace=request.namespace,
+        queue_column=column_value(request.queue),
+        queue=request.queue,
+        limit=request.limit,
+    )
+
+
 class SqliteLimitStore(LimitStore):
     def _claim_statement(
         self, request: ClaimRequest, *, keyed: bool, scan: int
     ) -> tuple[str, list[Any]]:
         if not keyed:
-            return self._sql.bind(
-                hot_sql.CLAIM_SQLITE,
-                owner=request.owner,
-                lease_ms=request.lease_ms,
-                namespace=request.namespace,
-                queue_column=column_value(request.queue),
-                queue=request.queue,
-                limit=request.limit,
-            )
+            return plain_claim(self._sql, request)
         return self._sql.bind(
             hot_sql.CLAIM_KEYED_SQLITE,
             owner=request.owner,
