@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(env)
 
     pool = None
+    host_clock = None
     try:
         import django
 
@@ -155,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         from tests.chaos import settings as chaos_settings
         from tests.chaos.procs import WorkerPool
         from tests.chaos.report import Row
+        from tests.chaos.stalls import HostClock
         from tests.chaos.workload import OccurrenceWatcher, Plan, Producer
 
         call_command("later_migrate", verbosity=0)
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = WorkerPool(
             args.workers_processes, args.workers, dict(os.environ), log_dir, args.processes
         )
+        host_clock = HostClock(workdir / "host-stalls.txt")
+        host_clock.start()
         pool.start_all()
         deadline = time.monotonic() + 90
         # One server per process, or per child with --processes.
@@ -262,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         pool.check_exits()  # a process that exited by itself is a violation in the report
         forced = pool.stop_all()
         watcher.finish()
+        host_stalls = host_clock.stop()
         end = time.time()
         print(
             f"  drained at +{drained - t_start:.1f}s ({len(pending)} pending); workers stopped",
@@ -300,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             "plan": plan,
             "rows": rows,
             "faults": injector.events,
+            "host_stalls": host_stalls,
             "lives": pool.lives,
             "forced": forced,
             "times": {
@@ -333,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return EXIT_ERROR
     finally:
+        if host_clock is not None:
+            host_clock.stop()
         if pool is not None:
             pool.stop_all(timeout=10)
         if pg is not None:

@@ -10,8 +10,10 @@ Definitions (docs/project/chaos.md):
 - **duplicate run**: a handler run of a job whose previous run did not end in
   a recorded failure (a retry after a raised error is not a duplicate). It is
   *explained* when the previous run's process was killed or paused between
-  that run's start and the duplicate's start; any other duplicate is a
-  violation;
+  that run's start and the duplicate's start, when its worker stopped it at
+  its lease deadline during a database fault, or when the whole host stalled
+  then (``stalls``: a sentinel process woke a second or more late); any
+  other duplicate is a violation;
 - **overlapping runs**: two runs of one job whose [start, end] intervals
   intersect (``find_overlaps``). Allowed only when the older run's process
   was stopped (SIGSTOP) when the overlap began and, for an async handler, the
@@ -50,6 +52,7 @@ from later_django.recurring import cron as cron_mod
 from tests.chaos.faults import PROCESS_FAULTS, FaultEvent
 from tests.chaos.procs import Life
 from tests.chaos.records import Run
+from tests.chaos.stalls import HostStall
 from tests.chaos.workload import (
     REASON_DECODE,
     REASON_PARENT,
@@ -265,6 +268,7 @@ def find_overlaps(
     abandoned: set[tuple[str, int]],
     cancelled: set[tuple[str, int]] | None = None,
     slack: float = RESUME_SLACK,
+    host_stalls: list[HostStall] | None = None,
 ) -> list[dict[str, Any]]:
     """Every pair of runs of one job whose [start, end] intervals intersect,
     with the fault behind it and a verdict.
@@ -282,10 +286,15 @@ def find_overlaps(
       of that pause's end (SIGCONT), else it is a violation. The pause of an
       async run is the last one that began before the overlap and ended no
       earlier than ``LATE_START_WINDOW`` before the run started (a process
-      stopped between its claim and its handler's first line);
+      stopped between its claim and its handler's first line). A stall of
+      the whole host (``host_stalls``) is a pause of every process;
     - ``violation``: anything else.
     """
-    pauses: dict[int, list[FaultEvent]] = defaultdict(list)
+    stalls = [
+        FaultEvent(0, "host_stall", stall.start, stall.end, None, "host stall")
+        for stall in host_stalls or []
+    ]
+    pauses: dict[int, list[FaultEvent]] = defaultdict(lambda: list(stalls))
     process_faults: dict[int, list[FaultEvent]] = defaultdict(list)
     for fault in faults:
         if fault.pid is None:
@@ -308,7 +317,7 @@ def find_overlaps(
                 if begin >= until:
                     continue
                 verdict, why, pause, lag = _verdict(
-                    older, o_end, o_by, begin, pauses.get(older.pid, []), abandoned, slack
+                    older, o_end, o_by, begin, pauses[older.pid], abandoned, slack
                 )
                 # The fault behind it: that pause, else the last kill/pause of
                 # the older run's process during it (context for a violation).
@@ -902,6 +911,7 @@ def analyse(
     lease: float,
     grace: float,
     injection_errors: list[str],
+    host_stalls: list[HostStall] | None = None,
     recurring: list[Recurring] | None = None,
     fire_seen: dict[str, int] | None = None,
     recurring_grace: float = 60.0,
@@ -1038,6 +1048,23 @@ def analyse(
                     default=None,
                 )
                 explained = stopped_by
+            # Every process stopped at once: the host did not run them, so
+            # no lease could be renewed (a pause of every process).
+            stall = (
+                None
+                if explained is not None
+                else max(
+                    (
+                        s
+                        for s in host_stalls or []
+                        if min(claimed, prev.start) - 0.05 <= s.end
+                        and s.start <= max(taken, cur.start)
+                        and taken <= s.end + lease + grace + 10
+                    ),
+                    key=lambda s: s.seconds,
+                    default=None,
+                )
+            )
             entry = {
                 "job_id": job_id,
                 "kind": cur.kind,
@@ -1053,6 +1080,7 @@ def analyse(
                 "fault": explained.index if explained else None,
                 "fault_kind": explained.kind if explained else None,
                 "deadline_stop": stopped_by is not None,
+                "host_stall": None if stall is None else round(stall.seconds, 2),
             }
             duplicates.append(entry)
             if explained:
@@ -1061,7 +1089,7 @@ def analyse(
                 recovery_by_kind[explained.kind] = max(
                     recovery_by_kind.get(explained.kind, 0.0), wait
                 )
-    unexplained = [d for d in duplicates if d["fault"] is None]
+    unexplained = [d for d in duplicates if d["fault"] is None and d["host_stall"] is None]
     frozen = [f for f in faults if getattr(f, "db_frozen", False)]
     for dup in unexplained:
         # Still a violation, with a diagnosis: a pause of the process
@@ -1122,7 +1150,9 @@ def analyse(
         runs_by_pid[run.pid].append(run.start)
     # -- overlapping runs ---------------------------------------------------------------
     abandoned, cancelled = worker_log_marks(all_logs)
-    overlaps = find_overlaps(runs, faults, process_deaths(lives, faults), abandoned, cancelled)
+    overlaps = find_overlaps(
+        runs, faults, process_deaths(lives, faults), abandoned, cancelled, host_stalls=host_stalls
+    )
     overlap_summary = summarise_overlaps(overlaps)
     bad_overlaps = [o for o in overlaps if o["verdict"] == "violation"]
     hang_runs = [run for run in runs if run.kind in HANG_KINDS]
@@ -1369,6 +1399,7 @@ def analyse(
                 1 for d in duplicates if d["fault"] is not None and not d["deadline_stop"]
             ),
             "explained_by_deadline_stop": sum(1 for d in duplicates if d["deadline_stop"]),
+            "explained_by_host_stall": sum(1 for d in duplicates if d["host_stall"] is not None),
             "unexplained": len(unexplained),
             "same_attempt_twice": len(same_attempt),
             "by_fault_kind": dict(Counter(d["fault_kind"] for d in duplicates if d["fault"])),
@@ -1389,6 +1420,10 @@ def analyse(
             "injection_errors": injection_errors,
             "events": fault_rows,
         },
+        "host_stalls": [
+            {"at": round(s.start - times["start"], 2), "seconds": round(s.seconds, 2)}
+            for s in host_stalls or []
+        ],
         "longest_wait_after_fault": {"seconds": round(longest[0], 3), "fault": longest[1]},
         "processes_report": {
             "lives": len(lives),
@@ -1521,6 +1556,15 @@ def _order_lines(order: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def _host_stall_line(stalls: list[dict[str, float]]) -> str:
+    text = ", ".join(f"{s['seconds']:.1f}s at +{s['at']:.1f}s" for s in stalls[:5])
+    more = f" and {len(stalls) - 5} more" if len(stalls) > 5 else ""
+    return (
+        f"host stalls        {len(stalls):>8}   (a process that only sleeps woke a second or more "
+        f"late{': ' + text + more if stalls else ''})"
+    )
+
+
 def render(result: dict[str, Any], t0: float) -> str:
     jobs, dups, procs, hung = (
         result["jobs"],
@@ -1552,7 +1596,8 @@ def render(result: dict[str, Any], t0: float) -> str:
         f"unknown rows {jobs['unknown_rows']}",
         f"duplicate runs     {dups['total']:>8}   (explained by a kill/pause of their process: "
         f"{dups['explained_by_kill_or_pause']}, by a stop at the lease deadline during a "
-        f"database fault: {dups['explained_by_deadline_stop']}, NOT explained: "
+        f"database fault: {dups['explained_by_deadline_stop']}, by a stall of the whole "
+        f"host: {dups['explained_by_host_stall']}, NOT explained: "
         f"{dups['unexplained']}; "
         f"same attempt twice: {dups['same_attempt_twice']})",
         f"  by fault kind    {dups['by_fault_kind']}; max time to re-run an interrupted job "
@@ -1560,6 +1605,7 @@ def render(result: dict[str, Any], t0: float) -> str:
         *_overlap_lines(result["overlapping_runs"], t0),
         *_recurring_lines(result.get("recurring")),
         *_order_lines(result.get("order")),
+        _host_stall_line(result.get("host_stalls", [])),
         f"longest wait after a fault: {result['longest_wait_after_fault']['seconds']:.2f}s "
         f"(fault #{result['longest_wait_after_fault']['fault']})",
         "",

@@ -1,5 +1,6 @@
 """The chaos report's overlapping-runs analysis (tests/chaos/report.py), on
-synthetic handler records, faults and worker logs: no database, no process.
+synthetic handler records, faults and worker logs: no database, and no
+process but the host-stall sentinel's.
 
 Two runs of one job may overlap only when the older run's process was
 stopped (SIGSTOP) and, for an async handler, the run ended within 100 ms of
@@ -12,6 +13,9 @@ registration and its removal, and each must run, never before its fire time.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +35,7 @@ from tests.chaos.report import (
     unattended_spans,
     worker_log_marks,
 )
+from tests.chaos.stalls import HostClock, HostStall, read_stalls
 from tests.chaos.workload import Plan, Recurring
 
 JOB = "01m8rjk1723gqtq0t5q2pach91"
@@ -257,6 +262,7 @@ def _analyse(
     rows: dict[str, Row] | None = None,
     recurring: list[Recurring] | None = None,
     plan: Plan | None = None,
+    host_stalls: list[HostStall] | None = None,
 ):
     lives = []
     for slot, pid in enumerate((OLD, NEW)):
@@ -280,6 +286,7 @@ def _analyse(
         lease=3.0,
         grace=1.0,
         injection_errors=[],
+        host_stalls=host_stalls,
         recurring=recurring,
         recurring_grace=60.0,
         schedule_ahead=0.6,
@@ -356,6 +363,38 @@ def test_a_run_stopped_at_its_deadline_during_a_database_fault_is_explained(tmp_
     # Nor is a deadline stop with no database fault around it.
     result = _analyse(tmp_path, runs, [], stopped)
     assert result["duplicates"]["unexplained"] == 1
+
+
+def test_a_duplicate_after_a_stall_of_the_whole_host_is_explained(tmp_path):
+    # The host ran nothing from 7.4 s to 15.9 s: the first run's lease ran out,
+    # and the same process ran the job again after the stall.
+    runs = [run(1, OLD, 6.0, 16.1), run(2, OLD, 15.95, 17.4)]
+    stall = HostStall(7.4, 15.9)
+    result = _analyse(tmp_path, runs, [], host_stalls=[stall])
+    dups = result["duplicates"]
+    assert (dups["total"], dups["explained_by_host_stall"], dups["unexplained"]) == (1, 1, 0)
+    text = render(result, 0.0)
+    assert "by a stall of the whole host: 1, NOT explained: 0" in text
+    assert "(a process that only sleeps woke a second or more late: 8.5s at +7.4s)" in text
+    # A stall long before the run explains nothing.
+    result = _analyse(tmp_path, runs, [], host_stalls=[HostStall(1.0, 3.0)])
+    assert result["duplicates"]["unexplained"] == 1 and not result["passed"]
+    assert "by a stall of the whole host: 0, NOT explained: 1" in render(result, 0.0)
+
+
+def test_the_sentinel_writes_the_stalls_it_sees(tmp_path):
+    clock = HostClock(tmp_path / "stalls.txt")
+    clock.start()
+    assert clock._process is not None
+    pid = clock._process.pid
+    os.kill(pid, signal.SIGSTOP)  # the host "stops" the sentinel
+    time.sleep(1.3)  # the stall itself: nothing to poll for while it lasts
+    os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while not read_stalls(tmp_path / "stalls.txt") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stalls = clock.stop()
+    assert any(1.2 <= stall.seconds <= 5.0 for stall in stalls), stalls
 
 
 # -- recurring schedules ------------------------------------------------------------------
