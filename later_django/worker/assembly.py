@@ -18,7 +18,7 @@ from later_django.maintenance.runner import Maintenance
 from later_django.maintenance.steps import StepContext
 from later_django.threaded_store import ThreadedStore, new_pool
 from later_django.worker.atomic import AtomicRunner
-from later_django.worker.claimer import Claimer
+from later_django.worker.claimer import Claimer, ClaimSetup
 from later_django.worker.completer import Completer
 from later_django.worker.executor import Executor
 from later_django.worker.handler_threads import HandlerThreads
@@ -79,17 +79,20 @@ def build_parts(plan: ServerPlan) -> Parts:
     leases = LeaseBook(
         store=store, pool=service_pool, owner=plan.server_id, lease_ms=lease_ms, holders=pools
     )
-    partitions = PartitionClaimer(
+    setup = ClaimSetup(
         alias=plan.alias,
         namespace=plan.namespace,
         owner=plan.server_id,
         store=store,
         pool=service_pool,
         leases=leases,
+        prepare=plan.prepare,
+    )
+    partitions = PartitionClaimer(
+        setup,
         wake=PartitionWakeup(),
         partition_lease_ms=conf.millis("PARTITION_LEASE_DURATION"),
         server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
-        prepare=plan.prepare,
     )
     wakes = {name: Wakeup() for name in plan.served}
     notifier = _notifier(plan, store, wakes, partitions)
@@ -114,7 +117,7 @@ def build_parts(plan: ServerPlan) -> Parts:
         tasks=services,
         poll_interval=_poll_interval(notifier),
     )
-    queues = _queues(plan, store, service_pool, leases, wakes, pools.add, make_pool)
+    queues = _queues(plan, setup, wakes, pools.add, make_pool)
     partition_pool = pools.add(
         make_pool(
             claimer=partitions,
@@ -180,9 +183,7 @@ def _completer(
 
 def _queues(
     plan: ServerPlan,
-    store: ThreadedStore,
-    service_pool: ThreadPoolExecutor,
-    leases: LeaseBook,
+    setup: ClaimSetup,
     wakes: dict[str, Wakeup],
     add_pool: Callable[[WorkerPool], WorkerPool],
     make_pool: Callable[..., WorkerPool],
@@ -190,18 +191,7 @@ def _queues(
     """The workers of each served queue: a claimer and a pool apiece."""
     queues: list[QueueWorkers] = []
     for name, count in plan.served.items():
-        claimer = Claimer(
-            alias=plan.alias,
-            namespace=plan.namespace,
-            owner=plan.server_id,
-            store=store,
-            pool=service_pool,
-            leases=leases,
-            wake=wakes[name],
-            queue=name,
-            limits=plan.limits.get(name),
-            prepare=plan.prepare,
-        )
+        claimer = Claimer(setup, wake=wakes[name], queue=name, limits=plan.limits.get(name))
         # Workers are numbered across queues, so logs and metrics tell them apart.
         first_id = sum(queue.workers for queue in queues)
         pool = add_pool(
@@ -213,7 +203,9 @@ def _queues(
                 wake_when_stored=claimer.limits is not None and claimer.limits.keyed,
             )
         )
-        queues.append(QueueWorkers(name, count, claimer.wake, claimer, pool, store, plan.autoscale))
+        queues.append(
+            QueueWorkers(name, count, claimer.wake, claimer, pool, setup.store, plan.autoscale)
+        )
     return queues
 
 

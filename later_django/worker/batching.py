@@ -36,7 +36,6 @@ class Coalescer(Generic[Req, Res]):
         self._pending: list[tuple[Req, asyncio.Future[Res]]] = []
         self._task: asyncio.Task[None] | None = None
         self.flush_started: float | None = None
-        self.flushes = 0
 
     async def submit(self, request: Req) -> Res:
         return await self.submit_nowait(request)
@@ -77,7 +76,6 @@ class Coalescer(Generic[Req, Res]):
                 continue
             finally:
                 self.flush_started = None
-                self.flushes += 1
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)

@@ -14,11 +14,11 @@ spent, its workers wait without a claim for the next window.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from later_django.db.rows import ClaimRequest, LimitedClaimRequest, OwnerFence
@@ -36,31 +36,96 @@ MAX_CLAIM_BATCH = 255  # the most workers a server runs
 SINCE_MARGIN_MS = 100  # how far before an abandoned claim's send its jobs are looked for
 
 
-class Claimer:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimSetup:
+    """What every claimer of a server shares."""
+
+    alias: str
+    namespace: str
+    owner: str
+    store: ThreadedStore
+    pool: ThreadPoolExecutor  # give-backs and reads off the claims' connection
+    leases: LeaseBook
+    prepare: bool  # whether the claims' session prepares later's statements
+
+
+class ClaimerBase:
+    """Claims on a connection of their own, and spares: jobs claimed for a
+    worker that had not taken them yet, kept for the next one."""
+
+    def __init__(self, setup: ClaimSetup) -> None:
+        self.namespace, self.owner = setup.namespace, setup.owner
+        self.store, self.pool, self.leases = setup.store, setup.pool, setup.leases
+        self.sessions = WorkerSessions(setup.alias, prepare=setup.prepare)
+        self._spares: deque[ClaimedJob] = deque()
+        self._giving_back: set[asyncio.Task[bool]] = set()
+
+    def _spare(self) -> ClaimedJob | None:
+        """The first spare whose lease is still confirmed."""
+        while self._spares:
+            job = self._spares.popleft()
+            if self.leases.confirmed((job.id, job.attempts)):
+                return job
+            # Kept aside past its lease's deadline: no longer safe to start,
+            # so given back now rather than left to the stuck-job recovery.
+            self._give_back_later(job)
+        return None
+
+    def _give_back_later(self, job: ClaimedJob) -> None:
+        task = asyncio.create_task(self._give_back(job), name="later-give-back")
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+
+    def drop(self, claim: Claim) -> None:
+        """Forget a spare whose lease was given up."""
+        for job in list(self._spares):
+            if (job.id, job.attempts) == claim:
+                self._spares.remove(job)
+
+    async def release_spares(self) -> None:
+        """Give back the jobs claimed for workers that stopped before taking
+        them (at shutdown): they run again at once, elsewhere."""
+        spares, self._spares = list(self._spares), deque()
+        await self.give_back(spares)
+        if self._giving_back:
+            await asyncio.wait(self._giving_back)
+
+    async def give_back(self, jobs: list[ClaimedJob]) -> int:
+        """Give back ``jobs``, whose handlers this server stopped itself (they
+        run again at once, the attempt not counted); return how many."""
+        given = 0
+        for job in jobs:
+            given += await self._give_back(job)
+            self.leases.release((job.id, job.attempts))
+        return given
+
+    async def _give_back(self, job: ClaimedJob) -> bool:
+        try:
+            return await self._unclaim(job.id, job.attempts)
+        except Exception as exc:  # noqa: BLE001  its lease recovers it instead
+            logger.warning("could not give back job %s: %s", job.id, exc)
+            return False
+
+    async def _unclaim(self, job_id: str, attempts: int) -> bool:
+        fence = OwnerFence(job_id=job_id, attempts=attempts, owner=self.owner)
+        return bool(await self.store.run(self.pool, lambda d, c: d.hot.unclaim(c, fence)))
+
+    async def close(self) -> None:
+        await self.sessions.close()
+
+
+class Claimer(ClaimerBase):
     def __init__(
         self,
+        setup: ClaimSetup,
         *,
-        alias: str,
-        namespace: str,
-        owner: str,
-        store: ThreadedStore,
-        pool: ThreadPoolExecutor,
-        leases: LeaseBook,
         wake: Wakeup,
-        prepare: bool,
         queue: str = "default",
         limits: QueueLimits | None = None,
     ) -> None:
-        self.namespace = namespace
-        # The queue it claims from.
+        super().__init__(setup)
         self.queue = queue
-        self.owner = owner
-        self.store = store
-        self.pool = pool
-        self.leases = leases
         self.wake = wake
-        self.sessions = WorkerSessions(alias, prepare=prepare)
-        self._spares: deque[ClaimedJob] = deque()
         # The limits its claims keep; None: the plain claim.
         self.limits = limits
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
@@ -75,20 +140,12 @@ class Claimer:
         # When the shared claim abandoned last was sent (time.monotonic()),
         # until the next claim has given back what it may have taken.
         self._abandoned_at: float | None = None
-        self._giving_back: set[asyncio.Task[bool]] = set()
 
     async def claim(self) -> ClaimedJob | None:
         """Claim one job for the calling worker, or None when none is ready."""
-        while self._spares:
-            job = self._spares.popleft()
-            if self.leases.confirmed((job.id, job.attempts)):
-                return job
-            # Kept aside past its lease's deadline: no longer safe to start,
-            # so given back now rather than left to the stuck-job recovery.
-            self.leases.release((job.id, job.attempts))
-            task = asyncio.create_task(self._give_back(job), name="later-give-back")
-            self._giving_back.add(task)
-            task.add_done_callback(self._giving_back.discard)
+        job = self._spare()
+        if job is not None:
+            return job
         if self._resume_at is not None:
             if asyncio.get_running_loop().time() < self._resume_at:
                 return None  # the rate limit is spent until then: no claim could start a job
@@ -164,38 +221,9 @@ class Claimer:
             self._spares.append(job)
             self.wake.wake(1)
 
-    def drop(self, claim: Claim) -> None:
-        """Forget a spare whose lease was given up."""
-        for job in list(self._spares):
-            if (job.id, job.attempts) == claim:
-                self._spares.remove(job)
-
-    async def release_spares(self) -> None:
-        """Give back jobs claimed for workers that stopped before taking them."""
-        spares, self._spares = list(self._spares), deque()
-        await self.give_back(spares)
-        if self._giving_back:
-            await asyncio.wait(self._giving_back)
-
-    async def give_back(self, jobs: list[ClaimedJob]) -> int:
-        """Give back ``jobs``, whose handlers this server stopped itself (they
-        run again at once, the attempt not counted); return how many."""
-        given = 0
-        for job in jobs:
-            given += await self._give_back(job)
-            self.leases.release((job.id, job.attempts))
-        return given
-
-    async def _give_back(self, job: ClaimedJob) -> bool:
-        try:
-            return await self._unclaim_now(job.id, job.attempts)
-        except Exception as exc:  # noqa: BLE001  its lease recovers it instead
-            logger.warning("could not give back job %s: %s", job.id, exc)
-            return False
-
-    async def _unclaim_now(self, job_id: str, attempts: int) -> bool:
-        unclaim = functools.partial(self._unclaim, job_id, attempts)
-        return bool(await self.store.run(self.pool, unclaim))
+    def _give_back_later(self, job: ClaimedJob) -> None:
+        self.leases.release((job.id, job.attempts))
+        super()._give_back_later(job)
 
     async def _give_back_abandoned(self, sent: float) -> None:
         """Give back the jobs a claim sent at ``sent`` took, if it committed.
@@ -218,7 +246,7 @@ class Claimer:
         claims = await self.store.run(self.pool, since_sent)
         # Read here, on the loop: no claim of this server runs meanwhile.
         unheld = [claim for claim in claims if self.leases.until(claim) is None]
-        given = [job_id for job_id, attempts in unheld if await self._unclaim_now(job_id, attempts)]
+        given = [job_id for job_id, attempts in unheld if await self._unclaim(job_id, attempts)]
         if given:
             self.wake.wake(len(given))
             logger.warning(
@@ -227,10 +255,6 @@ class Claimer:
                 ", ".join(given),
                 extra={"action": "abandoned_claim_given_back"},
             )
-
-    def _unclaim(self, job_id: str, attempts: int, dialect: Any, cursor: Any) -> bool:
-        fence = OwnerFence(job_id=job_id, attempts=attempts, owner=self.owner)
-        return bool(dialect.hot.unclaim(cursor, fence))
 
     def hung_since(self) -> float | None:
         """When the shared claim now in the database started, if one is."""
@@ -249,4 +273,4 @@ class Claimer:
         if self._resume_timer is not None:
             self._resume_timer.cancel()
         self._claims.reset()
-        await self.sessions.close()
+        await super().close()

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from later_django import events
 from later_django.db.errors import is_transient
@@ -29,6 +29,7 @@ from later_django.worker.batching import Coalescer
 from later_django.worker.executor import Outcome
 from later_django.worker.lease_book import EXPIRED, Claim, LeaseBook
 from later_django.worker.outcome_writes import store_failure, store_partition_outcome
+from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.status import OutcomeCounts
 
 logger = logging.getLogger(__name__)
@@ -56,16 +57,6 @@ OUTCOME_STAGES = {
 }
 
 
-class Lanes(Protocol):
-    """The partition claimer, as the completer tells it of heads: should a
-    success claim the next head too, a next head so claimed, a head's
-    outcome stored or given up (worker/partitions.py)."""
-
-    def wants_next(self, job: ClaimedJob) -> bool: ...
-    def next_head(self, job: ClaimedJob) -> None: ...
-    def done(self, job: ClaimedJob) -> None: ...
-
-
 class Completer:
     def __init__(
         self,
@@ -78,7 +69,7 @@ class Completer:
         leases: LeaseBook,
         wake: Callable[[int], None],
         maintenance: Maintenance,
-        lanes: Lanes,
+        lanes: PartitionClaimer,
         outcomes: OutcomeCounts,
         prepare: bool,
     ) -> None:
@@ -134,12 +125,12 @@ class Completer:
             if stored.cancelled() or error is not None:
                 self._log_finish_error(job, error or "cancelled")
                 retry = self._finish_in_task(job, outcome, ran, unsure=True)
-                retry.add_done_callback(lambda _: _resolve(finished))
+                retry.add_done_callback(lambda _: resolve(finished))
                 return
             self.unstored.pop(claim, None)
             self.leases.release(claim)
             self._stored(job, outcome, "succeeded" if stored.result() else None, ran)
-            _resolve(finished)
+            resolve(finished)
 
         self._completions.submit_nowait(claim).add_done_callback(on_stored)
         return finished
@@ -356,43 +347,26 @@ class Completer:
             )
             return
         self.outcomes.add(stored)
-        if stored == "failed":
-            logger.error(
-                "job %s (%s) failed on attempt %d: %s",
-                job.id,
-                job.type_name,
-                job.attempt,
-                _first_line(outcome.error),
-                extra=extra,
-                exc_info=outcome.exc,
-            )
-        elif stored == "cancelled":
-            logger.info(
-                "job %s (%s) cancelled on attempt %d",
-                job.id,
-                job.type_name,
-                job.attempt,
-                extra=extra,
-            )
-        elif stored == "snoozed":
-            logger.info(
-                "job %s (%s) snoozed for %d ms",
-                job.id,
-                job.type_name,
-                outcome.delay_ms or 0,
-                extra=extra,
-            )
-        elif stored == "retry":
-            logger.warning(
-                "job %s (%s) attempt %d failed, retrying: %s",
-                job.id,
-                job.type_name,
-                job.attempt,
-                _first_line(outcome.error),
-                extra=extra,
-            )
-        else:
+        if stored == "succeeded":
             logger.debug("job %s (%s) succeeded", job.id, job.type_name, extra=extra)
+            return
+        error = _first_line(outcome.error)
+        level, message, args = {
+            "failed": (logging.ERROR, "failed on attempt %d: %s", (job.attempt, error)),
+            "cancelled": (logging.INFO, "cancelled on attempt %d", (job.attempt,)),
+            "snoozed": (logging.INFO, "snoozed for %d ms", (outcome.delay_ms or 0,)),
+            "retry": (logging.WARNING, "attempt %d failed, retrying: %s", (job.attempt, error)),
+        }[stored]
+        exc_info = outcome.exc if stored == "failed" else None
+        logger.log(
+            level,
+            "job %s (%s) " + message,
+            job.id,
+            job.type_name,
+            *args,
+            extra=extra,
+            exc_info=exc_info,
+        )
 
     # -- shutdown ---------------------------------------------------------------
     def hung_since(self) -> float | None:
@@ -436,7 +410,7 @@ class Completer:
         await self.sessions.close()
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from later_django import registry
 from later_django.types import ClaimedJob
-from later_django.worker.completer import Completer, Ran
+from later_django.worker.completer import Completer, Ran, resolve
 from later_django.worker.executor import Outcome
 
 logger = logging.getLogger(__name__)
@@ -61,14 +61,9 @@ class Overruns:
         def on_return(_: object) -> None:
             # In the handler's thread; a loop closed since has nobody waiting.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve, returned)
+                loop.call_soon_threadsafe(resolve, returned)
 
         thread.add_done_callback(on_return)
         await returned
         stored = self.completer.store_outcome(job, replace(outcome, thread=None), ran)
         stored.add_done_callback(self.on_stored)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

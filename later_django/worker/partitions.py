@@ -17,16 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from later_django.db.rows import OwnerFence, PartitionClaimRequest
-from later_django.db.sessions import WorkerSessions
+from later_django.db.rows import PartitionClaimRequest
 from later_django.partitions.hashing import owner_of
 from later_django.states import Stage
-from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob, PartitionLane
-from later_django.worker.lease_book import Claim, LeaseBook
+from later_django.worker.claimer import ClaimerBase, ClaimSetup
+from later_django.worker.lease_book import Claim
 from later_django.worker.notifier import Wakeup
 
 logger = logging.getLogger(__name__)
@@ -57,39 +55,25 @@ class PartitionWakeup(Wakeup):
         super().wake(1)
 
 
-class PartitionClaimer:
+class PartitionClaimer(ClaimerBase):
     def __init__(
         self,
+        setup: ClaimSetup,
         *,
-        alias: str,
-        namespace: str,
-        owner: str,
-        store: ThreadedStore,
-        pool: ThreadPoolExecutor,
-        leases: LeaseBook,
         wake: PartitionWakeup,
         partition_lease_ms: int,
         server_ttl_ms: int,
-        prepare: bool,
     ) -> None:
-        self.namespace = namespace
-        self.owner = owner
-        # Claims and looks for ready heads, on a connection of their own as
-        # the claims of plain jobs; membership and releases on the store.
-        self.sessions = WorkerSessions(alias, prepare=prepare)
-        self.store = store
-        self.pool = pool
-        self.leases = leases
+        # Claims and looks for ready heads go through its own connection, as
+        # the claims of plain jobs; membership and releases through the store.
+        super().__init__(setup)
         self.wake = wake
         self.partition_lease_ms = partition_lease_ms
         self.server_ttl_ms = server_ttl_ms
-        self.servers: list[str] = [owner]  # live topic servers, this one included
+        self.servers: list[str] = [self.owner]  # live topic servers, this one included
         self.held: dict[Key, int] = {}  # partition leases held: their epoch
         self.busy: dict[Key, Claim] = {}  # partitions with a head in flight here
         self._ready: deque[Key] = deque()
-        # Next heads a success claimed, not started yet.
-        self._spares: deque[ClaimedJob] = deque()
-        self._giving_back: set[asyncio.Task[None]] = set()
         self.stopping = False  # claim no next head with a success
         # Partitions whose lease another live server held at our last try:
         # not tried again before the next refresh (it lets go of what it no
@@ -106,14 +90,10 @@ class PartitionClaimer:
     async def claim(self) -> ClaimedJob | None:
         """Claim the ready head of a partition this server wins and runs
         nothing in, or return None when there is none."""
-        while self._spares:
-            spare = self._spares.popleft()
-            if self.leases.confirmed((spare.id, spare.attempts)):
-                return spare
-            # Kept aside past its lease's deadline: no longer safe to start.
-            task = asyncio.create_task(self._give_back(spare), name="later-give-back")
-            self._giving_back.add(task)
-            task.add_done_callback(self._giving_back.discard)
+        # Its spares: next heads a success claimed, not started yet.
+        spare = self._spare()
+        if spare is not None:
+            return spare
         for _ in range(2):
             while self._ready:
                 key = self._ready.popleft()
@@ -225,31 +205,16 @@ class PartitionClaimer:
     def drop(self, claim: Claim) -> None:
         """``claim``'s job lease was given up: its partition is free here (its
         head stays running until the stuck-job recovery requeues it)."""
-        for job in list(self._spares):
-            if (job.id, job.attempts) == claim:
-                self._spares.remove(job)
+        super().drop(claim)
         for key, held in list(self.busy.items()):
             if held == claim:
                 del self.busy[key]
 
-    async def release_spares(self) -> None:
-        """Give back the next heads claimed for workers that stopped before
-        taking them (at shutdown): they run again at once, elsewhere."""
-        spares, self._spares = list(self._spares), deque()
-        for job in spares:
-            await self._give_back(job)
-        if self._giving_back:
-            await asyncio.wait(self._giving_back)
-
-    async def _give_back(self, job: ClaimedJob) -> None:
-        claim = (job.id, job.attempts)
-        fence = OwnerFence(job_id=job.id, attempts=job.attempts, owner=self.owner)
-        try:
-            await self.store.run(self.pool, lambda d, c: d.hot.unclaim(c, fence))
-        except Exception as exc:  # noqa: BLE001  its lease recovers it instead
-            logger.warning("could not give back job %s: %s", job.id, exc)
-        self.leases.release(claim)
+    async def _give_back(self, job: ClaimedJob) -> bool:
+        given = await super()._give_back(job)
+        self.leases.release((job.id, job.attempts))
         self.done(job)
+        return given
 
     # -- membership and partition leases ----------------------------------------------
     async def refresh(self) -> None:
@@ -295,9 +260,6 @@ class PartitionClaimer:
                 c, namespace=self.namespace, owner=self.owner, partition=key
             ),
         )
-
-    async def close(self) -> None:
-        await self.sessions.close()
 
     def release_all(self, dialect: Any, cursor: Any) -> None:
         """Let go of every partition lease (a graceful stop): the winners

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 logger = logging.getLogger(__name__)
 
@@ -116,16 +116,6 @@ class StatusReporter:
             result.recovered,
             "unknown" if ready is None else ready,
             result.workers,
-            extra={
-                "action": "worker_status",
-                "seconds": result.seconds,
-                "succeeded": result.succeeded,
-                "failed": result.failed,
-                "retried": result.retried,
-                "recovered": result.recovered,
-                "per_second": result.per_second,
-                "ready": result.ready,
-                "workers": result.workers,
-            },
+            extra={"action": "worker_status", **asdict(result), "per_second": result.per_second},
         )
         return result

@@ -18,7 +18,7 @@ from django.db import connections
 import later_django as later
 from later_django.db.rows import ClaimRequest
 from later_django.threaded_store import ThreadedStore
-from later_django.worker.claimer import Claimer
+from later_django.worker.claimer import Claimer, ClaimSetup
 from later_django.worker.lease_book import LeaseBook
 from later_django.worker.notifier import Wakeup
 from tests.conformance.helpers import claim
@@ -197,16 +197,16 @@ def test_a_spare_kept_past_its_deadline_is_given_back_to_the_database(later_db: 
             book = LeaseBook(
                 store=store, pool=pool, owner=OWNER, lease_ms=30_000, holders=Holders()
             )
-            claimer = Claimer(
+            setup = ClaimSetup(
                 alias=later_db.alias,
                 namespace="default",
                 owner=OWNER,
                 store=store,
                 pool=pool,
                 leases=book,
-                wake=Wakeup(),
                 prepare=True,
             )
+            claimer = Claimer(setup, wake=Wakeup())
             [spare] = await claimer.sessions.claim(
                 ClaimRequest(namespace="default", owner=OWNER, limit=1, lease_ms=30_000)
             )
