@@ -51,7 +51,6 @@ class Parts:
     service_pool: ThreadPoolExecutor  # renewals, heartbeat, readings, extensions' calls
     services: ServiceGroup
     pools: WorkerPools
-    leader: Leader
     leases: LeaseBook
     maintenance: Maintenance
     completer: Completer
@@ -95,27 +94,44 @@ def build_parts(plan: ServerPlan) -> Parts:
         server_ttl_ms=conf.millis("PARTITION_HEARTBEAT_TTL"),
     )
     wakes = {name: Wakeup() for name in plan.served}
-    notifier = _notifier(plan, store, wakes, partitions)
+    notifier = Notifier(
+        wakes,
+        alias=plan.alias,
+        namespace=plan.namespace,
+        listen=store.dialect.supports_listen,
+        watch=store.dialect.supports_change_counter,
+        partitions=partitions if plan.topics else None,
+        keyed=frozenset(name for name, found in plan.limits.items() if found.keyed),
+    )
     # Jobs became ready in queues this server cannot tell (continuations
     # released, delayed jobs promoted): the workers of each look.
     maintenance = _maintenance(plan, store, leader, wake=notifier.wake_all, outcomes=outcomes)
-    completer = _completer(
-        plan,
-        store,
-        leases,
+    retention_ms = conf.millis("DASHBOARD_RETENTION")
+    completer = Completer(
+        setup,
+        retention_ms=retention_ms,
+        # Claims and successes go through connections of their own; only
+        # failures and retries use this pool, one statement each.
+        pool=new_pool("db", 1 if store.dialect.single_writer else DB_THREADS),
         wake=notifier.wake_all,
         maintenance=maintenance,
         lanes=partitions,
         outcomes=outcomes,
     )
     handler_threads = HandlerThreads(MAX_WORKERS + 1)
+    poll = conf.seconds("POLL_INTERVAL")
     make_pool = partial(
         WorkerPool,
         completer=completer,
-        executor=_executor(plan, handler_threads),
+        executor=Executor(
+            handler_threads,
+            app=build_app(),
+            atomic=AtomicRunner(alias=plan.alias, owner=plan.server_id, retention_ms=retention_ms),
+            traced=tracing.enabled(),
+        ),
         owner=plan.server_id,
         tasks=services,
-        poll_interval=_poll_interval(notifier),
+        poll_interval=max(poll, PG_BACKSTOP_POLL) if notifier.listen else poll,
     )
     queues = _queues(plan, setup, wakes, pools.add, make_pool)
     partition_pool = pools.add(
@@ -131,7 +147,6 @@ def build_parts(plan: ServerPlan) -> Parts:
         service_pool=service_pool,
         services=services,
         pools=pools,
-        leader=leader,
         leases=leases,
         maintenance=maintenance,
         completer=completer,
@@ -151,33 +166,6 @@ def build_parts(plan: ServerPlan) -> Parts:
             outcomes, partial(ready_backlog, queues), partial(worker_count, queues)
         ),
         handler_threads=handler_threads,
-    )
-
-
-def _completer(
-    plan: ServerPlan,
-    store: ThreadedStore,
-    leases: LeaseBook,
-    *,
-    wake: Callable[[int | None], None],
-    maintenance: Maintenance,
-    lanes: PartitionClaimer,
-    outcomes: OutcomeCounts,
-) -> Completer:
-    return Completer(
-        alias=plan.alias,
-        owner=plan.server_id,
-        retention_ms=conf.millis("DASHBOARD_RETENTION"),
-        store=store,
-        # Claims and successes go through connections of their own; only
-        # failures and retries use this pool, one statement each.
-        pool=new_pool("db", 1 if store.dialect.single_writer else DB_THREADS),
-        leases=leases,
-        wake=wake,
-        maintenance=maintenance,
-        lanes=lanes,
-        outcomes=outcomes,
-        prepare=plan.prepare,
     )
 
 
@@ -203,24 +191,8 @@ def _queues(
                 wake_when_stored=claimer.limits is not None and claimer.limits.keyed,
             )
         )
-        queues.append(
-            QueueWorkers(name, count, claimer.wake, claimer, pool, setup.store, plan.autoscale)
-        )
+        queues.append(QueueWorkers(name, count, claimer.wake, claimer, pool, plan.autoscale))
     return queues
-
-
-def _notifier(
-    plan: ServerPlan, store: ThreadedStore, wakes: dict[str, Wakeup], partitions: PartitionClaimer
-) -> Notifier:
-    return Notifier(
-        wakes,
-        alias=plan.alias,
-        namespace=plan.namespace,
-        listen=store.dialect.supports_listen,
-        watch=store.dialect.supports_change_counter,
-        partitions=partitions if plan.topics else None,
-        keyed=frozenset(name for name, found in plan.limits.items() if found.keyed),
-    )
 
 
 def _maintenance(
@@ -252,21 +224,3 @@ def _maintenance(
         wake=wake,
         on_rescued=outcomes.add_recovered,
     )
-
-
-def _executor(plan: ServerPlan, handler_threads: HandlerThreads) -> Executor:
-    return Executor(
-        handler_threads,
-        app=build_app(),
-        atomic=AtomicRunner(
-            alias=plan.alias,
-            owner=plan.server_id,
-            retention_ms=conf.millis("DASHBOARD_RETENTION"),
-        ),
-        traced=tracing.enabled(),
-    )
-
-
-def _poll_interval(notifier: Notifier) -> float:
-    poll = conf.seconds("POLL_INTERVAL")
-    return max(poll, PG_BACKSTOP_POLL) if notifier.listen else poll

@@ -38,7 +38,7 @@ SINCE_MARGIN_MS = 100  # how far before an abandoned claim's send its jobs are l
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimSetup:
-    """What every claimer of a server shares."""
+    """What the claimers and the completer of a server share."""
 
     alias: str
     namespace: str

@@ -23,11 +23,11 @@ from later_django.db.rows import HeadSuccesses, TaskAttemptEnd
 from later_django.db.sessions import WorkerSessions
 from later_django.events import OutcomeKind
 from later_django.maintenance.runner import Maintenance
-from later_django.threaded_store import ThreadedStore
 from later_django.types import ClaimedJob
 from later_django.worker.batching import Coalescer
+from later_django.worker.claimer import ClaimSetup
 from later_django.worker.executor import Outcome
-from later_django.worker.lease_book import EXPIRED, Claim, LeaseBook
+from later_django.worker.lease_book import EXPIRED, Claim
 from later_django.worker.outcome_writes import store_failure, store_partition_outcome
 from later_django.worker.partitions import PartitionClaimer
 from later_django.worker.status import OutcomeCounts
@@ -60,27 +60,21 @@ OUTCOME_STAGES = {
 class Completer:
     def __init__(
         self,
+        setup: ClaimSetup,
         *,
-        alias: str,
-        owner: str,
         retention_ms: int,
-        store: ThreadedStore,
         pool: ThreadPoolExecutor,
-        leases: LeaseBook,
         wake: Callable[[int], None],
         maintenance: Maintenance,
         lanes: PartitionClaimer,
         outcomes: OutcomeCounts,
-        prepare: bool,
     ) -> None:
-        self.owner = owner
+        self.owner, self.store, self.leases = setup.owner, setup.store, setup.leases
         self.retention_ms = retention_ms
-        self.store = store
         self.pool = pool
-        self.leases = leases
         self.wake = wake
         self.maintenance = maintenance
-        self.sessions = WorkerSessions(alias, prepare=prepare)
+        self.sessions = WorkerSessions(setup.alias, prepare=setup.prepare)
         # Partition heads' ends: their partition may run its next head.
         self.lanes = lanes
         self.outcomes = outcomes  # stored since the last status line

@@ -132,7 +132,10 @@ class Executor:
                         result = await _wait_sync_within(limit_ms, ran, started, ctx)
                     except JobTimeout as exc:
                         outcome = outcome_of_error(job, handler, ctx, payload, exc)
-                        return _abandoned(with_attempt_end(outcome, ctx), started)
+                        outcome = with_attempt_end(outcome, ctx)
+                        # A thread still running goes with it (worker/overruns.py
+                        # holds a keyed job's outcome until it returns).
+                        return outcome if started.done() else replace(outcome, thread=started)
                 if handler.atomic:
                     return committed_outcome(result)
         except asyncio.CancelledError:
@@ -201,12 +204,6 @@ async def _wait_sync_within(
             extra={"action": action, "job_id": ctx.job_id},
         )
         raise _timed_out(limit_ms) from None
-
-
-def _abandoned(outcome: Outcome, call: Future[Any]) -> Outcome:
-    """``outcome`` of a sync handler past its timeout, with its ``call`` if
-    its thread still runs (worker/overruns.py holds a keyed job's)."""
-    return outcome if call.done() else replace(outcome, thread=call)
 
 
 def _timed_out(limit_ms: int) -> JobTimeout:

@@ -35,19 +35,15 @@ class ServerFacts(Protocol):
     @property
     def limits(self) -> Mapping[str, QueueLimits]:
         """The served queues with limits, and what their claims keep."""
-        ...
 
     async def run_db(self, op: Callable[[Dialect, CursorWrapper], T]) -> T:
         """Run ``op(dialect, cursor)`` on the server's service pool."""
-        ...
 
     def worker_counts(self) -> tuple[int, int]:
         """(workers, busy workers) now."""
-        ...
 
     def partition_local(self) -> PartitionLocal:
         """This server's partition leases, workers and claim counts now."""
-        ...
 
 
 class Extension(Protocol):
@@ -57,11 +53,9 @@ class Extension(Protocol):
 
     async def run(self) -> None:
         """Loop until cancelled; restarted with a backoff if it raises."""
-        ...
 
     async def stop(self) -> None:
         """Called once at shutdown, before the server deregisters."""
-        ...
 
 
 ExtensionFactory = Callable[[ServerFacts], Extension]

@@ -41,11 +41,9 @@ class ClaimHolders(Protocol):
 
     def given_up(self, claim: Claim, why: str) -> None:
         """Stop the handler of ``claim``, or drop it if it has not started."""
-        ...
 
     def cancel_requested(self, claim: Claim) -> None:
         """cancel() asked the job of ``claim`` to stop."""
-        ...
 
 
 class LeaseBook:
@@ -116,7 +114,7 @@ class LeaseBook:
                 self._until[claim] = max(self._until[claim], until)
             else:
                 lost.append(claim)
-                self._give_up(claim, LOST)
+                self.give_up(claim, LOST)
         return lost
 
     def give_up_expired(self) -> list[Claim]:
@@ -127,18 +125,14 @@ class LeaseBook:
         now = asyncio.get_running_loop().time()
         expired = [claim for claim, until in self._until.items() if now >= until]
         for claim in expired:
-            self._give_up(claim, EXPIRED)
+            self.give_up(claim, EXPIRED)
         return expired
 
     def give_up(self, claim: Claim, why: str) -> None:
-        """Give ``claim`` up now (its partition's lease was lost): its handler
-        stops and its lease is no longer renewed."""
-        if claim in self._until:
-            self._give_up(claim, why)
-
-    def _give_up(self, claim: Claim, why: str) -> None:
-        self._until.pop(claim, None)
-        self.holders.given_up(claim, why)
+        """Give ``claim`` up now, if held: its handler stops and its lease is
+        no longer renewed."""
+        if self._until.pop(claim, None) is not None:
+            self.holders.given_up(claim, why)
 
     async def run_renewals(self) -> None:
         interval = self.lease_ms / 3000

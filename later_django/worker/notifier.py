@@ -104,7 +104,6 @@ class PartitionNews(Protocol):
 
     def noticed(self, key: tuple[str, int]) -> None:
         """A commit announced that ``key``'s partition may have a ready head."""
-        ...
 
 
 class Notifier:
@@ -130,7 +129,6 @@ class Notifier:
         self.keyed = keyed
         # The partition pollers, when this server runs them.
         self.partitions = partitions
-        self.partition_wake = partitions.wake if partitions is not None else None
         self.alias = alias
         self.namespace = namespace
         self.listen = listen
@@ -142,7 +140,7 @@ class Notifier:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         wakeup.add_listener(self._wake_threadsafe)
-        if self.partition_wake is not None:
+        if self.partitions is not None:
             wakeup.add_partition_listener(self._wake_partitions_threadsafe)
         if self.listen:
             self._task = asyncio.create_task(self._listen_forever(), name="later-listen")
@@ -173,8 +171,8 @@ class Notifier:
 
     def _wake_partitions_threadsafe(self) -> None:
         loop = self._loop
-        if loop is not None and not loop.is_closed() and self.partition_wake is not None:
-            loop.call_soon_threadsafe(self.partition_wake.wake, 1)
+        if loop is not None and not loop.is_closed() and self.partitions is not None:
+            loop.call_soon_threadsafe(self.partitions.wake.wake, 1)
 
     async def _listen_forever(self) -> None:
         from later_django.db.listen import notifications  # PostgreSQL only: needs psycopg
@@ -224,9 +222,9 @@ class Notifier:
                     counter = await session.run(lambda d, c: d.change_counter(c))
                     if counter != seen:
                         seen = counter
-                        if self.partition_wake is not None:
+                        if self.partitions is not None:
                             # The poller's own look is the check.
-                            self.partition_wake.wake(1)
+                            self.partitions.wake.wake(1)
                         for queue, wake in self.wakes.items():
                             if await session.run(functools.partial(self._ready, queue)):
                                 wake.wake()

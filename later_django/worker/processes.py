@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 logger = logging.getLogger("later_django.worker")
 
@@ -197,10 +197,15 @@ class Parent:
         child.starts += 1
         child.restart_at = None
         threading.Thread(
-            target=_wait_then(child.proc, lambda: self.events.put(None)),
+            target=self._wait_for,
+            args=(child.proc,),
             name=f"later-child-{child.index}",
             daemon=True,
         ).start()
+
+    def _wait_for(self, proc: subprocess.Popen[bytes]) -> None:
+        proc.wait()
+        self.events.put(None)
 
     def _reap(self) -> Child | None:
         """Schedule the restart of every child that exited; return one that
@@ -242,14 +247,6 @@ class Parent:
             return max(0.0, self.stop_deadline - time.monotonic())
         due = [c.restart_at for c in self.children if c.restart_at is not None]
         return None if not due else max(0.0, min(due) - time.monotonic())
-
-
-def _wait_then(proc: subprocess.Popen[bytes], then: Callable[[], None]) -> Callable[[], None]:
-    def wait() -> None:
-        proc.wait()
-        then()
-
-    return wait
 
 
 def die_with_parent() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from later_django.threaded_store import ThreadedStore
 from later_django.worker.claimer import Claimer
 from later_django.worker.notifier import Wakeup
 from later_django.worker.workers import WorkerPool
@@ -25,7 +24,6 @@ class QueueWorkers:
     wake: Wakeup
     claimer: Claimer
     pool: WorkerPool
-    store: ThreadedStore
     autoscale: tuple[int, int] | None = None
 
     @property
@@ -50,7 +48,7 @@ class QueueWorkers:
             return 0
         namespace, name = self.claimer.namespace, self.name
         return int(
-            await self.store.run(
+            await self.claimer.store.run(
                 self.claimer.pool,
                 lambda d, c: d.reads.plain_ready(c, namespace=namespace, queue=name),
             )
