@@ -129,7 +129,7 @@ class Claimer(ClaimerBase):
         # The limits its claims keep; None: the plain claim.
         self.limits = limits
         self._claims: Coalescer[None, ClaimedJob | None] = Coalescer(
-            self._claim_batch if limits is None else self._claim_limited_batch,
+            self._claim_batch,
             max_batch=MAX_CLAIM_BATCH,
             on_abandoned=self._keep_spare,
         )
@@ -156,18 +156,13 @@ class Claimer(ClaimerBase):
         # Never more than the workers asking: a claimed job must not wait idle.
         limit = len(requests)
         sent = asyncio.get_running_loop().time()
-        jobs: list[ClaimedJob | None] = list(await self.sessions.claim(self._request(limit)))
-        return await self._taken(jobs, limit, sent)
-
-    async def _claim_limited_batch(self, requests: list[None]) -> list[ClaimedJob | None]:
-        """The claim of a queue with limits: as _claim_batch, keeping them."""
-        assert self.limits is not None
-        limit = len(requests)
-        loop = asyncio.get_running_loop()
-        sent = loop.time()
+        if self.limits is None:
+            jobs: list[ClaimedJob | None] = list(await self.sessions.claim(self._request(limit)))
+            return await self._taken(jobs, limit, sent)
+        # A queue with limits: the limited claim keeps them.
         request = LimitedClaimRequest(claim=self._request(limit), limits=self.limits)
         claimed = await self.sessions.claim_limited(request)
-        jobs: list[ClaimedJob | None] = list(claimed.jobs)
+        jobs = list(claimed.jobs)
         if claimed.retry_in_ms is not None:
             self._wait_for_window(claimed.retry_in_ms / 1000)
         elif self.limits.keyed and 0 < len(jobs) < limit:

@@ -86,7 +86,6 @@ class LeaseBook:
         return self._until.get(claim)
 
     def confirmed(self, claim: Claim) -> bool:
-        """Is the lease of ``claim`` still known to hold?"""
         until = self._until.get(claim)
         return until is not None and asyncio.get_running_loop().time() < until
 

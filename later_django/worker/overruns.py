@@ -34,7 +34,6 @@ class Overruns:
 
     @staticmethod
     def keyed(job: ClaimedJob) -> bool:
-        """Is ``job`` of a type with a concurrency limit?"""
         handler = registry.handler_by_name(job.type_name)
         return handler is not None and handler.concurrency is not None
 

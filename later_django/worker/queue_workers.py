@@ -56,7 +56,6 @@ class QueueWorkers:
 
 
 def worker_count(queues: list[QueueWorkers]) -> int:
-    """The workers of every served queue."""
     return sum(queue.pool.count for queue in queues)
 
 

@@ -25,7 +25,7 @@ from later_django.worker.completer import Completer
 from later_django.worker.extensions import Extension, ExtensionFactory
 from later_django.worker.extensions import registered as registered_extensions
 from later_django.worker.plan import plan_server
-from later_django.worker.queue_workers import ready_backlog
+from later_django.worker.queue_workers import ready_backlog, worker_count
 from later_django.worker.workers import MAX_WORKERS, WorkerSlot
 
 __all__ = ["Server"]
@@ -78,7 +78,7 @@ class Server:
     # -- what the supervisor, the extensions and the command see ------------------
     @property
     def worker_count(self) -> int:
-        return sum(queue.pool.count for queue in self.queues)
+        return worker_count(self.queues)
 
     @property
     def slots(self) -> list[WorkerSlot]:
@@ -107,8 +107,6 @@ class Server:
         return [name for name, _ in hung]
 
     async def ready_backlog(self) -> int:
-        """Jobs of the served queues ready to run now (none of a paused
-        queue), read from the counters."""
         return await ready_backlog(self.queues)
 
     # -- lifecycle --------------------------------------------------------------
