@@ -27,11 +27,10 @@ from later_django.worker.membership import Membership
 from later_django.worker.notifier import Notifier, Wakeup
 from later_django.worker.partitions import PartitionClaimer, PartitionWakeup
 from later_django.worker.plan import ServerPlan
-from later_django.worker.pools import WorkerPools
 from later_django.worker.queue_workers import QueueWorkers, ready_backlog, worker_count
 from later_django.worker.services import ServiceGroup
 from later_django.worker.status import OutcomeCounts, StatusReporter
-from later_django.worker.workers import MAX_WORKERS, WorkerPool
+from later_django.worker.workers import MAX_WORKERS, WorkerPool, WorkerPools
 
 # Thread pools, each thread with its own connection (opened when first
 # used): at most 4 + 4 + 2, plus the claim, completion and LISTEN
