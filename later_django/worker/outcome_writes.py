@@ -8,7 +8,7 @@ from __future__ import annotations
 from django.db.backends.utils import CursorWrapper
 
 from later_django.db.base import Dialect
-from later_django.db.rows import FailureWrite, OwnerFence, PartitionCompletion, RetryWrite
+from later_django.db.rows import FailureWrite, OwnerFence, RetryWrite
 from later_django.events import OutcomeKind
 from later_django.types import ClaimedJob
 from later_django.worker.executor import Outcome
@@ -59,14 +59,12 @@ def store_partition_outcome(
     owner: str,
     retention_ms: int,
 ) -> OutcomeKind | None:
-    """Store the outcome of a partition head, fenced by its claim and by its
-    partition's lease (owner and epoch); return the kind stored, None unless
-    both held. In one transaction: the fence's row lock holds off a takeover
-    until it ends, so only the current holder finishes a head."""
+    """Store the outcome of a partition head other than a success (the
+    completer shares those), fenced by its claim and by its partition's lease
+    (owner and epoch); return the kind stored, None unless both held. In one
+    transaction: the fence's row lock holds off a takeover until it ends, so
+    only the current holder finishes a head."""
     assert job.lane is not None
-    if outcome.kind == "succeeded":
-        done = PartitionCompletion(job=job, owner=owner, retention_ms=retention_ms)
-        return "succeeded" if dialect.partitions.partition_complete(cursor, done) else None
     if not dialect.partitions.partition_fence(cursor, job.lane, owner=owner):
         return None
     return store_failure(dialect, cursor, job, outcome, owner=owner, retention_ms=retention_ms)

@@ -19,10 +19,10 @@ from django.db import connections, transaction
 
 import later_django as later
 from later_django.db import dialect_for
-from later_django.db.rows import PartitionClaimRequest
+from later_django.db.rows import PartitionClaimRequest, PartitionCompletion
 from later_django.partitions.hashing import owner_of
 from later_django.types import PartitionLane
-from later_django.worker.executor import SUCCEEDED
+from later_django.worker.executor import Outcome
 from later_django.worker.outcome_writes import store_partition_outcome
 from tests.helpers import LaterDb, Workers, set_later, wait_until
 from tests.jobapp.jobs import Ordered
@@ -163,7 +163,11 @@ def test_a_stale_epoch_cannot_finish_a_head(topics):
     assert taken is not None and taken[0] == epoch + 1
     assert taken[1] is None  # the head still runs under a's job lease: b waits
     with transaction.atomic(using=topics.alias), db.cursor() as c:
-        stored = store_partition_outcome(dialect, c, job, SUCCEEDED, owner="a", retention_ms=60_000)
+        done = PartitionCompletion(job=job, owner="a", retention_ms=60_000)
+        assert dialect.partitions.partition_complete(c, done) is False
+    with transaction.atomic(using=topics.alias), db.cursor() as c:
+        failed = Outcome(kind="failed", error="boom")
+        stored = store_partition_outcome(dialect, c, job, failed, owner="a", retention_ms=60_000)
     assert stored is None
     assert topics.stage_of(job_id) == "running"
 
